@@ -1,0 +1,1 @@
+"""Pure compute kernels (Numba). Nothing here imports onnxjit; onnxjit imports these."""

@@ -1,0 +1,57 @@
+"""onnxjit: an ONNX inference runtime whose kernels are compiled with Numba.
+
+The public API mirrors onnxruntime's so that ``import onnxjit as ort`` mostly works::
+
+    import onnxjit as ort
+    sess = ort.InferenceSession("model.onnx")
+    outputs = sess.run(None, {"input": x})
+"""
+
+from onnxjit import config as _config  # noqa: F401  (configures the kernel cache first)
+from onnxjit import ops as _ops  # noqa: F401  (registers every operator)
+from onnxjit.errors import (
+    ExecutionError,
+    ExternalDataError,
+    InvalidArgumentError,
+    InvalidInputError,
+    ModelCheckError,
+    ModelLoadError,
+    OnnxJitError,
+    UnsupportedOperatorError,
+)
+from onnxjit.options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
+from onnxjit.session import InferenceSession, ModelMetadata, NodeArg, SemVer
+
+__version__ = "0.1.0"
+
+
+def get_available_providers() -> list[str]:
+    """Execution providers this build can use (onnxruntime's function of the same name)."""
+    return ["CPUExecutionProvider"]
+
+
+def get_device() -> str:
+    return "CPU"
+
+
+__all__ = [
+    "InferenceSession",
+    "SessionOptions",
+    "RunOptions",
+    "GraphOptimizationLevel",
+    "ExecutionMode",
+    "NodeArg",
+    "ModelMetadata",
+    "SemVer",
+    "get_available_providers",
+    "get_device",
+    "OnnxJitError",
+    "ModelLoadError",
+    "ExternalDataError",
+    "ModelCheckError",
+    "UnsupportedOperatorError",
+    "InvalidInputError",
+    "InvalidArgumentError",
+    "ExecutionError",
+    "__version__",
+]

@@ -1,0 +1,1 @@
+"""Generated kernels: scalar expression IR, Python-AST emitters, file-backed modules."""

@@ -1,0 +1,62 @@
+"""Every ``ONNXJIT_*`` environment variable, read in one place.
+
+``ONNXJIT_CACHE_DIR``   folder for compiled kernels and generated kernel sources
+                        (default: ``$XDG_CACHE_HOME/onnxjit`` or ``~/.cache/onnxjit``).
+``ONNXJIT_NUM_THREADS`` default thread count for Numba kernels and BLAS (default: all cores).
+``ONNXJIT_PARALLEL_THRESHOLD`` element count above which kernels run multi-threaded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "onnxjit"
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer; set it to a whole number") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    cache_dir: Path
+    num_threads: int
+    parallel_threshold: int
+
+
+def read_settings() -> Settings:
+    """Read the environment once; called at import time of :mod:`onnxjit`."""
+    cache = os.environ.get("ONNXJIT_CACHE_DIR")
+    return Settings(
+        cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
+        num_threads=_int_env("ONNXJIT_NUM_THREADS", os.cpu_count() or 1),
+        parallel_threshold=_int_env("ONNXJIT_PARALLEL_THRESHOLD", 1 << 17),
+    )
+
+
+SETTINGS = read_settings()
+
+
+def _configure_kernels() -> None:
+    # Numba reads its cache folder when a cached function is decorated, so this must run
+    # before any kernel module is imported.
+    from onnxjit.kernels import _jit
+
+    _jit.configure(
+        cache_dir=str(SETTINGS.cache_dir / "numba"),
+        parallel_threshold=SETTINGS.parallel_threshold,
+    )
+
+
+_configure_kernels()

@@ -1,0 +1,467 @@
+"""Loading: protobuf parsing, external data (safe paths, mmap, SHA-1) and the in-memory IR.
+
+:func:`load_model` accepts a path, bytes, or an ``onnx.ModelProto`` and returns an
+:class:`onnxjit.ir.Model`. External data is only ever read from files inside the model's folder:
+absolute locations, ``..`` components, NUL bytes and symlinks that resolve outside the folder are
+refused. Large external tensors are memory-mapped read-only instead of copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import AttributeProto, TensorProto, numpy_helper
+
+from onnxjit import ir, types
+from onnxjit.errors import ExternalDataError, ModelLoadError
+
+# External tensors at least this large are memory-mapped rather than copied.
+MMAP_THRESHOLD = 1 << 20
+
+_ATTR_SCALAR_FIELDS = {
+    AttributeProto.FLOAT: "f",
+    AttributeProto.INT: "i",
+    AttributeProto.STRING: "s",
+    AttributeProto.TENSOR: "t",
+    AttributeProto.GRAPH: "g",
+    AttributeProto.SPARSE_TENSOR: "sparse_tensor",
+    AttributeProto.TYPE_PROTO: "tp",
+}
+_ATTR_LIST_FIELDS = {
+    AttributeProto.FLOATS: "floats",
+    AttributeProto.INTS: "ints",
+    AttributeProto.STRINGS: "strings",
+    AttributeProto.TENSORS: "tensors",
+    AttributeProto.GRAPHS: "graphs",
+    AttributeProto.SPARSE_TENSORS: "sparse_tensors",
+    AttributeProto.TYPE_PROTOS: "type_protos",
+}
+
+
+def load_model(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> ir.Model:
+    """Parse ``model`` and build the IR.
+
+    ``base_dir`` is the folder external data is read from; it defaults to the model file's
+    folder and must be given for bytes or a ModelProto that reference external data.
+    Raises :class:`ModelLoadError` (or its subclass :class:`ExternalDataError`).
+    """
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto = _parse(bytes(model), "the model bytes")
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise ModelLoadError(
+                f"model file {str(path)!r} does not exist or is not a file; check the path"
+            )
+        proto = _parse(path.read_bytes(), f"model file {str(path)!r}")
+        if base_dir is None:
+            base_dir = path.resolve().parent
+    else:
+        raise ModelLoadError(
+            f"expected a path, bytes or onnx.ModelProto, found {type(model).__name__}; "
+            "pass the model file's path"
+        )
+    loader = _Loader(None if base_dir is None else Path(base_dir))
+    return loader.model(proto)
+
+
+def _parse(data: bytes, what: str) -> onnx.ModelProto:
+    if not data:
+        raise ModelLoadError(f"{what} is empty; expected a serialized ONNX ModelProto")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{what} could not be decoded as an ONNX ModelProto ({exc}); "
+            "check that the file is a complete .onnx model"
+        ) from None
+    if not proto.HasField("graph") and not proto.opset_import:
+        raise ModelLoadError(
+            f"{what} decoded to an empty ModelProto (no graph, no opset_import); "
+            "check that the file is an .onnx model and not another protobuf message"
+        )
+    return proto
+
+
+class _Loader:
+    """Decodes protos into IR objects; holds the external-data context."""
+
+    def __init__(self, base_dir: Path | None):
+        self.base_dir = base_dir
+        self._files: dict[Path, tuple[Any, mmap.mmap | None, int]] = {}
+
+    # -- model / graph / node -----------------------------------------------------------
+    def model(self, proto: onnx.ModelProto) -> ir.Model:
+        problems: list[str] = []
+        opsets: dict[str, int] = {}
+        for imp in proto.opset_import:
+            dom = "" if imp.domain in ("", "ai.onnx") else imp.domain
+            if dom in opsets:
+                problems.append(
+                    f"opset_import lists domain {imp.domain or 'ai.onnx'!r} more than once "
+                    f"(versions {opsets[dom]} and {imp.version}); keep one entry per domain"
+                )
+            opsets[dom] = int(imp.version)
+        functions: dict[tuple[str, str, str], ir.Function] = {}
+        for fp in proto.functions:
+            fn = self.function(fp)
+            key = (fn.domain, fn.name, fn.overload)
+            if key in functions:
+                problems.append(
+                    f"function {fn.domain}:{fn.name} (overload {fn.overload!r}) is defined "
+                    "twice; rename or remove one"
+                )
+            functions[key] = fn
+        graph = self.graph(proto.graph) if proto.HasField("graph") else None
+        if graph is None:
+            problems.append("the model has no graph; a model needs a main graph")
+            graph = ir.Graph(name="", nodes=[], inputs=[], outputs=[])
+        return ir.Model(
+            ir_version=int(proto.ir_version) if proto.HasField("ir_version") else None,
+            opset_imports=opsets,
+            graph=graph,
+            producer_name=proto.producer_name,
+            producer_version=proto.producer_version,
+            domain=proto.domain,
+            model_version=int(proto.model_version),
+            doc=proto.doc_string,
+            metadata={p.key: p.value for p in proto.metadata_props},
+            functions=functions,
+            base_dir=None if self.base_dir is None else str(self.base_dir),
+            load_problems=problems,
+            has_training_info=len(proto.training_info) > 0,
+        )
+
+    def graph(self, gp: onnx.GraphProto) -> ir.Graph:
+        inits: dict[str, np.ndarray] = {}
+        order: list[str] = []
+        for t in gp.initializer:
+            inits[t.name] = self.tensor(t)
+            order.append(t.name)
+        sparse_names = []
+        for st in gp.sparse_initializer:
+            name = st.values.name
+            inits[name] = self.sparse_tensor(st)
+            order.append(name)
+            sparse_names.append(name)
+        nodes = [self.node(n, i) for i, n in enumerate(gp.node)]
+        return ir.Graph(
+            name=gp.name,
+            nodes=nodes,
+            inputs=[ir.ValueInfo(v.name, _type_or_none(v), v.doc_string) for v in gp.input],
+            outputs=[ir.ValueInfo(v.name, _type_or_none(v), v.doc_string) for v in gp.output],
+            initializers=inits,
+            initializer_order=order,
+            value_info={v.name: ir.ValueInfo(v.name, _type_or_none(v)) for v in gp.value_info},
+            doc=gp.doc_string,
+            sparse_initializer_names=sparse_names,
+        )
+
+    def node(self, np_: onnx.NodeProto, index: int) -> ir.Node:
+        node = ir.Node(
+            op_type=np_.op_type,
+            domain="" if np_.domain in ("", "ai.onnx") else np_.domain,
+            inputs=list(np_.input),
+            outputs=list(np_.output),
+            name=np_.name,
+            index=index,
+            overload=np_.overload,
+            doc=np_.doc_string,
+        )
+        for a in np_.attribute:
+            self.attribute(a, node)
+        return node
+
+    def attribute(self, a: AttributeProto, node: ir.Node) -> None:
+        if a.name in node.attrs or a.name in node.attr_refs:
+            node.load_problems.append(
+                f"attribute {a.name!r} is given twice; keep one AttributeProto per name"
+            )
+        if a.ref_attr_name:
+            node.attr_refs[a.name] = a.ref_attr_name
+            node.attr_types[a.name] = a.type
+            return
+        set_fields = [f for f in _ATTR_SCALAR_FIELDS.values() if a.HasField(f)]
+        set_fields += [f for f in _ATTR_LIST_FIELDS.values() if len(getattr(a, f))]
+        declared = _ATTR_SCALAR_FIELDS.get(a.type) or _ATTR_LIST_FIELDS.get(a.type)
+        if a.type == AttributeProto.UNDEFINED or declared is None:
+            node.load_problems.append(
+                f"attribute {a.name!r} has no type (AttributeProto.type is UNDEFINED); "
+                "set its type field"
+            )
+            return
+        if len(set_fields) > 1 or (set_fields and set_fields[0] != declared):
+            node.load_problems.append(
+                f"attribute {a.name!r} is declared {AttributeProto.AttributeType.Name(a.type)} "
+                f"but carries the fields {set_fields}; expected exactly one value in "
+                f"field {declared!r}"
+            )
+            return
+        if not set_fields and a.type in _ATTR_SCALAR_FIELDS:
+            node.load_problems.append(
+                f"attribute {a.name!r} is declared {AttributeProto.AttributeType.Name(a.type)} "
+                f"but carries no value; set field {declared!r}"
+            )
+            return
+        node.attrs[a.name] = self.attribute_value(a)
+        node.attr_types[a.name] = a.type
+
+    def attribute_value(self, a: AttributeProto) -> Any:
+        t = a.type
+        if t == AttributeProto.FLOAT:
+            return float(a.f)
+        if t == AttributeProto.INT:
+            return int(a.i)
+        if t == AttributeProto.STRING:
+            return _decode_str(a.s)
+        if t == AttributeProto.TENSOR:
+            return self.tensor(a.t)
+        if t == AttributeProto.GRAPH:
+            return self.graph(a.g)
+        if t == AttributeProto.SPARSE_TENSOR:
+            return self.sparse_tensor(a.sparse_tensor)
+        if t == AttributeProto.TYPE_PROTO:
+            return a.tp
+        if t == AttributeProto.FLOATS:
+            return [float(x) for x in a.floats]
+        if t == AttributeProto.INTS:
+            return [int(x) for x in a.ints]
+        if t == AttributeProto.STRINGS:
+            return [_decode_str(x) for x in a.strings]
+        if t == AttributeProto.TENSORS:
+            return [self.tensor(x) for x in a.tensors]
+        if t == AttributeProto.GRAPHS:
+            return [self.graph(x) for x in a.graphs]
+        if t == AttributeProto.SPARSE_TENSORS:
+            return [self.sparse_tensor(x) for x in a.sparse_tensors]
+        if t == AttributeProto.TYPE_PROTOS:
+            return list(a.type_protos)
+        raise ModelLoadError(f"attribute {a.name!r} has unknown type {t}")
+
+    def function(self, fp: onnx.FunctionProto) -> ir.Function:
+        defaults = {}
+        for a in fp.attribute_proto:
+            holder = ir.Node("", "", [], [])
+            self.attribute(a, holder)
+            if a.name in holder.attrs:
+                defaults[a.name] = holder.attrs[a.name]
+        return ir.Function(
+            name=fp.name,
+            domain=fp.domain,
+            overload=fp.overload,
+            inputs=list(fp.input),
+            outputs=list(fp.output),
+            attributes=list(fp.attribute) + [a.name for a in fp.attribute_proto],
+            attribute_defaults=defaults,
+            nodes=[self.node(n, i) for i, n in enumerate(fp.node)],
+            opset_imports={
+                ("" if o.domain in ("", "ai.onnx") else o.domain): int(o.version)
+                for o in fp.opset_import
+            },
+            doc=fp.doc_string,
+        )
+
+    # -- tensors ---------------------------------------------------------------------------
+    def tensor(self, t: TensorProto) -> np.ndarray:
+        if t.data_location == TensorProto.EXTERNAL:
+            return self.external_tensor(t)
+        try:
+            arr = numpy_helper.to_array(t)
+        except Exception as exc:  # onnx raises ValueError/TypeError on inconsistent protos
+            raise ModelLoadError(
+                f"tensor {t.name!r} could not be decoded ({exc}); check that its data "
+                "matches its dims and data_type"
+            ) from None
+        if t.data_type == TensorProto.STRING:
+            arr = np.array([_decode_str(x) for x in arr.reshape(-1)], dtype=object).reshape(
+                arr.shape
+            )
+        return arr
+
+    def sparse_tensor(self, st: onnx.SparseTensorProto) -> np.ndarray:
+        values = self.tensor(st.values)
+        indices = self.tensor(st.indices).astype(np.int64)
+        dims = tuple(int(d) for d in st.dims)
+        dense = np.zeros(dims, dtype=values.dtype)
+        flat = dense.reshape(-1)
+        nnz = values.size
+        if indices.ndim == 1:
+            lin = indices
+        elif indices.ndim == 2 and indices.shape == (nnz, len(dims)):
+            lin = np.ravel_multi_index(tuple(indices.T), dims) if nnz else indices[:, 0]
+        else:
+            raise ModelLoadError(
+                f"sparse tensor {st.values.name!r}: indices of shape {indices.shape} do not "
+                f"fit {nnz} values in dims {dims}; expected [{nnz}] or [{nnz}, {len(dims)}]"
+            )
+        if nnz and (lin.min() < 0 or lin.max() >= flat.size):
+            raise ModelLoadError(
+                f"sparse tensor {st.values.name!r}: an index is outside dims {dims}"
+            )
+        flat[lin] = values.reshape(-1)
+        return dense
+
+    def external_tensor(self, t: TensorProto) -> np.ndarray:
+        info: dict[str, str] = {}
+        for entry in t.external_data:
+            if entry.key in info:
+                raise ExternalDataError(
+                    f"tensor {t.name!r}: external_data key {entry.key!r} appears twice; "
+                    "each key may appear once"
+                )
+            info[entry.key] = entry.value
+        location = info.get("location")
+        if not location:
+            raise ExternalDataError(
+                f"tensor {t.name!r} is stored externally but has no 'location' key; "
+                "re-save the model with onnx.save(..., save_as_external_data=True)"
+            )
+        path = self.safe_external_path(t.name, location)
+        offset = _parse_nonneg(t.name, "offset", info.get("offset", "0"))
+        dtype = types.np_dtype(t.data_type)
+        dims = tuple(int(d) for d in t.dims)
+        if any(d < 0 for d in dims):
+            raise ExternalDataError(f"tensor {t.name!r} has negative dims {dims}")
+        count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        packed = t.data_type in _PACKED_TYPES
+        expected = _packed_nbytes(t.data_type, count) if packed else count * dtype.itemsize
+        fsize = path.stat().st_size
+        length = _parse_nonneg(t.name, "length", info["length"]) if "length" in info else None
+        if length is None:
+            length = expected
+        if length != expected:
+            raise ExternalDataError(
+                f"tensor {t.name!r}: external length {length} bytes does not match its dims "
+                f"{dims} and type {types.elem_type_name(t.data_type)} ({expected} bytes); "
+                "fix the 'length' entry or the dims"
+            )
+        if offset + length > fsize:
+            raise ExternalDataError(
+                f"tensor {t.name!r}: external data [{offset}, {offset + length}) lies beyond the "
+                f"end of {location!r} ({fsize} bytes); the file is truncated or the offset is wrong"
+            )
+        buf = self._map(path)
+        view = memoryview(buf)[offset : offset + length]
+        digest = info.get("checksum")
+        if digest is not None:
+            got = hashlib.sha1(view).hexdigest()
+            if got.lower() != digest.lower():
+                raise ExternalDataError(
+                    f"tensor {t.name!r}: SHA-1 of external data in {location!r} is {got}, "
+                    f"expected {digest}; the file has changed or is corrupt"
+                )
+        if packed:
+            proto = TensorProto()
+            proto.CopyFrom(t)
+            del proto.external_data[:]
+            proto.data_location = TensorProto.DEFAULT
+            proto.raw_data = bytes(view)
+            return numpy_helper.to_array(proto)
+        if length >= MMAP_THRESHOLD and offset % max(dtype.itemsize, 1) == 0:
+            arr = np.frombuffer(buf, dtype=dtype.newbyteorder("<"), count=count, offset=offset)
+        else:
+            arr = np.frombuffer(bytes(view), dtype=dtype.newbyteorder("<"), count=count)
+        arr = arr.reshape(dims)
+        if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and not _LITTLE):
+            arr = arr.astype(dtype)
+        return arr
+
+    def safe_external_path(self, tensor: str, location: str) -> Path:
+        """Resolve ``location`` inside the model folder or raise ExternalDataError."""
+        if self.base_dir is None:
+            raise ExternalDataError(
+                f"tensor {tensor!r} references external file {location!r}, but the model was "
+                "not loaded from a file; pass base_dir= (the folder holding the data)"
+            )
+        if "\x00" in location:
+            raise ExternalDataError(
+                f"tensor {tensor!r}: external location {location!r} contains a NUL byte; "
+                "refusing it"
+            )
+        posix_abs = location.startswith(("/", "\\"))
+        win_abs = len(location) > 1 and location[1] == ":"
+        if posix_abs or win_abs or os.path.isabs(location):
+            raise ExternalDataError(
+                f"tensor {tensor!r}: external location {location!r} is an absolute path; "
+                "locations must be relative to the model's folder"
+            )
+        parts = location.replace("\\", "/").split("/")
+        if ".." in parts:
+            raise ExternalDataError(
+                f"tensor {tensor!r}: external location {location!r} climbs out of the model's "
+                "folder with '..'; locations must stay inside the model's folder"
+            )
+        base = self.base_dir.resolve()
+        target = (base / location).resolve()
+        if target != base and base not in target.parents:
+            raise ExternalDataError(
+                f"tensor {tensor!r}: external location {location!r} resolves to {str(target)!r} "
+                f"outside the model's folder {str(base)!r} (through a symlink); refusing it"
+            )
+        if not target.is_file():
+            raise ExternalDataError(
+                f"tensor {tensor!r}: external data file {location!r} does not exist in "
+                f"{str(base)!r}; copy it next to the model"
+            )
+        return target
+
+    def _map(self, path: Path) -> Any:
+        if path not in self._files:
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    self._files[path] = (b"", None, 0)
+                else:
+                    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self._files[path] = (mm, mm, 0)
+        return self._files[path][0]
+
+
+_LITTLE = np.little_endian
+_PACKED_TYPES = {
+    getattr(TensorProto, n)
+    for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(TensorProto, n)
+}
+
+
+def _packed_nbytes(data_type: int, count: int) -> int:
+    bits = 2 if data_type in {getattr(TensorProto, n, -1) for n in ("INT2", "UINT2")} else 4
+    return (count * bits + 7) // 8
+
+
+def _parse_nonneg(tensor: str, key: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ExternalDataError(
+            f"tensor {tensor!r}: external_data {key}={raw!r} is not an integer"
+        ) from None
+    if value < 0:
+        raise ExternalDataError(f"tensor {tensor!r}: external_data {key}={value} is negative")
+    return value
+
+
+def _type_or_none(v: onnx.ValueInfoProto) -> onnx.TypeProto | None:
+    return v.type if v.HasField("type") else None
+
+
+def _decode_str(b: bytes | str) -> str:
+    if isinstance(b, str):
+        return b
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return b.decode("latin-1")

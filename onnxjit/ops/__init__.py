@@ -1,0 +1,15 @@
+"""Host-side operator implementations, one module per family.
+
+The modules are imported by this explicit list (not discovered), so the registry's contents
+do not depend on the file system.
+"""
+
+from onnxjit.ops import (  # noqa: F401
+    elementwise,
+    nn,
+    reduce,
+    tensor,
+    rnn,
+    ml,
+    control,
+)

@@ -1,0 +1,3 @@
+"""control operators."""
+
+from __future__ import annotations

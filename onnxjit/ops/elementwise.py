@@ -1,0 +1,3 @@
+"""elementwise operators."""
+
+from __future__ import annotations

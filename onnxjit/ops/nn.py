@@ -1,0 +1,3 @@
+"""nn operators."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""reduce operators."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""rnn operators."""
+
+from __future__ import annotations

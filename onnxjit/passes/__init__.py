@@ -1,0 +1,13 @@
+"""Graph rewrites between binding and planning.
+
+``inline_functions`` expands model-local functions and schema function bodies of operators
+onnxjit has no kernel for; ``optimize`` runs the passes enabled at a graph optimisation level.
+"""
+
+from __future__ import annotations
+
+from onnxjit import ir
+from onnxjit.passes.inline import inline_functions
+from onnxjit.passes.optimize import optimize
+
+__all__ = ["inline_functions", "optimize", "ir"]

@@ -1,0 +1,231 @@
+"""Execution programs: a graph turned into a flat list of bound steps over value slots.
+
+A :class:`Program` is built once per graph (main graph or subgraph) after the registry has bound
+each node to its implementation. Values live in a list indexed by slot; initializers are placed
+in their slots once; a value is released after its last use so memory stays bounded. Each
+distinct input shape signature is recorded with the shapes of every value it produced, which is
+what ``InferenceSession.stats()`` and later plan-level optimisations read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from onnxjit import ir
+from onnxjit.errors import ExecutionError, OnnxJitError
+from onnxjit.registry import NodeContext, OpImpl
+
+
+@dataclass
+class Step:
+    node: ir.Node
+    fn: Callable[..., Any]
+    in_slots: tuple[int, ...]  # -1 for an omitted optional input
+    out_slots: tuple[int, ...]  # -1 for an omitted optional output
+    kwargs: dict[str, Any]
+    ctx: NodeContext | None
+    variadic: bool
+    n_fixed: int  # positional parameters before *args
+    release: tuple[int, ...] = ()
+    # (name, slot) of values that this node's subgraphs read from the enclosing scopes.
+    captures: tuple = ()
+
+
+class Subgraph:
+    """A graph attribute bound for execution; ops run it with ``ctx.run_subgraph``."""
+
+    def __init__(self, graph: ir.Graph, scope: frozenset[str]):
+        self.graph = graph
+        self.program = Program(graph, scope)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [v.name for v in self.graph.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.program.output_names
+
+
+@dataclass
+class Profiler:
+    """Collects per-node timings when profiling is on (Chrome-trace events)."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    t0: int = field(default_factory=time.perf_counter_ns)
+
+
+class Program:
+    """A runnable form of one graph.
+
+    ``outer_names`` are names the graph reads from an enclosing scope (subgraphs only); their
+    values are passed to :meth:`run` in ``outer``.
+    """
+
+    def __init__(self, graph: ir.Graph, scope: frozenset[str] = frozenset()):
+        self.graph = graph
+        self.slots: dict[str, int] = {}
+        self.const_values: list[tuple[int, Any]] = []
+        for name, value in graph.initializers.items():
+            self.const_values.append((self._slot(name), value))
+        self.input_slots = [self._slot(v.name) for v in graph.inputs]
+        # Names read from enclosing scopes, in first-use order.
+        self.outer_slots: dict[str, int] = {}
+        defined = set(graph.initializers) | {v.name for v in graph.inputs}
+        self.steps: list[Step] = []
+        for node in graph.nodes:
+            for name in node.inputs:
+                if name and name not in defined:
+                    self.outer_slots.setdefault(name, self._slot(name))
+            step = self._bind(node, scope | defined)
+            for name in step.captures:
+                if name not in defined:
+                    self.outer_slots.setdefault(name, self._slot(name))
+            step.captures = tuple((n, self.slots[n]) for n in step.captures)
+            self.steps.append(step)
+            defined.update(o for o in node.outputs if o)
+        self.output_names = [v.name for v in graph.outputs]
+        for name in self.output_names:
+            if name not in defined:
+                self.outer_slots.setdefault(name, self._slot(name))
+        self.output_slots = [self.slots[n] for n in self.output_names]
+        self._compute_releases()
+        self.n_slots = len(self.slots)
+
+    def _slot(self, name: str) -> int:
+        if name not in self.slots:
+            self.slots[name] = len(self.slots)
+        return self.slots[name]
+
+    def _bind(self, node: ir.Node, scope: frozenset[str] | set[str]) -> Step:
+        impl: OpImpl = node.impl
+        kwargs = dict(impl.attrs)
+        captures: list[str] = []
+        for key, value in node.attrs.items():
+            if isinstance(value, ir.Graph):
+                sub = Subgraph(value, frozenset(scope))
+                captures.extend(sub.program.outer_slots)
+                value = sub
+            elif isinstance(value, list) and value and isinstance(value[0], ir.Graph):
+                subs = [Subgraph(g, frozenset(scope)) for g in value]
+                for sub in subs:
+                    captures.extend(sub.program.outer_slots)
+                value = subs
+            kwargs[key] = value
+        ctx = None
+        if impl.takes_ctx:
+            ctx = NodeContext(
+                name=node.name,
+                label=node.label,
+                n_outputs=len(node.outputs),
+                outputs_used=tuple(bool(o) for o in node.outputs),
+            )
+        in_slots = tuple(self._slot(n) if n else -1 for n in node.inputs)
+        out_slots = tuple(self._slot(n) if n else -1 for n in node.outputs)
+        n_fixed = len(impl.inputs) - (1 if impl.variadic else 0)
+        step = Step(node, impl.fn, in_slots, out_slots, kwargs, ctx, impl.variadic, n_fixed)
+        step.captures = tuple(dict.fromkeys(captures))
+        return step
+
+    def _compute_releases(self) -> None:
+        keep = set(self.output_slots) | {s for s, _ in self.const_values}
+        keep |= set(self.outer_slots.values())
+        last_use: dict[int, int] = {}
+        for i, step in enumerate(self.steps):
+            for s in step.in_slots:
+                if s >= 0:
+                    last_use[s] = i
+            for _, s in step.captures:
+                last_use[s] = i
+        per_step: dict[int, list[int]] = {}
+        for s, i in last_use.items():
+            if s not in keep:
+                per_step.setdefault(i, []).append(s)
+        for i, step in enumerate(self.steps):
+            step.release = tuple(per_step.get(i, ()))
+
+    def run(
+        self,
+        inputs: Sequence[Any],
+        outer: dict[str, Any] | None = None,
+        profiler: Profiler | None = None,
+    ) -> list[Any]:
+        """Run the graph on positional ``inputs`` (graph input order); return its outputs."""
+        env: list[Any] = [None] * self.n_slots
+        for slot, value in self.const_values:
+            env[slot] = value
+        for slot, value in zip(self.input_slots, inputs):
+            env[slot] = value
+        if self.outer_slots:
+            outer = outer or {}
+            for name, slot in self.outer_slots.items():
+                if name in outer:
+                    env[slot] = outer[name]
+        for step in self.steps:
+            args = [env[s] if s >= 0 else None for s in step.in_slots]
+            if not step.variadic and len(args) < step.n_fixed:
+                args.extend([None] * (step.n_fixed - len(args)))
+            t0 = time.perf_counter_ns() if profiler is not None else 0
+            ctx = step.ctx
+            if step.captures:
+                scope = dict(outer) if outer else {}
+                scope.update((name, env[slot]) for name, slot in step.captures)
+                ctx = replace(ctx, outer=scope)
+            try:
+                if ctx is not None:
+                    result = step.fn(ctx, *args, **step.kwargs)
+                else:
+                    result = step.fn(*args, **step.kwargs)
+            except OnnxJitError:
+                raise
+            except Exception as exc:
+                raise _execution_error(step.node, args, exc) from exc
+            if profiler is not None:
+                t1 = time.perf_counter_ns()
+                profiler.events.append(
+                    {
+                        "name": step.node.name or step.node.label,
+                        "cat": "Node",
+                        "ph": "X",
+                        "ts": (t0 - profiler.t0) / 1000.0,
+                        "dur": (t1 - t0) / 1000.0,
+                        "pid": 0,
+                        "tid": 0,
+                        "args": {"op": step.node.label},
+                    }
+                )
+            if len(step.out_slots) == 1:
+                if isinstance(result, tuple):
+                    result = result[0]
+                env[step.out_slots[0]] = result
+            else:
+                for slot, value in zip(step.out_slots, result):
+                    if slot >= 0:
+                        env[slot] = value
+            for s in step.release:
+                env[s] = None
+        return [env[s] for s in self.output_slots]
+
+
+def _describe_value(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"{v.dtype}{list(v.shape)}"
+    if v is None:
+        return "None"
+    return type(v).__name__
+
+
+def _execution_error(node: ir.Node, args: list[Any], exc: Exception) -> ExecutionError:
+    shapes = ", ".join(
+        f"{name or '<omitted>'}: {_describe_value(a)}" for name, a in zip(node.inputs, args)
+    )
+    return ExecutionError(
+        f"{node.describe()} failed on inputs ({shapes}): {type(exc).__name__}: {exc}. "
+        "Check the input shapes against the operator's rules; if they are valid, this is an "
+        "onnxjit bug, please report it with the model"
+    )

@@ -1,0 +1,362 @@
+"""InferenceSession: onnxruntime's call shape over onnxjit's pipeline.
+
+load (model.py) -> check (check.py) -> inline functions and bind implementations
+(passes/inline.py, registry.py) -> graph passes (passes/) -> program (plan.py) -> run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numba
+import numpy as np
+import onnx
+
+from onnxjit import check, ir, passes, registry, types
+from onnxjit.errors import InvalidInputError, ModelCheckError, UnsupportedOperatorError
+from onnxjit.model import load_model
+from onnxjit.options import RunOptions, SessionOptions
+from onnxjit.plan import Profiler, Program
+
+log = logging.getLogger("onnxjit")
+
+CPU_PROVIDER = "CPUExecutionProvider"
+_KNOWN_PROVIDERS = (CPU_PROVIDER, "CUDAExecutionProvider")
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output: ``name``, ``type`` ("tensor(float)") and ``shape``.
+
+    ``shape`` is a list of ints (fixed dims), strs (dimension variables) and ``None`` (unknown
+    dims), or ``None`` when the rank is unknown.
+    """
+
+    name: str
+    type: str
+    shape: list[int | str | None] | None
+
+
+class SemVer(NamedTuple):
+    """A model_version packed as SemVer (ONNX Versioning spec)."""
+
+    major: int
+    minor: int
+    patch: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+
+def decode_model_version(raw: int) -> int | SemVer:
+    """Return ``raw`` unchanged, or its SemVer form when its top four bytes are non-zero.
+
+    The ONNX Versioning spec packs MAJOR in the top two bytes, MINOR in the next two and PATCH
+    in the low four bytes of the 64-bit model_version.
+    """
+    raw &= (1 << 64) - 1
+    if raw >> 32 == 0:
+        return raw
+    return SemVer(raw >> 48, (raw >> 32) & 0xFFFF, raw & 0xFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """What ``get_modelmeta()`` returns (onnxruntime's field names)."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int | SemVer
+    custom_metadata_map: dict[str, str] = field(default_factory=dict)
+
+
+class InferenceSession:
+    """Load, check, optimise and run an ONNX model.
+
+    ``path_or_bytes`` is a file path, the serialized model, or an ``onnx.ModelProto``.
+    Raises :class:`onnxjit.errors.ModelLoadError` when the model cannot be read,
+    :class:`onnxjit.errors.ModelCheckError` listing every rule of the IR spec it breaks, and
+    :class:`onnxjit.errors.UnsupportedOperatorError` listing every operator onnxjit cannot run.
+    """
+
+    def __init__(
+        self,
+        path_or_bytes: str | os.PathLike[str] | bytes | onnx.ModelProto,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[str | tuple[str, dict]] | None = None,
+        provider_options: Sequence[dict] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            raise TypeError(f"InferenceSession got unexpected arguments {sorted(kwargs)}")
+        self._options = sess_options if sess_options is not None else SessionOptions()
+        self._providers = _choose_providers(providers)
+        self._lock = threading.Lock()
+        self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
+        t0 = time.perf_counter()
+        self._model = load_model(path_or_bytes)
+        check.check_model(self._model)
+        problems: list[str] = []
+        passes.inline_functions(self._model)
+        registry.bind_graph(self._model.graph, self._model.opset_imports, problems)
+        if problems:
+            raise UnsupportedOperatorError(
+                "onnxjit cannot run this model:\n  - " + "\n  - ".join(problems)
+            )
+        passes.optimize(self._model.graph, int(self._options.graph_optimization_level))
+        self._program = Program(self._model.graph)
+        graph = self._model.graph
+        inits = set(graph.initializers)
+        self._inputs = [v for v in graph.inputs if v.name not in inits]
+        self._overridable = [v for v in graph.inputs if v.name in inits]
+        self._outputs = list(graph.outputs)
+        self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
+        self._output_index = {v.name: i for i, v in enumerate(graph.outputs)}
+        self._defaults = [graph.initializers.get(v.name) for v in graph.inputs]
+        self._create_seconds = time.perf_counter() - t0
+        self._runs = 0
+        self._signatures: set[tuple] = set()
+
+    # -- metadata ----------------------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        """The inputs a caller must feed (graph inputs that are not initializers)."""
+        return [_node_arg(v) for v in self._inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [_node_arg(v) for v in self._outputs]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """Graph inputs that have an initializer: feeding one replaces its value."""
+        return [_node_arg(v) for v in self._overridable]
+
+    def get_modelmeta(self) -> ModelMetadata:
+        m = self._model
+        return ModelMetadata(
+            producer_name=m.producer_name,
+            graph_name=m.graph.name,
+            domain=m.domain,
+            description=m.doc,
+            graph_description=m.graph.doc,
+            version=decode_model_version(m.model_version),
+            custom_metadata_map=dict(m.metadata),
+        )
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    # -- running -----------------------------------------------------------------------------
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """Run the model and return the requested outputs (all when ``output_names`` is None).
+
+        Feeds are checked first: missing or unknown names, element type, rank, fixed
+        dimensions and dimension variables (one value per variable across all inputs).
+        """
+        if run_options is not None and run_options.terminate:
+            raise InvalidInputError(
+                "run() was called with RunOptions.terminate = True; clear it to run"
+            )
+        if output_names is None or len(output_names) == 0:
+            wanted = list(range(len(self._outputs)))
+        else:
+            wanted = []
+            for name in output_names:
+                if name not in self._output_index:
+                    raise InvalidInputError(
+                        f"output {name!r} is not an output of the model; expected one of "
+                        f"{[v.name for v in self._outputs]}"
+                    )
+                wanted.append(self._output_index[name])
+        feeds = self._validate_feed(input_feed)
+        threads = self._options.intra_op_num_threads
+        if threads and threads > 0:
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        outputs = self._program.run(feeds, profiler=self._profiler)
+        self._runs += 1
+        return [outputs[i] for i in wanted]
+
+    def _validate_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        if not isinstance(input_feed, Mapping):
+            raise InvalidInputError(
+                f"input_feed must be a dict of input name -> array, found "
+                f"{type(input_feed).__name__}; pass {{'{self._inputs[0].name if self._inputs else 'x'}': array}}"
+            )
+        values = list(self._defaults)
+        problems: list[str] = []
+        for name in input_feed:
+            if name not in self._input_index:
+                problems.append(
+                    f"input {name!r} is not an input of the model; expected one of "
+                    f"{[v.name for v in self._inputs]}"
+                )
+        dim_values: dict[str, tuple[int, str]] = {
+            k: (v, "free_dimension_override") for k, v in self._options.free_dimension_overrides.items()
+        }
+        graph_inputs = self._model.graph.inputs
+        for vi in graph_inputs:
+            if vi.name not in input_feed:
+                if values[self._input_index[vi.name]] is None:
+                    problems.append(
+                        f"input {vi.name!r} ({_type_str(vi)}, shape {_shape_str(vi)}) is missing "
+                        "from the feed; add it to input_feed"
+                    )
+                continue
+            value = _as_value(input_feed[vi.name], vi, problems)
+            if value is None:
+                continue
+            values[self._input_index[vi.name]] = value
+            if vi.is_tensor:
+                _check_tensor(vi, value, dim_values, problems)
+        if problems:
+            raise InvalidInputError("invalid input feed:\n  - " + "\n  - ".join(problems))
+        return values
+
+    # -- profiling / statistics --------------------------------------------------------------
+    def end_profiling(self) -> str:
+        """Write the collected per-node timings as Chrome-trace JSON; return the file name."""
+        if self._profiler is None:
+            return ""
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+        path = f"{self._options.profile_file_prefix}_{stamp}.json"
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self._profiler.events, f)
+        os.replace(tmp, path)
+        self._profiler = None
+        return path
+
+    def stats(self) -> dict[str, Any]:
+        """Session statistics: creation time, runs, node count."""
+        return {
+            "session_create_seconds": self._create_seconds,
+            "runs": self._runs,
+            "nodes": len(self._program.steps),
+        }
+
+
+def _choose_providers(providers: Sequence[Any] | None) -> list[str]:
+    if providers is None:
+        return [CPU_PROVIDER]
+    names = [p[0] if isinstance(p, tuple) else p for p in providers]
+    for name in names:
+        if name not in _KNOWN_PROVIDERS:
+            raise ValueError(
+                f"unknown execution provider {name!r}; onnxjit knows {list(_KNOWN_PROVIDERS)}"
+            )
+    if "CUDAExecutionProvider" in names:
+        warnings.warn(
+            "CUDAExecutionProvider is not available in this onnxjit build; running on the CPU",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return [CPU_PROVIDER]
+
+
+def _node_arg(v: ir.ValueInfo) -> NodeArg:
+    shape = v.shape
+    return NodeArg(v.name, _type_str(v), None if shape is None else list(shape))
+
+
+def _type_str(v: ir.ValueInfo) -> str:
+    return types.type_proto_string(v.type) if v.type is not None else "unknown"
+
+
+def _shape_str(v: ir.ValueInfo) -> str:
+    shape = v.shape
+    if shape is None:
+        return "unknown"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _as_value(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> Any:
+    if not vi.is_tensor:
+        return raw  # sequences, maps and optionals are passed through as given
+    if isinstance(raw, np.ndarray):
+        arr = raw
+    else:
+        try:
+            arr = np.asarray(raw)
+        except Exception:
+            problems.append(
+                f"input {vi.name!r}: could not convert {type(raw).__name__} to an array; "
+                "pass a numpy array"
+            )
+            return None
+        if arr.dtype == np.float64 and vi.elem_type != onnx.TensorProto.DOUBLE and not isinstance(
+            raw, np.generic
+        ):
+            pass  # keep: the dtype check below reports the mismatch
+    if arr.dtype.kind in ("U", "S") and vi.elem_type == onnx.TensorProto.STRING:
+        arr = arr.astype(object)
+    if not arr.flags.c_contiguous and arr.dtype != object:
+        arr = np.ascontiguousarray(arr)
+    return arr
+
+
+def _check_tensor(
+    vi: ir.ValueInfo,
+    arr: np.ndarray,
+    dim_values: dict[str, tuple[int, str]],
+    problems: list[str],
+) -> None:
+    expected = vi.elem_type
+    try:
+        got = types.onnx_elem_type(arr.dtype)
+    except ValueError:
+        got = None
+    if got != expected:
+        want = types.np_dtype(expected) if expected else "?"
+        problems.append(
+            f"input {vi.name!r}: expected element type {_type_str(vi)} (numpy {want}), found "
+            f"numpy {arr.dtype}; convert it with .astype(np.{want})"
+        )
+        return
+    shape = vi.shape
+    if shape is None:
+        return
+    if arr.ndim != len(shape):
+        problems.append(
+            f"input {vi.name!r}: expected rank {len(shape)} (shape {_shape_str(vi)}), found "
+            f"rank {arr.ndim} (shape {list(arr.shape)}); reshape the array"
+        )
+        return
+    for axis, (want, have) in enumerate(zip(shape, arr.shape)):
+        if isinstance(want, int):
+            if want != have:
+                problems.append(
+                    f"input {vi.name!r}: dimension {axis} must be {want} (shape "
+                    f"{_shape_str(vi)}), found {have} (shape {list(arr.shape)})"
+                )
+        elif isinstance(want, str) and want:
+            if want in dim_values and dim_values[want][0] != have:
+                first_value, first_input = dim_values[want]
+                source = (
+                    "a free-dimension override"
+                    if first_input == "free_dimension_override"
+                    else f"input {first_input!r}"
+                )
+                problems.append(
+                    f"dimension variable {want!r} must have one value across the graph: "
+                    f"{source} gives {want}={first_value} but input {vi.name!r} dimension "
+                    f"{axis} gives {want}={have}; feed arrays that agree on {want!r}"
+                )
+            else:
+                dim_values.setdefault(want, (have, vi.name))
