@@ -1,13 +1,347 @@
-"""The IR rules of the ONNX spec: every problem collected, then one ModelCheckError."""
+"""The IR rules of the ONNX spec (IR.md), every problem collected, then one ModelCheckError.
+
+Checked: ir_version present and supported; opset_import present, one entry per domain, known
+versions; every operator exists in its domain at the imported opset; the main graph has a name
+and typed, ranked inputs and outputs; single static assignment; every node input defined before
+use (graph input, initializer, earlier node output, or enclosing scope inside a subgraph);
+topological order without cycles; attributes (one value of the schema's type, required ones
+present, unknown ones rejected); optional inputs/outputs given as empty names only where the
+schema allows; arity within the schema's bounds (variadic minimum included).
+
+Each node is resolved here to its schema's ``since_version`` (stored on the node) so that
+messages name operators as ``Softmax-13``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import onnx
+import onnx.defs
+from onnx import AttributeProto
+
 from onnxjit import ir
 from onnxjit.errors import ModelCheckError
+from onnxjit.registry import find_schema, normalize_domain
+
+MIN_IR_VERSION = 3
+MAX_IR_VERSION = onnx.IR_VERSION  # what the installed onnx writes (14 for onnx 1.23)
+
+_FORMAL = onnx.defs.OpSchema.FormalParameterOption
 
 
 def check_model(model: ir.Model) -> None:
-    """Raise ModelCheckError listing every rule of the IR spec that ``model`` breaks."""
+    """Raise :class:`ModelCheckError` listing every rule of the IR spec ``model`` breaks."""
     problems: list[str] = list(model.load_problems)
+    _check_versions(model, problems)
+    graph = model.graph
+    if not graph.name:
+        problems.append("the main graph has no name; set GraphProto.name (any non-empty string)")
+    _check_main_io(graph, problems)
+    if model.ir_version is not None and model.ir_version < 4:
+        inputs = {v.name for v in graph.inputs}
+        for name in graph.initializer_order:
+            if name not in inputs:
+                problems.append(
+                    f"initializer {name!r} is not a graph input, which IR version "
+                    f"{model.ir_version} (< 4) requires; add it to the graph inputs or raise "
+                    "ir_version to 4 or more"
+                )
+    functions = {(f.domain, f.name) for f in model.functions.values()}
+    _GraphChecker(model.opset_imports, functions, problems).check(graph, frozenset(), "graph")
+    for fn in model.functions.values():
+        _check_function(fn, model, functions, problems)
     if problems:
         raise ModelCheckError(problems)
+
+
+def _check_versions(model: ir.Model, problems: list[str]) -> None:
+    if model.ir_version is None or model.ir_version == 0:
+        problems.append(
+            "ir_version is missing; set ModelProto.ir_version "
+            f"(onnxjit reads {MIN_IR_VERSION} to {MAX_IR_VERSION})"
+        )
+    elif not MIN_IR_VERSION <= model.ir_version <= MAX_IR_VERSION:
+        problems.append(
+            f"ir_version {model.ir_version} is outside the supported range "
+            f"{MIN_IR_VERSION}..{MAX_IR_VERSION}; re-export the model with a current onnx"
+        )
+    if not model.opset_imports:
+        problems.append(
+            "opset_import is empty; a model must import at least the default domain, "
+            "e.g. helper.make_opsetid('', 17)"
+        )
+    for domain, version in model.opset_imports.items():
+        if domain in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
+            latest = onnx.defs.onnx_opset_version() if domain == "" else _max_domain(domain)
+            if not 1 <= version <= latest:
+                problems.append(
+                    f"opset_import {domain or 'ai.onnx'!r} version {version} is outside "
+                    f"1..{latest} (the newest that onnx {onnx.__version__} defines); "
+                    "use a released opset"
+                )
+
+
+def _max_domain(domain: str) -> int:
+    return (
+        onnx.defs.onnx_opset_version()
+        if not domain
+        else max(
+            (
+                s.since_version
+                for s in onnx.defs.get_all_schemas_with_history()
+                if s.domain == domain
+            ),
+            default=1,
+        )
+    )
+
+
+def _check_main_io(graph: ir.Graph, problems: list[str]) -> None:
+    for kind, values in (("input", graph.inputs), ("output", graph.outputs)):
+        for v in values:
+            if not v.name:
+                problems.append(f"a main-graph {kind} has an empty name; give every {kind} a name")
+                continue
+            if v.type is None or v.type.WhichOneof("value") is None:
+                problems.append(
+                    f"main-graph {kind} {v.name!r} has no type; declare its type, e.g. "
+                    f"helper.make_tensor_value_info({v.name!r}, TensorProto.FLOAT, shape)"
+                )
+                continue
+            if v.is_tensor:
+                if v.elem_type == 0:
+                    problems.append(
+                        f"main-graph {kind} {v.name!r} has element type UNDEFINED; set "
+                        "tensor_type.elem_type"
+                    )
+                if v.shape is None:
+                    problems.append(
+                        f"main-graph {kind} {v.name!r} has no shape (unknown rank); declare "
+                        "its rank with dims (use dim_param names for sizes that vary)"
+                    )
+
+
+def _check_function(fn: ir.Function, model: ir.Model, functions, problems: list[str]) -> None:
+    opsets = dict(model.opset_imports)
+    opsets.update(fn.opset_imports)
+    fgraph = ir.Graph(
+        name=fn.name,
+        nodes=fn.nodes,
+        inputs=[ir.ValueInfo(n, None) for n in fn.inputs if n],
+        outputs=[ir.ValueInfo(n, None) for n in fn.outputs if n],
+    )
+    where = f"function {fn.domain}:{fn.name}"
+    checker = _GraphChecker(opsets, functions, problems, in_function=where)
+    # Resolution of function bodies happens at inlining, against the caller's opsets.
+    checker.check(fgraph, frozenset(), where, resolve=False)
+
+
+class _GraphChecker:
+    def __init__(
+        self,
+        opsets: dict[str, int],
+        functions: set[tuple[str, str]],
+        problems: list[str],
+        in_function: str = "",
+    ):
+        self.opsets = opsets
+        self.functions = functions
+        self.problems = problems
+        self.in_function = in_function
+
+    def add(self, message: str) -> None:
+        self.problems.append(message)
+
+    def check(
+        self, graph: ir.Graph, outer: frozenset[str], where: str, resolve: bool = True
+    ) -> None:
+        defined: set[str] = set()
+        prefix = "" if where == "graph" else f"in {where}: "
+        for v in graph.inputs:
+            if v.name in defined:
+                self.add(
+                    f"{prefix}graph input {v.name!r} is declared twice; names must be unique (SSA)"
+                )
+            defined.add(v.name)
+        inputs = set(defined)
+        for name in graph.initializer_order:
+            if name in defined and name not in inputs:
+                self.add(f"{prefix}initializer {name!r} is declared twice; keep one")
+            defined.add(name)
+        producers: dict[str, int] = {}
+        for node in graph.nodes:
+            for out in node.outputs:
+                if out:
+                    producers.setdefault(out, node.index)
+        order_problem = False
+        for node in graph.nodes:
+            schema = self.check_node(node, prefix, resolve)
+            for i, name in enumerate(node.inputs):
+                if not name:
+                    continue
+                if name in defined or name in outer:
+                    continue
+                later = producers.get(name)
+                if later is not None and later > node.index:
+                    order_problem = True
+                    self.add(
+                        f"{prefix}{node.describe()} reads {name!r} (input {i}) before node "
+                        f"#{later} produces it; nodes must be in topological order"
+                    )
+                else:
+                    self.add(
+                        f"{prefix}{node.describe()} reads {name!r} (input {i}), which is not a "
+                        "graph input, initializer, earlier node output"
+                        + (" or outer-scope value" if where != "graph" else "")
+                        + "; add it to the graph inputs or fix the name"
+                    )
+            for attr_value in node.attrs.values():
+                for sub in _graphs(attr_value):
+                    self.check(sub, outer | frozenset(defined), f"a subgraph of {node.describe()}")
+            for out in node.outputs:
+                if not out:
+                    continue
+                if out in defined or out in outer:
+                    self.add(
+                        f"{prefix}{node.describe()} assigns {out!r}, which is already defined"
+                        + (" in an enclosing scope" if out in outer and out not in defined else "")
+                        + "; every name must be assigned once (SSA), rename the output"
+                    )
+                defined.add(out)
+            del schema
+        if order_problem and _has_cycle(graph.nodes):
+            self.add(
+                f"{prefix}the nodes form a cycle; an ONNX graph must be acyclic (use Loop or "
+                "Scan for iteration)"
+            )
+        for v in graph.outputs:
+            if v.name and v.name not in defined and v.name not in outer:
+                self.add(
+                    f"{prefix}graph output {v.name!r} is not produced by any node, input or "
+                    "initializer; fix the output name"
+                )
+
+    def check_node(self, node: ir.Node, prefix: str, resolve: bool):
+        domain = normalize_domain(node.domain)
+        for p in node.load_problems:
+            self.add(f"{prefix}{node.describe()}: {p}")
+        if (node.domain, node.op_type) in self.functions or (domain, node.op_type) in {
+            (normalize_domain(d), n) for d, n in self.functions
+        }:
+            return None  # a model-local function: checked at inlining
+        if domain not in self.opsets:
+            self.add(
+                f"{prefix}{node.describe()} uses domain {node.domain!r}, which the model does "
+                "not import; add it to opset_import"
+            )
+            return None
+        version = self.opsets[domain]
+        schema = find_schema(node.op_type, version, domain)
+        if schema is None:
+            self.add(
+                f"{prefix}{node.describe()}: operator {node.op_type!r} does not exist in domain "
+                f"{domain or 'ai.onnx'!r} at opset {version}; fix op_type or the opset_import"
+            )
+            return None
+        if resolve:
+            node.since_version = schema.since_version
+        label = f"{node.op_type}-{schema.since_version}"
+        who = f"{prefix}{node.where} ({label})"
+        self.check_arity(node, schema, who)
+        self.check_attributes(node, schema, who)
+        return schema
+
+    def check_arity(self, node: ir.Node, schema, who: str) -> None:
+        n_in, n_out = len(node.inputs), len(node.outputs)
+        if n_in < schema.min_input or n_in > schema.max_input:
+            self.add(
+                f"{who} has {n_in} inputs; the schema allows {schema.min_input} to "
+                f"{_bound(schema.max_input)}; fix the node's inputs"
+            )
+        if n_out < schema.min_output or n_out > schema.max_output:
+            self.add(
+                f"{who} has {n_out} outputs; the schema allows {schema.min_output} to "
+                f"{_bound(schema.max_output)}; fix the node's outputs"
+            )
+        for kind, names, formals in (
+            ("input", node.inputs, schema.inputs),
+            ("output", node.outputs, schema.outputs),
+        ):
+            for i, name in enumerate(names):
+                if name:
+                    continue
+                formal = formals[min(i, len(formals) - 1)] if formals else None
+                if formal is not None and formal.option == _FORMAL.Single:
+                    self.add(
+                        f"{who}: {kind} {i} ({formal.name!r}) is required but given as an "
+                        f"empty name; only optional {kind}s may be omitted"
+                    )
+
+    def check_attributes(self, node: ir.Node, schema, who: str) -> None:
+        declared = schema.attributes
+        for name, atype in node.attr_types.items():
+            if name not in declared:
+                known = sorted(declared)
+                self.add(
+                    f"{who}: attribute {name!r} is not defined by the schema (known: {known}); "
+                    "remove it or fix its name"
+                )
+                continue
+            want = int(declared[name].type)
+            if atype != want:
+                self.add(
+                    f"{who}: attribute {name!r} has type "
+                    f"{AttributeProto.AttributeType.Name(atype)} but the schema expects "
+                    f"{AttributeProto.AttributeType.Name(want)}; store it in the right field"
+                )
+        for name, attr in declared.items():
+            if attr.required and name not in node.attr_types:
+                self.add(
+                    f"{who}: required attribute {name!r} "
+                    f"({AttributeProto.AttributeType.Name(int(attr.type))}) is missing; set it"
+                )
+
+
+def _bound(n: int) -> str:
+    return "unbounded" if n >= 2**31 - 1 else str(n)
+
+
+def _graphs(value) -> Iterable[ir.Graph]:
+    if isinstance(value, ir.Graph):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, ir.Graph):
+                yield v
+
+
+def _has_cycle(nodes: list[ir.Node]) -> bool:
+    producer = {}
+    for n in nodes:
+        for o in n.outputs:
+            if o:
+                producer[o] = n.index
+    state: dict[int, int] = {}
+    by_index = {n.index: n for n in nodes}
+    for start in by_index:
+        if state.get(start):
+            continue
+        stack = [(start, iter(by_index[start].inputs))]
+        state[start] = 1
+        while stack:
+            idx, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[idx] = 2
+                stack.pop()
+                continue
+            p = producer.get(nxt)
+            if p is None:
+                continue
+            if state.get(p) == 1:
+                return True
+            if not state.get(p):
+                state[p] = 1
+                stack.append((p, iter(by_index[p].inputs)))
+    return False

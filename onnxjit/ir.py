@@ -143,3 +143,6 @@ class Model:
     # Problems found while decoding (duplicate opset domains, ...) for the checker to report.
     load_problems: list[str] = field(default_factory=list)
     has_training_info: bool = False
+    # The parsed ModelProto, kept only while the session is being built (type inference for
+    # context-dependent function bodies, writing the optimised model); dropped afterwards.
+    proto: Any = None

@@ -74,7 +74,9 @@ def load_model(
             "pass the model file's path"
         )
     loader = _Loader(None if base_dir is None else Path(base_dir))
-    return loader.model(proto)
+    result = loader.model(proto)
+    result.proto = proto
+    return result
 
 
 def _parse(data: bytes, what: str) -> onnx.ModelProto:

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from onnxjit import check, ir, passes, registry, types
-from onnxjit.errors import InvalidInputError, ModelCheckError, UnsupportedOperatorError
+from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
 from onnxjit.options import RunOptions, SessionOptions
 from onnxjit.plan import Profiler, Program
@@ -195,9 +195,10 @@ class InferenceSession:
 
     def _validate_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
         if not isinstance(input_feed, Mapping):
+            example = self._inputs[0].name if self._inputs else "x"
             raise InvalidInputError(
                 f"input_feed must be a dict of input name -> array, found "
-                f"{type(input_feed).__name__}; pass {{'{self._inputs[0].name if self._inputs else 'x'}': array}}"
+                f"{type(input_feed).__name__}; pass {{{example!r}: array}}"
             )
         values = list(self._defaults)
         problems: list[str] = []
@@ -207,9 +208,8 @@ class InferenceSession:
                     f"input {name!r} is not an input of the model; expected one of "
                     f"{[v.name for v in self._inputs]}"
                 )
-        dim_values: dict[str, tuple[int, str]] = {
-            k: (v, "free_dimension_override") for k, v in self._options.free_dimension_overrides.items()
-        }
+        overrides = self._options.free_dimension_overrides
+        dim_values = {k: (v, "free_dimension_override") for k, v in overrides.items()}
         graph_inputs = self._model.graph.inputs
         for vi in graph_inputs:
             if vi.name not in input_feed:
@@ -287,23 +287,17 @@ def _shape_str(v: ir.ValueInfo) -> str:
 
 
 def _as_value(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> Any:
+    """The feed as a C-contiguous array (tensors); other kinds of value pass through."""
     if not vi.is_tensor:
-        return raw  # sequences, maps and optionals are passed through as given
-    if isinstance(raw, np.ndarray):
-        arr = raw
-    else:
-        try:
-            arr = np.asarray(raw)
-        except Exception:
-            problems.append(
-                f"input {vi.name!r}: could not convert {type(raw).__name__} to an array; "
-                "pass a numpy array"
-            )
-            return None
-        if arr.dtype == np.float64 and vi.elem_type != onnx.TensorProto.DOUBLE and not isinstance(
-            raw, np.generic
-        ):
-            pass  # keep: the dtype check below reports the mismatch
+        return raw
+    try:
+        arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
+    except Exception:
+        problems.append(
+            f"input {vi.name!r}: could not convert {type(raw).__name__} to an array; "
+            "pass a numpy array"
+        )
+        return None
     if arr.dtype.kind in ("U", "S") and vi.elem_type == onnx.TensorProto.STRING:
         arr = arr.astype(object)
     if not arr.flags.c_contiguous and arr.dtype != object:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -25,8 +27,18 @@ _TYPE_NAMES: dict[int, str] = {
     TensorProto.COMPLEX128: "complex128",
     TensorProto.BFLOAT16: "bfloat16",
 }
-for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
-              "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2"):
+for _name in (
+    "FLOAT8E4M3FN",
+    "FLOAT8E4M3FNUZ",
+    "FLOAT8E5M2",
+    "FLOAT8E5M2FNUZ",
+    "UINT4",
+    "INT4",
+    "FLOAT4E2M1",
+    "FLOAT8E8M0",
+    "UINT2",
+    "INT2",
+):
     if hasattr(TensorProto, _name):
         _TYPE_NAMES[getattr(TensorProto, _name)] = _name.lower()
 
@@ -47,10 +59,8 @@ _NP_TO_ONNX: dict[np.dtype, int] = {}
 for _et in _TYPE_NAMES:
     if _et in (TensorProto.STRING, TensorProto.UNDEFINED):
         continue
-    try:
+    with contextlib.suppress(KeyError, ValueError, TypeError):  # types numpy cannot hold
         _NP_TO_ONNX.setdefault(np_dtype(_et), _et)
-    except (KeyError, ValueError, TypeError):
-        pass
 
 
 def onnx_elem_type(dtype: np.dtype | type) -> int:
