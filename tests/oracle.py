@@ -99,9 +99,7 @@ def ort_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[An
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(
-        model.SerializeToString(), so, providers=["CPUExecutionProvider"]
-    )
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return list(sess.run(None, feeds))
 
 
@@ -133,8 +131,12 @@ def assert_close(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-6, wh
         )
     elif want.dtype.kind == "V" or want.dtype.name in ("bfloat16",) or "float8" in want.dtype.name:
         np.testing.assert_allclose(
-            got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-            equal_nan=True, err_msg=what,
+            got.astype(np.float64),
+            want.astype(np.float64),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            err_msg=what,
         )
     else:
         np.testing.assert_array_equal(got, want, err_msg=what)

@@ -5,11 +5,12 @@ do not depend on the file system.
 """
 
 from onnxjit.ops import (  # noqa: F401
+    control,
     elementwise,
+    ml,
     nn,
     reduce,
-    tensor,
+    resize,
     rnn,
-    ml,
-    control,
+    tensor,
 )
