@@ -1,3 +1,888 @@
-"""ml operators."""
+"""Operators of the ``ai.onnx.ml`` domain (tree ensembles, linear models, scalers, encoders).
+
+Where the ONNX specification is vague (binary classifiers with one score column, MIN/MAX
+aggregation of targets that no leaf reached, Normalizer MAX), these implementations follow
+onnxruntime, which is what converters such as skl2onnx are tested against.
+
+Tree ensembles are converted once per node into a flat node table (see
+:mod:`onnxjit.kernels.cpu.trees`) and cached; every run then only walks the table.
+"""
 
 from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnxjit.kernels._jit import PARALLEL_THRESHOLD, run_parallel
+from onnxjit.kernels.cpu import ml as kml
+from onnxjit.kernels.cpu import trees as ktrees
+from onnxjit.registry import ML_DOMAIN, onnx_op
+
+_POST = {
+    "NONE": kml.PT_NONE,
+    "SOFTMAX": kml.PT_SOFTMAX,
+    "LOGISTIC": kml.PT_LOGISTIC,
+    "SOFTMAX_ZERO": kml.PT_SOFTMAX_ZERO,
+    "PROBIT": kml.PT_PROBIT,
+}
+_AGG = {
+    "AVERAGE": ktrees.AGG_AVERAGE,
+    "SUM": ktrees.AGG_SUM,
+    "MIN": ktrees.AGG_MIN,
+    "MAX": ktrees.AGG_MAX,
+}
+_MODES = {
+    "BRANCH_LEQ": ktrees.MODE_LEQ,
+    "BRANCH_LT": ktrees.MODE_LT,
+    "BRANCH_GTE": ktrees.MODE_GTE,
+    "BRANCH_GT": ktrees.MODE_GT,
+    "BRANCH_EQ": ktrees.MODE_EQ,
+    "BRANCH_NEQ": ktrees.MODE_NEQ,
+    "BRANCH_MEMBER": ktrees.MODE_MEMBER,
+    "LEAF": ktrees.MODE_LEAF,
+}
+
+
+def _post_code(ctx: Any, post_transform: str) -> int:
+    try:
+        return _POST[post_transform]
+    except KeyError:
+        raise ctx.unsupported(
+            f"post_transform {post_transform!r} is not one of {sorted(_POST)}"
+        ) from None
+
+
+def _apply_post(scores: np.ndarray, code: int) -> np.ndarray:
+    """Post-transform a float64 (N, C) score array in place (Numba kernel)."""
+    if code != kml.PT_NONE and scores.size:
+        kml.post_transform(scores, code)
+    return scores
+
+
+def _as_rows(ctx: Any, x: np.ndarray) -> np.ndarray:
+    """The [N, F] view the ml operators work on: a 1-D input is one row."""
+    if x.ndim == 1:
+        return x.reshape(1, -1)
+    if x.ndim != 2:
+        raise ctx.error(
+            f"expected a 1-D or 2-D input [N, F], found shape {list(x.shape)}; reshape it"
+        )
+    return x
+
+
+def _float_rows(ctx: Any, x: np.ndarray) -> np.ndarray:
+    """Input as C-contiguous float32/float64 rows (integers and float16 -> float32, as
+    onnxruntime converts them)."""
+    x = _as_rows(ctx, x)
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float32)
+    return np.ascontiguousarray(x)
+
+
+# --------------------------------------------------------------------------------------------
+# Tree ensembles
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _TreeTable:
+    """A flattened tree ensemble (see kernels/cpu/trees.py for the field meanings)."""
+
+    roots: np.ndarray
+    mode: np.ndarray
+    feat: np.ndarray
+    thr: np.ndarray
+    tnode: np.ndarray
+    fnode: np.ndarray
+    miss: np.ndarray
+    aux0: np.ndarray
+    aux1: np.ndarray
+    members: np.ndarray
+    w_target: np.ndarray
+    w_value: np.ndarray
+    n_features: int  # 1 + the largest feature id a branch reads
+    n_targets: int  # 1 + the largest target id a leaf writes
+
+    @property
+    def n_trees(self) -> int:
+        return int(self.roots.shape[0])
+
+
+# Tables are built on first use and kept per attribute object: the executor passes the same
+# attribute objects to every run of a node. The key objects are kept alive by the cache entry,
+# so an id cannot be reused while its entry exists; the cache is bounded.
+_TABLES: dict[tuple[int, ...], tuple[tuple[Any, ...], _TreeTable]] = {}
+_TABLES_LOCK = threading.Lock()
+_TABLES_MAX = 256
+
+
+def _cached_table(keys: tuple[Any, ...], build: Any) -> _TreeTable:
+    key = tuple(id(k) for k in keys)
+    with _TABLES_LOCK:
+        hit = _TABLES.get(key)
+    if hit is not None:
+        return hit[1]
+    table = build()
+    with _TABLES_LOCK:
+        if len(_TABLES) >= _TABLES_MAX:
+            _TABLES.pop(next(iter(_TABLES)))
+        _TABLES[key] = (keys, table)
+    return table
+
+
+def _attr_floats(values: Any, as_tensor: Any) -> np.ndarray | None:
+    """A FLOATS attribute or its *_as_tensor twin (which wins), as float64."""
+    if as_tensor is not None:
+        return np.asarray(as_tensor, dtype=np.float64).reshape(-1)
+    if values is not None:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+    return None
+
+
+def _ranges(owner: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stable order of entries grouped by owner, and [start, end) per owner 0..n-1."""
+    order = np.argsort(owner, kind="stable")
+    counts = np.bincount(owner, minlength=n)[:n]
+    end = np.cumsum(counts)
+    return order, (end - counts).astype(np.int64), end.astype(np.int64)
+
+
+def _build_legacy_table(
+    ctx: Any,
+    treeids: Any,
+    nodeids: Any,
+    featureids: Any,
+    values: np.ndarray | None,
+    modes: Any,
+    truenodeids: Any,
+    falsenodeids: Any,
+    missing_true: Any,
+    w_treeids: Any,
+    w_nodeids: Any,
+    w_ids: Any,
+    w_values: np.ndarray | None,
+    what: str,
+) -> _TreeTable:
+    """Table of TreeEnsembleRegressor/Classifier 1 and 3 (nodes named by (tree id, node id))."""
+    if treeids is None or nodeids is None or modes is None:
+        raise ctx.error("nodes_treeids, nodes_nodeids and nodes_modes are required")
+    tree = np.asarray(treeids, dtype=np.int64)
+    nid = np.asarray(nodeids, dtype=np.int64)
+    n = tree.shape[0]
+
+    def col(v: Any, name: str, dtype: Any, default: Any = None) -> np.ndarray:
+        if v is None or len(v) == 0:
+            if default is None:
+                raise ctx.error(f"attribute {name} is required (one entry per node)")
+            return np.full(n, default, dtype=dtype)
+        a = np.asarray(v, dtype=dtype).reshape(-1)
+        if a.shape[0] != n:
+            raise ctx.error(
+                f"attribute {name} has {a.shape[0]} entries but nodes_treeids has {n}; every "
+                "nodes_* attribute needs one entry per node"
+            )
+        return a
+
+    try:
+        mode = np.array([_MODES[m] for m in modes], dtype=np.int64)
+    except KeyError as exc:
+        raise ctx.error(f"unknown node mode {exc.args[0]!r} in nodes_modes") from None
+    if mode.shape[0] != n:
+        raise ctx.error(f"nodes_modes has {mode.shape[0]} entries, nodes_treeids has {n}")
+    if np.any(mode == ktrees.MODE_MEMBER):
+        raise ctx.error("BRANCH_MEMBER is only valid in TreeEnsemble-5")
+    feat = col(featureids, "nodes_featureids", np.int64, 0)
+    thr = col(values, "nodes_values", np.float64, 0.0)
+    miss = col(missing_true, "nodes_missing_value_tracks_true", np.int64, 0)
+    tid = col(truenodeids, "nodes_truenodeids", np.int64, 0)
+    fid = col(falsenodeids, "nodes_falsenodeids", np.int64, 0)
+
+    # (tree id, node id) -> row, via a sorted array of combined keys.
+    ckeys = _combo(tree, nid)
+    order = np.argsort(ckeys, kind="stable")
+    skeys = ckeys[order]
+    if n > 1 and np.any(skeys[1:] == skeys[:-1]):
+        raise ctx.error("two nodes share the same (nodes_treeids, nodes_nodeids) pair")
+
+    def lookup(t: np.ndarray, k: np.ndarray, name: str) -> np.ndarray:
+        q = _combo(t, k)
+        pos = np.minimum(np.searchsorted(skeys, q), max(n - 1, 0))
+        ok = skeys[pos] == q if n else np.zeros(q.shape[0], dtype=bool)
+        if not np.all(ok):
+            bad = int(np.flatnonzero(~ok)[0])
+            raise ctx.error(
+                f"{name} refers to node {int(k[bad])} of tree {int(t[bad])}, which does not exist"
+            )
+        return order[pos].astype(np.int64)
+
+    branch = mode != ktrees.MODE_LEAF
+    tnode = np.zeros(n, dtype=np.int64)
+    fnode = np.zeros(n, dtype=np.int64)
+    if np.any(branch):
+        tnode[branch] = lookup(tree[branch], tid[branch], "nodes_truenodeids")
+        fnode[branch] = lookup(tree[branch], fid[branch], "nodes_falsenodeids")
+
+    # The root of a tree is its first node in attribute order (onnxruntime's rule); trees are
+    # taken in order of first appearance.
+    _, first = np.unique(tree, return_index=True)
+    roots = np.sort(first).astype(np.int64)
+
+    wt = np.asarray(w_treeids if w_treeids is not None else [], dtype=np.int64)
+    wn = np.asarray(w_nodeids if w_nodeids is not None else [], dtype=np.int64)
+    wi = np.asarray(w_ids if w_ids is not None else [], dtype=np.int64)
+    wv = w_values if w_values is not None else np.zeros(0, dtype=np.float64)
+    if not (wt.shape[0] == wn.shape[0] == wi.shape[0] == wv.shape[0]):
+        raise ctx.error(
+            f"the {what}_treeids/_nodeids/_ids/_weights attributes must have equal lengths, "
+            f"found {wt.shape[0]}, {wn.shape[0]}, {wi.shape[0]}, {wv.shape[0]}"
+        )
+    if np.any(wi < 0):
+        raise ctx.error(f"{what}_ids must be >= 0")
+    owner = lookup(wt, wn, f"{what}_nodeids") if wt.shape[0] else np.zeros(0, np.int64)
+    worder, start, end = _ranges(owner, n)
+    is_leaf = mode == ktrees.MODE_LEAF
+    aux0 = np.where(is_leaf, start, 0).astype(np.int64)
+    aux1 = np.where(is_leaf, end, 0).astype(np.int64)
+    return _TreeTable(
+        roots=roots,
+        mode=mode,
+        feat=feat,
+        thr=thr,
+        tnode=tnode,
+        fnode=fnode,
+        miss=miss,
+        aux0=aux0,
+        aux1=aux1,
+        members=np.zeros(0, dtype=np.float64),
+        w_target=np.ascontiguousarray(wi[worder]),
+        w_value=np.ascontiguousarray(wv[worder]),
+        n_features=int(feat[branch].max()) + 1 if np.any(branch) else 0,
+        n_targets=int(wi.max()) + 1 if wi.shape[0] else 0,
+    )
+
+
+def _combo(tree: np.ndarray, node: np.ndarray) -> np.ndarray:
+    # One int64 per (tree id, node id) pair; injective while |node id| < 2**31.
+    return tree.astype(np.int64) * (1 << 32) + node.astype(np.int64)
+
+
+def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: int):
+    """Walk every tree for every row: (scores float64 [N, T], has uint8 [N, T])."""
+    if x.shape[1] < table.n_features:
+        raise ctx.error(
+            f"the trees read feature {table.n_features - 1} but the input has {x.shape[1]} "
+            "features per row; pass [N, F] with enough columns"
+        )
+    if table.n_targets > n_targets:
+        raise ctx.error(
+            f"a leaf writes target/class {table.n_targets - 1} but there are only {n_targets}"
+        )
+    n = x.shape[0]
+    out = np.zeros((n, n_targets), dtype=np.float64)
+    has = np.zeros((n, n_targets), dtype=np.uint8)
+    if n == 0 or table.n_trees == 0:
+        return out, has
+    args = (
+        x,
+        table.roots,
+        table.mode,
+        table.feat,
+        table.thr,
+        table.tnode,
+        table.fnode,
+        table.miss,
+        table.aux0,
+        table.aux1,
+        table.members,
+        table.w_target,
+        table.w_value,
+        agg,
+        out,
+        has,
+    )
+    if n > 1 and n * table.n_trees * 8 >= PARALLEL_THRESHOLD:
+        bad = run_parallel(ktrees.predict_parallel, *args)
+    else:
+        bad = ktrees.predict_serial(*args)
+    if bad:
+        raise ctx.error(
+            "a tree walk did not reach a leaf (the true/false node ids form a cycle); fix the "
+            "nodes_truenodeids / nodes_falsenodeids attributes"
+        )
+    return out, has
+
+
+def _finish_regression(
+    ctx: Any,
+    out: np.ndarray,
+    has: np.ndarray,
+    agg: int,
+    n_trees: int,
+    base: np.ndarray | None,
+    post: int,
+) -> np.ndarray:
+    """Aggregate finishing (AVERAGE divides by the tree count), base values, post-transform."""
+    if agg == ktrees.AGG_AVERAGE and n_trees:
+        out /= n_trees
+    n_targets = out.shape[1]
+    if base is not None and base.shape[0]:
+        if base.shape[0] == n_targets:
+            out += base
+        elif base.shape[0] == 1 and n_targets == 1:
+            out += base[0]
+        else:
+            raise ctx.error(
+                f"base_values has {base.shape[0]} entries, expected n_targets={n_targets}"
+            )
+    if n_targets == 1:
+        # onnxruntime applies only PROBIT to a single score column.
+        if post == kml.PT_PROBIT:
+            kml.post_transform(out, post)
+        return out
+    return _apply_post(out, post)
+
+
+def _regressor(
+    ctx: Any,
+    x: np.ndarray,
+    *,
+    table: _TreeTable,
+    aggregate_function: str,
+    base: np.ndarray | None,
+    n_targets: int | None,
+    post_transform: str,
+) -> np.ndarray:
+    if aggregate_function not in _AGG:
+        raise ctx.unsupported(f"aggregate_function {aggregate_function!r} is not supported")
+    agg = _AGG[aggregate_function]
+    post = _post_code(ctx, post_transform)
+    xf = _float_rows(ctx, x)
+    nt = int(n_targets) if n_targets is not None else max(table.n_targets, 1)
+    out, has = _run_table(ctx, table, xf, agg, nt)
+    out = _finish_regression(ctx, out, has, agg, table.n_trees, base, post)
+    return out.astype(np.float32)
+
+
+@onnx_op("TreeEnsembleRegressor", since=1, domain=ML_DOMAIN)
+def tree_ensemble_regressor_1(
+    ctx,
+    x,
+    *,
+    aggregate_function="SUM",
+    base_values=None,
+    n_targets=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    post_transform="NONE",
+    target_ids=None,
+    target_nodeids=None,
+    target_treeids=None,
+    target_weights=None,
+):
+    """TreeEnsembleRegressor-1: Y [N, n_targets] float32."""
+    return tree_ensemble_regressor_3(
+        ctx,
+        x,
+        aggregate_function=aggregate_function,
+        base_values=base_values,
+        n_targets=n_targets,
+        nodes_falsenodeids=nodes_falsenodeids,
+        nodes_featureids=nodes_featureids,
+        nodes_hitrates=nodes_hitrates,
+        nodes_missing_value_tracks_true=nodes_missing_value_tracks_true,
+        nodes_modes=nodes_modes,
+        nodes_nodeids=nodes_nodeids,
+        nodes_treeids=nodes_treeids,
+        nodes_truenodeids=nodes_truenodeids,
+        nodes_values=nodes_values,
+        post_transform=post_transform,
+        target_ids=target_ids,
+        target_nodeids=target_nodeids,
+        target_treeids=target_treeids,
+        target_weights=target_weights,
+    )
+
+
+@onnx_op("TreeEnsembleRegressor", since=3, domain=ML_DOMAIN)
+def tree_ensemble_regressor_3(
+    ctx,
+    x,
+    *,
+    aggregate_function="SUM",
+    base_values=None,
+    base_values_as_tensor=None,
+    n_targets=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_hitrates_as_tensor=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    nodes_values_as_tensor=None,
+    post_transform="NONE",
+    target_ids=None,
+    target_nodeids=None,
+    target_treeids=None,
+    target_weights=None,
+    target_weights_as_tensor=None,
+):
+    """TreeEnsembleRegressor-3 (adds the *_as_tensor attributes, double precision allowed).
+
+    Y [N, n_targets] float32: per target, the SUM / AVERAGE / MIN / MAX over trees of the
+    reached leaves' weights, plus base_values, then post_transform.
+    """
+    values = _attr_floats(nodes_values, nodes_values_as_tensor)
+    weights = _attr_floats(target_weights, target_weights_as_tensor)
+
+    def build() -> _TreeTable:
+        return _build_legacy_table(
+            ctx,
+            nodes_treeids,
+            nodes_nodeids,
+            nodes_featureids,
+            values,
+            nodes_modes,
+            nodes_truenodeids,
+            nodes_falsenodeids,
+            nodes_missing_value_tracks_true,
+            target_treeids,
+            target_nodeids,
+            target_ids,
+            weights,
+            "target",
+        )
+
+    table = _cached_table(
+        (
+            nodes_treeids,
+            nodes_modes,
+            nodes_values,
+            nodes_values_as_tensor,
+            target_weights,
+            target_weights_as_tensor,
+            target_ids,
+        ),
+        build,
+    )
+    return _regressor(
+        ctx,
+        x,
+        table=table,
+        aggregate_function=aggregate_function,
+        base=_attr_floats(base_values, base_values_as_tensor),
+        n_targets=n_targets,
+        post_transform=post_transform,
+    )
+
+
+def _class_labels(ctx: Any, ints: Any, strings: Any) -> np.ndarray:
+    if strings:
+        return np.array(list(strings), dtype=object)
+    if ints:
+        return np.asarray(ints, dtype=np.int64)
+    raise ctx.error("one of classlabels_int64s / classlabels_strings must be set")
+
+
+def _label_output(labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    if labels.dtype == object:
+        out = np.empty(idx.shape[0], dtype=object)
+        out[:] = labels[idx] if idx.shape[0] else []
+        return out
+    return labels[idx].astype(np.int64)
+
+
+def _tree_classify(
+    ctx: Any,
+    out: np.ndarray,
+    has: np.ndarray,
+    labels: np.ndarray,
+    base: np.ndarray | None,
+    post: int,
+    binary_case: bool,
+    all_positive: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and scores from summed class scores, following onnxruntime's classifier."""
+    n, c = out.shape
+    has = has.astype(bool)
+    base = base if base is not None else np.zeros(0)
+    if c > 2 or c == 1:
+        if base.shape[0]:
+            if base.shape[0] != c:
+                raise ctx.error(f"base_values has {base.shape[0]} entries, expected {c}")
+            out += base
+            has[:] = True
+        # argmax among the classes that received a score (class 0 when none did)
+        masked = np.where(has, out, -np.inf)
+        idx = np.argmax(masked, axis=1) if c else np.zeros(n, np.int64)
+        return _label_output(labels, idx), _apply_post(out, post).astype(np.float32)
+
+    # Two classes. "wide" rows keep both columns; the others reduce to one score s0.
+    s0 = out[:, 0].copy()
+    s1 = out[:, 1].copy()
+    h0 = has[:, 0]
+    h1 = has[:, 1].copy()
+    if base.shape[0] == 2:
+        # onnxruntime: when class 1 got a score, s1 = base1 + s0 and s0 = -s1; otherwise both
+        # columns get their base value.
+        s1 = np.where(h1, base[1] + s0, s1 + base[1])
+        s0 = np.where(h1, -s1, s0 + base[0])
+        wide = np.ones(n, dtype=bool)
+    elif base.shape[0] == 1:
+        s0 = s0 + base[0]
+        wide = h1
+    elif base.shape[0] == 0:
+        wide = h1
+    else:
+        raise ctx.error(f"base_values has {base.shape[0]} entries, expected 2")
+    pos = np.where(wide & h1, s1, np.where(h0, s0, 0.0))
+    if binary_case:
+        positive = pos > 0.5 if all_positive else pos > 0
+    else:
+        positive = pos > 0
+    idx = positive.astype(np.int64)
+    scores = np.empty((n, 2), dtype=np.float64)
+    # rows with two score columns: post-transform both
+    w = np.flatnonzero(wide)
+    if w.shape[0]:
+        sw = np.ascontiguousarray(np.stack([s0[w], s1[w]], axis=1))
+        scores[w] = _apply_post(sw, post)
+    # rows with one score column: expand it to two
+    nw = np.flatnonzero(~wide)
+    if nw.shape[0]:
+        v = s0[nw]
+        if post == kml.PT_PROBIT:
+            p = np.ascontiguousarray(v.reshape(-1, 1))
+            kml.post_transform(p, post)
+            scores[nw, 0] = p[:, 0]
+            scores[nw, 1] = 0.0
+        elif binary_case and all_positive:
+            scores[nw, 0] = 1.0 - v
+            scores[nw, 1] = v
+        elif post == kml.PT_LOGISTIC:
+            a = np.ascontiguousarray(np.stack([-v, v], axis=1))
+            scores[nw] = _apply_post(a, post)
+        else:
+            scores[nw, 0] = -v
+            scores[nw, 1] = v
+    return _label_output(labels, idx), scores.astype(np.float32)
+
+
+@onnx_op("TreeEnsembleClassifier", since=1, domain=ML_DOMAIN)
+def tree_ensemble_classifier_1(
+    ctx,
+    x,
+    *,
+    base_values=None,
+    class_ids=None,
+    class_nodeids=None,
+    class_treeids=None,
+    class_weights=None,
+    classlabels_int64s=None,
+    classlabels_strings=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    post_transform="NONE",
+):
+    """TreeEnsembleClassifier-1: (Y labels [N], Z scores [N, n_classes] float32)."""
+    return tree_ensemble_classifier_3(
+        ctx,
+        x,
+        base_values=base_values,
+        class_ids=class_ids,
+        class_nodeids=class_nodeids,
+        class_treeids=class_treeids,
+        class_weights=class_weights,
+        classlabels_int64s=classlabels_int64s,
+        classlabels_strings=classlabels_strings,
+        nodes_falsenodeids=nodes_falsenodeids,
+        nodes_featureids=nodes_featureids,
+        nodes_hitrates=nodes_hitrates,
+        nodes_missing_value_tracks_true=nodes_missing_value_tracks_true,
+        nodes_modes=nodes_modes,
+        nodes_nodeids=nodes_nodeids,
+        nodes_treeids=nodes_treeids,
+        nodes_truenodeids=nodes_truenodeids,
+        nodes_values=nodes_values,
+        post_transform=post_transform,
+    )
+
+
+@onnx_op("TreeEnsembleClassifier", since=3, domain=ML_DOMAIN)
+def tree_ensemble_classifier_3(
+    ctx,
+    x,
+    *,
+    base_values=None,
+    base_values_as_tensor=None,
+    class_ids=None,
+    class_nodeids=None,
+    class_treeids=None,
+    class_weights=None,
+    class_weights_as_tensor=None,
+    classlabels_int64s=None,
+    classlabels_strings=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_hitrates_as_tensor=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    nodes_values_as_tensor=None,
+    post_transform="NONE",
+):
+    """TreeEnsembleClassifier-3: (Y labels [N] int64 or string, Z scores [N, C] float32).
+
+    Class scores are the sums of the reached leaves' class weights plus base_values, then
+    post_transform. With two class labels and weights for only one class, the one score is
+    expanded to two columns as onnxruntime does ([1-s, s] for non-negative weights, else
+    [-s, s] or logistic of both).
+    """
+    labels = _class_labels(ctx, classlabels_int64s, classlabels_strings)
+    values = _attr_floats(nodes_values, nodes_values_as_tensor)
+    weights = _attr_floats(class_weights, class_weights_as_tensor)
+
+    def build() -> _TreeTable:
+        return _build_legacy_table(
+            ctx,
+            nodes_treeids,
+            nodes_nodeids,
+            nodes_featureids,
+            values,
+            nodes_modes,
+            nodes_truenodeids,
+            nodes_falsenodeids,
+            nodes_missing_value_tracks_true,
+            class_treeids,
+            class_nodeids,
+            class_ids,
+            weights,
+            "class",
+        )
+
+    table = _cached_table(
+        (
+            nodes_treeids,
+            nodes_modes,
+            nodes_values,
+            nodes_values_as_tensor,
+            class_weights,
+            class_weights_as_tensor,
+            class_ids,
+        ),
+        build,
+    )
+    post = _post_code(ctx, post_transform)
+    xf = _float_rows(ctx, x)
+    c = labels.shape[0]
+    out, has = _run_table(ctx, table, xf, ktrees.AGG_SUM, c)
+    cid = np.asarray(class_ids if class_ids is not None else [], dtype=np.int64)
+    binary_case = c == 2 and np.unique(cid).shape[0] == 1
+    all_positive = weights is None or bool(np.all(weights >= 0))
+    return _tree_classify(
+        ctx,
+        out,
+        has,
+        labels,
+        _attr_floats(base_values, base_values_as_tensor),
+        post,
+        binary_case,
+        all_positive,
+    )
+
+
+def _build_v5_table(
+    ctx: Any,
+    n_targets: int,
+    featureids: Any,
+    splits: np.ndarray,
+    modes: np.ndarray,
+    truenodeids: Any,
+    falsenodeids: Any,
+    trueleafs: Any,
+    falseleafs: Any,
+    missing_true: Any,
+    leaf_targetids: Any,
+    leaf_weights: np.ndarray,
+    tree_roots: Any,
+    membership_values: np.ndarray | None,
+) -> _TreeTable:
+    """Table of TreeEnsemble-5: interior nodes first, then one LEAF row per leaf entry."""
+    mode = np.asarray(modes).reshape(-1).astype(np.int64)
+    n = mode.shape[0]
+
+    def col(v: Any, name: str, default: int | None = None) -> np.ndarray:
+        if v is None or len(v) == 0:
+            if default is None:
+                raise ctx.error(f"attribute {name} is required (one entry per node)")
+            return np.full(n, default, dtype=np.int64)
+        a = np.asarray(v, dtype=np.int64).reshape(-1)
+        if a.shape[0] != n:
+            raise ctx.error(f"{name} has {a.shape[0]} entries, nodes_modes has {n}")
+        return a
+
+    if np.any((mode < 0) | (mode > ktrees.MODE_MEMBER)):
+        raise ctx.error("nodes_modes values must be in 0..6")
+    feat = col(featureids, "nodes_featureids")
+    thr = np.asarray(splits, dtype=np.float64).reshape(-1)
+    if thr.shape[0] != n:
+        raise ctx.error(f"nodes_splits has {thr.shape[0]} entries, nodes_modes has {n}")
+    tl = col(trueleafs, "nodes_trueleafs")
+    fl = col(falseleafs, "nodes_falseleafs")
+    ti = col(truenodeids, "nodes_truenodeids")
+    fi = col(falsenodeids, "nodes_falsenodeids")
+    miss = col(missing_true, "nodes_missing_value_tracks_true", 0)
+    lt = np.asarray(leaf_targetids, dtype=np.int64).reshape(-1)
+    lw = np.asarray(leaf_weights, dtype=np.float64).reshape(-1)
+    nl = lt.shape[0]
+    if lw.shape[0] != nl:
+        raise ctx.error(f"leaf_weights has {lw.shape[0]} entries, leaf_targetids has {nl}")
+    if nl and (lt.min() < 0 or lt.max() >= n_targets):
+        raise ctx.error(f"leaf_targetids must be in [0, n_targets={n_targets})")
+
+    def child(ids: np.ndarray, leaf: np.ndarray, name: str) -> np.ndarray:
+        lim = np.where(leaf != 0, nl, n)
+        if np.any((ids < 0) | (ids >= lim)):
+            raise ctx.error(f"{name} has an index out of range of the nodes/leaves it refers to")
+        return np.where(leaf != 0, n + ids, ids).astype(np.int64)
+
+    tnode = child(ti, tl, "nodes_truenodeids")
+    fnode = child(fi, fl, "nodes_falsenodeids")
+    roots = np.asarray(tree_roots, dtype=np.int64).reshape(-1)
+    if np.any((roots < 0) | (roots >= n)):
+        raise ctx.error("tree_roots has an index out of range of the nodes")
+
+    aux0 = np.zeros(n + nl, dtype=np.int64)
+    aux1 = np.zeros(n + nl, dtype=np.int64)
+    aux0[n:] = np.arange(nl)
+    aux1[n:] = np.arange(1, nl + 1)
+    members = np.zeros(0, dtype=np.float64)
+    member_nodes = np.flatnonzero(mode == ktrees.MODE_MEMBER)
+    if member_nodes.shape[0]:
+        if membership_values is None:
+            raise ctx.error("BRANCH_MEMBER nodes need the membership_values attribute")
+        mv = np.asarray(membership_values, dtype=np.float64).reshape(-1)
+        seps = np.flatnonzero(np.isnan(mv))
+        if seps.shape[0] < member_nodes.shape[0]:
+            raise ctx.error(
+                f"membership_values holds {seps.shape[0]} NaN-terminated sets but there are "
+                f"{member_nodes.shape[0]} BRANCH_MEMBER nodes; give one set per node"
+            )
+        starts = np.concatenate([[0], seps[:-1] + 1])
+        aux0[member_nodes] = starts[: member_nodes.shape[0]]
+        aux1[member_nodes] = seps[: member_nodes.shape[0]]
+        members = mv
+    full_mode = np.concatenate([mode, np.full(nl, ktrees.MODE_LEAF, dtype=np.int64)])
+    zeros = np.zeros(nl, dtype=np.int64)
+    return _TreeTable(
+        roots=roots,
+        mode=full_mode,
+        feat=np.concatenate([feat, zeros]),
+        thr=np.concatenate([thr, np.zeros(nl)]),
+        tnode=np.concatenate([tnode, zeros]),
+        fnode=np.concatenate([fnode, zeros]),
+        miss=np.concatenate([miss, zeros]),
+        aux0=aux0,
+        aux1=aux1,
+        members=members,
+        w_target=np.ascontiguousarray(lt),
+        w_value=np.ascontiguousarray(lw),
+        n_features=int(feat.max()) + 1 if n else 0,
+        n_targets=int(lt.max()) + 1 if nl else 0,
+    )
+
+
+@onnx_op("TreeEnsemble", since=5, domain=ML_DOMAIN)
+def tree_ensemble_5(
+    ctx,
+    x,
+    *,
+    aggregate_function=1,
+    leaf_targetids=None,
+    leaf_weights=None,
+    membership_values=None,
+    n_targets=None,
+    nodes_falseleafs=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_splits=None,
+    nodes_trueleafs=None,
+    nodes_truenodeids=None,
+    post_transform=0,
+    tree_roots=None,
+):
+    """TreeEnsemble-5: Y [N, n_targets] in X's float type.
+
+    aggregate_function: 0 AVERAGE, 1 SUM, 2 MIN, 3 MAX; post_transform: 0 NONE, 1 SOFTMAX,
+    2 LOGISTIC, 3 SOFTMAX_ZERO, 4 PROBIT. Node modes 0..6 (6 = BRANCH_MEMBER, sets taken from
+    membership_values in node order, NaN-separated).
+    """
+    if aggregate_function not in (0, 1, 2, 3):
+        raise ctx.unsupported(f"aggregate_function {aggregate_function} is not in 0..3")
+    if post_transform not in (0, 1, 2, 3, 4):
+        raise ctx.unsupported(f"post_transform {post_transform} is not in 0..4")
+    if n_targets is None or n_targets < 1:
+        raise ctx.error("n_targets must be set to a positive value")
+    for name, v in (
+        ("nodes_modes", nodes_modes),
+        ("nodes_splits", nodes_splits),
+        ("leaf_weights", leaf_weights),
+        ("leaf_targetids", leaf_targetids),
+        ("tree_roots", tree_roots),
+    ):
+        if v is None:
+            raise ctx.error(f"attribute {name} is required")
+
+    def build() -> _TreeTable:
+        return _build_v5_table(
+            ctx,
+            int(n_targets),
+            nodes_featureids,
+            nodes_splits,
+            nodes_modes,
+            nodes_truenodeids,
+            nodes_falsenodeids,
+            nodes_trueleafs,
+            nodes_falseleafs,
+            nodes_missing_value_tracks_true,
+            leaf_targetids,
+            leaf_weights,
+            tree_roots,
+            membership_values,
+        )
+
+    table = _cached_table((nodes_modes, nodes_splits, leaf_weights, tree_roots), build)
+    out_dtype = x.dtype if x.dtype in (np.float32, np.float64, np.float16) else np.float32
+    xf = _float_rows(ctx, x)
+    out, has = _run_table(ctx, table, xf, int(aggregate_function), int(n_targets))
+    out = _finish_regression(
+        ctx, out, has, int(aggregate_function), table.n_trees, None, int(post_transform)
+    )
+    return out.astype(out_dtype)
