@@ -1,10 +1,187 @@
-"""Graph optimisation passes, selected by SessionOptions.graph_optimization_level."""
+"""Graph optimisation passes, selected by ``SessionOptions.graph_optimization_level``.
+
+Level 0 (ORT_DISABLE_ALL) runs nothing. Level 1 and above (ORT_ENABLE_BASIC, as in onnxruntime)
+run, in order:
+
+* constant folding: a deterministic node whose inputs are all constants is run once at load
+  and its outputs become initializers (unless an output would be much larger than its inputs,
+  which would trade a cheap run-time op for memory);
+* Identity elimination, and inference-mode Dropout treated as Identity;
+* dead-node removal: nodes none of whose outputs reach a graph output.
+
+Subgraphs are left as they are, apart from renaming the values they read from outer scopes.
+"""
 
 from __future__ import annotations
 
+import numpy as np
+
 from onnxjit import ir
+
+# Ops whose result must not be computed once for all runs.
+NONDETERMINISTIC = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
+# A folded output may be at most this large, or no larger than its inputs together.
+FOLD_LIMIT_BYTES = 1 << 24
 
 
 def optimize(graph: ir.Graph, level: int) -> None:
     """Run the passes enabled at ``level`` (0 = none) on ``graph`` in place."""
+    if level <= 0:
+        return
+    fold_constants(graph)
+    eliminate_identities(graph)
+    remove_dead_nodes(graph)
+
+
+def fold_constants(graph: ir.Graph) -> int:
+    """Fold nodes whose inputs are all initializers; return how many nodes were folded."""
+    from onnxjit.plan import Program
+
+    inputs = {v.name for v in graph.inputs}
+    # A graph input with an initializer can be overridden by a feed: not a constant.
+    constants = {k for k in graph.initializers if k not in inputs}
+    kept: list[ir.Node] = []
+    folded = 0
+    for node in graph.nodes:
+        foldable = (
+            node.impl is not None
+            and node.op_type not in NONDETERMINISTIC
+            and all(not x or x in constants for x in node.inputs)
+            and not any(_graphs(v) for v in node.attrs.values())
+        )
+        if not foldable:
+            kept.append(node)
+            continue
+        single = ir.Graph(
+            name="fold",
+            nodes=[node],
+            inputs=[],
+            outputs=[ir.ValueInfo(o, None) for o in node.outputs if o],
+            initializers={x: graph.initializers[x] for x in node.inputs if x},
+        )
+        try:
+            values = Program(single).run([])
+        except Exception:
+            kept.append(node)  # leave errors to run time, where they name the feed
+            continue
+        in_bytes = sum(_nbytes(graph.initializers[x]) for x in node.inputs if x)
+        if any(
+            not isinstance(v, np.ndarray) or _nbytes(v) > max(FOLD_LIMIT_BYTES, in_bytes)
+            for v in values
+        ):
+            kept.append(node)
+            continue
+        for name, value in zip([o for o in node.outputs if o], values):
+            graph.initializers[name] = value
+            constants.add(name)
+        folded += 1
+    graph.nodes = kept
+    _reindex(graph)
+    return folded
+
+
+def eliminate_identities(graph: ir.Graph) -> int:
+    """Bypass Identity nodes (and inference Dropout) whose output is not a graph output."""
+    outputs = {v.name for v in graph.outputs}
+    rename: dict[str, str] = {}
+    kept = []
+    for node in graph.nodes:
+        node.inputs = [rename.get(x, x) for x in node.inputs]
+        src = _identity_source(node)
+        if src is not None and node.outputs[0] not in outputs and src:
+            rename[node.outputs[0]] = src
+            continue
+        kept.append(node)
+    if rename:
+        for node in kept:
+            for value in node.attrs.values():
+                for g in _graphs(value):
+                    _rename_outer(g, rename)
+    graph.nodes = kept
+    _reindex(graph)
+    return len(rename)
+
+
+def _identity_source(node: ir.Node) -> str | None:
+    if node.domain not in ("", "ai.onnx") or not node.inputs:
+        return None
+    if node.op_type == "Identity" and len(node.outputs) == 1:
+        return node.inputs[0]
+    if node.op_type == "Dropout":
+        mask_used = len(node.outputs) > 1 and node.outputs[1]
+        training = len(node.inputs) > 2 and node.inputs[2]
+        if not mask_used and not training and node.attrs.get("is_test") != 0:
+            return node.inputs[0]
     return None
+
+
+def remove_dead_nodes(graph: ir.Graph) -> int:
+    """Drop nodes that contribute to no graph output; return how many were dropped."""
+    live = {v.name for v in graph.outputs}
+    kept_rev = []
+    for node in reversed(graph.nodes):
+        if any(o and o in live for o in node.outputs):
+            kept_rev.append(node)
+            live.update(x for x in node.inputs if x)
+            for value in node.attrs.values():
+                for g in _graphs(value):
+                    live.update(_outer_reads(g))
+    removed = len(graph.nodes) - len(kept_rev)
+    graph.nodes = list(reversed(kept_rev))
+    _reindex(graph)
+    for name in list(graph.initializers):
+        if name not in live and name not in {v.name for v in graph.inputs}:
+            del graph.initializers[name]
+    return removed
+
+
+def _outer_reads(g: ir.Graph) -> set[str]:
+    """Every name a subgraph (or its nested subgraphs) reads; superset of outer reads."""
+    names = {x for n in g.nodes for x in n.inputs if x} | {v.name for v in g.outputs}
+    for n in g.nodes:
+        for value in n.attrs.values():
+            for sub in _graphs(value):
+                names |= _outer_reads(sub)
+    return names
+
+
+def _rename_outer(g: ir.Graph, rename: dict[str, str]) -> None:
+    local = {v.name for v in g.inputs} | set(g.initializers)
+    local |= {o for n in g.nodes for o in n.outputs}
+    active = {k: v for k, v in rename.items() if k not in local}
+    if not active:
+        return
+    for n in g.nodes:
+        n.inputs = [active.get(x, x) for x in n.inputs]
+        for value in n.attrs.values():
+            for sub in _graphs(value):
+                _rename_outer(sub, active)
+    for v in g.outputs:
+        if v.name in active:
+            v.name = active[v.name]
+
+
+def _graphs(value) -> list[ir.Graph]:
+    if isinstance(value, ir.Graph):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, ir.Graph)]
+    return []
+
+
+def _nbytes(v) -> int:
+    return int(v.nbytes) if isinstance(v, np.ndarray) else 0
+
+
+def _reindex(graph: ir.Graph) -> None:
+    for i, n in enumerate(graph.nodes):
+        n.index = i
