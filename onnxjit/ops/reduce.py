@@ -1,3 +1,328 @@
-"""reduce operators."""
+"""Reduction operators: Reduce*, ArgMax/ArgMin, CumSum, TopK.
+
+All of them bring the input to a canonical ``(outer, n, inner)`` view, where ``n`` runs over the
+reduced elements, and run one Numba kernel from ``onnxjit.kernels.cpu.reduce``. Reduced axes that
+are adjacent need no copy; otherwise the input is transposed once so that they become adjacent.
+
+Versions: the axes of ReduceSum moved from an attribute to an input at 13, those of the other
+Reduce* at 18 (with ``noop_with_empty_axes``). Later versions (ReduceMax/Min-20 adding bool,
+ReduceLogSum/LogSumExp-28, ArgMax/ArgMin-13, CumSum-14, TopK-24) only widen the type lists, so
+the earlier registration serves them.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from onnxjit.kernels import _jit
+from onnxjit.kernels.cpu import reduce as K
+from onnxjit.registry import NodeContext, onnx_op
+
+_LOW_FLOATS = ("float16", "bfloat16")
+
+
+def _is_low_float(dtype: np.dtype) -> bool:
+    return dtype.name in _LOW_FLOATS or "float8" in dtype.name
+
+
+def _norm_axis(ctx: NodeContext, axis: int, rank: int, what: str = "axis") -> int:
+    """Wrap a negative axis once; out of ``[-rank, rank)`` is an error naming the range."""
+    a = int(axis)
+    if a < -rank or a >= max(rank, 1) or (rank == 0 and a not in (0, -1)):
+        raise ctx.error(
+            f"{what} {a} is out of range for an input of rank {rank}; "
+            f"expected a value in [{-rank}, {rank - 1}]"
+        )
+    return a + rank if a < 0 else a
+
+
+def _norm_axes(ctx: NodeContext, axes: Sequence[int], rank: int) -> list[int]:
+    out = sorted(_norm_axis(ctx, a, rank, "axis") for a in axes)
+    if len(set(out)) != len(out):
+        raise ctx.error(f"axes {list(axes)} name the same axis twice; list each axis once")
+    return out
+
+
+def _canonical(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, int, int, int]:
+    """A contiguous ``(outer, n, inner)`` array whose axis 1 runs over ``axes`` (sorted)."""
+    shape = x.shape
+    if axes and axes == list(range(axes[0], axes[-1] + 1)):
+        a, b = axes[0], axes[-1] + 1
+        outer, n, inner = math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:])
+        return np.ascontiguousarray(x).reshape(outer, n, inner), outer, n, inner
+    kept = [i for i in range(x.ndim) if i not in axes]
+    xt = np.ascontiguousarray(np.transpose(x, kept + axes))
+    outer = math.prod(shape[i] for i in kept)
+    n = math.prod(shape[i] for i in axes)
+    return xt.reshape(outer, n, 1), outer, n, 1
+
+
+# name -> (kernel kind, post-processing applied to the reduced value)
+_KINDS = {
+    "sum": (K.SUM, None),
+    "mean": (K.SUM, "mean"),
+    "max": (K.MAX, None),
+    "min": (K.MIN, None),
+    "prod": (K.PROD, None),
+    "l1": (K.L1, None),
+    "l2": (K.SUMSQ, "sqrt"),
+    "logsum": (K.SUM, "log"),
+    "logsumexp": (K.LOGSUMEXP, None),
+    "sumsquare": (K.SUMSQ, None),
+}
+
+
+def _elementwise_noop(x: np.ndarray, name: str) -> np.ndarray:
+    """The result of reducing over an empty set of axes: the non-reduction steps only."""
+    if name in ("sum", "mean", "max", "min", "prod"):
+        return x
+    work = x.astype(np.float32) if _is_low_float(x.dtype) else x
+    with np.errstate(all="ignore"):
+        if name == "l1":
+            r = np.abs(work)
+        elif name == "l2":
+            r = (
+                np.sqrt(work.astype(np.float64) * work)
+                if work.dtype.kind in "iub"
+                else np.abs(work)
+            )
+        elif name == "sumsquare":
+            r = work * work
+        elif name == "logsum":
+            r = np.log(work)
+        else:  # logsumexp
+            r = np.log(np.exp(work))
+    return np.asarray(r).astype(x.dtype)
+
+
+def _identity(kind: int, dtype: np.dtype):
+    if kind == K.PROD:
+        return 1
+    if kind in (K.MAX, K.MIN):
+        if dtype.kind == "f":
+            return -np.inf if kind == K.MAX else np.inf
+        info = np.iinfo(dtype)
+        return info.min if kind == K.MAX else info.max
+    if kind == K.LOGSUMEXP:
+        return -np.inf
+    return 0
+
+
+def reduce_values(
+    ctx: NodeContext,
+    x: np.ndarray,
+    axes: Sequence[int] | None,
+    keepdims: int,
+    noop_with_empty_axes: int,
+    name: str,
+) -> np.ndarray:
+    """Shared body of every Reduce* version.
+
+    ``axes`` None or empty reduces over all axes unless ``noop_with_empty_axes``, in which case
+    only the elementwise steps run (ReduceSumSquare squares, ReduceLogSum takes the log...).
+    Reductions over zero elements give the operation's identity (0, 1, -inf / the dtype's
+    minimum for max...). The result has the input's dtype.
+    """
+    x = np.asarray(x)
+    if axes is None or len(axes) == 0:
+        if noop_with_empty_axes:
+            return _elementwise_noop(x, name)
+        axes_n = list(range(x.ndim))
+    else:
+        axes_n = _norm_axes(ctx, [int(a) for a in np.asarray(axes).reshape(-1)], x.ndim)
+    if keepdims:
+        out_shape = tuple(1 if i in axes_n else d for i, d in enumerate(x.shape))
+    else:
+        out_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes_n)
+    kind, post = _KINDS[name]
+    dtype = x.dtype
+    work = x
+    if dtype == np.bool_:
+        work = x.view(np.uint8)
+    elif _is_low_float(dtype):
+        work = x.astype(np.float32)
+    elif kind == K.LOGSUMEXP and dtype.kind != "f":
+        work = x.astype(np.float64)
+    x3, outer, n, inner = _canonical(work, axes_n)
+    wk = work.dtype
+    if kind in (K.MAX, K.MIN):
+        acc_dtype = wk
+    elif wk.kind == "f":
+        acc_dtype = np.dtype(np.float64)
+    elif wk.kind == "u":
+        acc_dtype = np.dtype(np.uint64)
+    else:
+        acc_dtype = np.dtype(np.int64)
+    acc = np.full((outer, inner), _identity(kind, wk), dtype=acc_dtype)
+    if x3.size:
+        if outer > 1 and x3.size >= _jit.PARALLEL_THRESHOLD:
+            _jit.run_parallel(K.reduce3_par, x3, kind, acc)
+        else:
+            K.reduce3(x3, kind, acc)
+    res = acc
+    with np.errstate(all="ignore"):
+        if post == "mean":
+            res = acc / n if n else np.full(acc.shape, np.nan)
+        elif post == "sqrt":
+            res = np.sqrt(acc.astype(np.float64))
+        elif post == "log":
+            res = np.log(acc.astype(np.float64))
+        if dtype == np.bool_:
+            res = res != 0
+        res = np.asarray(res).astype(dtype)
+    return res.reshape(out_shape)
+
+
+def _make_reduce(op: str, name: str, axes_input_since: int) -> None:
+    """Register op-1 (axes attribute) and op-<axes_input_since> (axes input) for ``name``."""
+
+    @onnx_op(op, since=1)
+    def reduce_attr(ctx, data, *, axes=None, keepdims=1):
+        return reduce_values(ctx, data, axes, keepdims, 0, name)
+
+    @onnx_op(op, since=axes_input_since)
+    def reduce_input(ctx, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+        return reduce_values(ctx, data, axes, keepdims, noop_with_empty_axes, name)
+
+    reduce_attr.__name__ = reduce_attr.__qualname__ = f"{op.lower()}_1"
+    reduce_input.__name__ = reduce_input.__qualname__ = f"{op.lower()}_{axes_input_since}"
+    globals()[reduce_attr.__name__] = reduce_attr
+    globals()[reduce_input.__name__] = reduce_input
+
+
+_make_reduce("ReduceSum", "sum", 13)
+for _op, _name in (
+    ("ReduceMean", "mean"),
+    ("ReduceMax", "max"),
+    ("ReduceMin", "min"),
+    ("ReduceProd", "prod"),
+    ("ReduceL1", "l1"),
+    ("ReduceL2", "l2"),
+    ("ReduceLogSum", "logsum"),
+    ("ReduceLogSumExp", "logsumexp"),
+    ("ReduceSumSquare", "sumsquare"),
+):
+    _make_reduce(_op, _name, 18)
+
+
+# -- ArgMax / ArgMin -------------------------------------------------------------------------
+def _arg(ctx: NodeContext, x: np.ndarray, axis: int, keepdims: int, last: int, want_max: bool):
+    x = np.asarray(x)
+    if x.ndim == 0:
+        raise ctx.error("the input is a scalar; ArgMax/ArgMin need a tensor of rank >= 1")
+    a = _norm_axis(ctx, axis, x.ndim)
+    if x.shape[a] == 0:
+        raise ctx.error(
+            f"axis {a} has size 0, so there is no element to select; use a non-empty axis"
+        )
+    work = x
+    if x.dtype == np.bool_:
+        work = x.view(np.uint8)
+    elif _is_low_float(x.dtype):
+        work = x.astype(np.float32)
+    x3, outer, _, inner = _canonical(work, [a])
+    out = np.empty((outer, inner), dtype=np.int64)
+    if out.size:
+        K.argreduce3(x3, want_max, bool(last), out)
+    shape = list(x.shape)
+    if keepdims:
+        shape[a] = 1
+    else:
+        del shape[a]
+    return out.reshape(shape)
+
+
+@onnx_op("ArgMax", since=1)
+def argmax_1(ctx, data, *, axis=0, keepdims=1):
+    """Index (int64) of the first maximum along ``axis``."""
+    return _arg(ctx, data, axis, keepdims, 0, True)
+
+
+@onnx_op("ArgMax", since=12)
+def argmax_12(ctx, data, *, axis=0, keepdims=1, select_last_index=0):
+    """Index (int64) of the maximum along ``axis``; last occurrence when asked."""
+    return _arg(ctx, data, axis, keepdims, select_last_index, True)
+
+
+@onnx_op("ArgMin", since=1)
+def argmin_1(ctx, data, *, axis=0, keepdims=1):
+    """Index (int64) of the first minimum along ``axis``."""
+    return _arg(ctx, data, axis, keepdims, 0, False)
+
+
+@onnx_op("ArgMin", since=12)
+def argmin_12(ctx, data, *, axis=0, keepdims=1, select_last_index=0):
+    """Index (int64) of the minimum along ``axis``; last occurrence when asked."""
+    return _arg(ctx, data, axis, keepdims, select_last_index, False)
+
+
+# -- CumSum ------------------------------------------------------------------------------------
+def _scalar_int(ctx: NodeContext, value: np.ndarray, what: str) -> int:
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise ctx.error(f"{what} must hold exactly one value; found shape {list(arr.shape)}")
+    return int(arr.reshape(-1)[0])
+
+
+@onnx_op("CumSum", since=11)
+def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
+    """Cumulative sum along ``axis`` (a scalar input); ``exclusive`` and ``reverse`` flags."""
+    x = np.asarray(x)
+    rank = max(x.ndim, 1)
+    a = _norm_axis(ctx, _scalar_int(ctx, axis, "axis"), rank)
+    work = x.reshape(1) if x.ndim == 0 else x
+    low = _is_low_float(x.dtype)
+    if low:
+        work = work.astype(np.float32)
+    x3, _, _, _ = _canonical(work, [a])
+    out = np.empty_like(x3)
+    if out.size:
+        K.cumsum3(x3, bool(exclusive), bool(reverse), out)
+    out = out.reshape(x.shape)
+    return out.astype(x.dtype) if low else out
+
+
+# -- TopK -------------------------------------------------------------------------------------
+def _topk(ctx: NodeContext, x: np.ndarray, k: int, axis: int, largest: int):
+    x = np.asarray(x)
+    if x.ndim == 0:
+        raise ctx.error("the input is a scalar; TopK needs a tensor of rank >= 1")
+    a = _norm_axis(ctx, axis, x.ndim)
+    n = x.shape[a]
+    if k < 0 or k > n:
+        raise ctx.error(f"k = {k} is outside [0, {n}] (the size of axis {a}); lower k")
+    work = x.view(np.uint8) if x.dtype == np.bool_ else x
+    if _is_low_float(x.dtype):
+        work = x.astype(np.float32)
+    x3, outer, _, inner = _canonical(work, [a])
+    values = np.empty((outer, k, inner), dtype=work.dtype)
+    indices = np.empty((outer, k, inner), dtype=np.int64)
+    if values.size:
+        K.topk3(x3, k, bool(largest), values, indices)
+    shape = list(x.shape)
+    shape[a] = k
+    values = values.reshape(shape)
+    if work.dtype != x.dtype:
+        values = values.view(np.bool_) if x.dtype == np.bool_ else values.astype(x.dtype)
+    return values, indices.reshape(shape)
+
+
+@onnx_op("TopK", since=1)
+def topk_1(ctx, x, *, axis=-1, k=None):
+    """The ``k`` (attribute) largest values along ``axis`` and their int64 indices."""
+    return _topk(ctx, x, int(k), axis, 1)
+
+
+@onnx_op("TopK", since=10)
+def topk_10(ctx, x, k, *, axis=-1):
+    """The ``k`` (input) largest values along ``axis`` and their int64 indices."""
+    return _topk(ctx, x, _scalar_int(ctx, k, "K"), axis, 1)
+
+
+@onnx_op("TopK", since=11)
+def topk_11(ctx, x, k, *, axis=-1, largest=1, sorted=1):
+    """Top ``k`` largest (or smallest) along ``axis``; always sorted, ties by lower index."""
+    return _topk(ctx, x, _scalar_int(ctx, k, "K"), axis, largest)

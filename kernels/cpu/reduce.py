@@ -1,0 +1,165 @@
+"""Reduction, arg-reduction, scan and top-k kernels over a canonical ``(outer, n, inner)`` view.
+
+The host side reshapes (transposing first when the reduced axes are not adjacent) so that the
+reduced elements of each output lie along the middle axis; one compiled kernel then serves every
+rank. Sums and products accumulate in the accumulator array the caller passes (float64 for
+floats, int64 for integers: integer wrap-around modulo the narrower width is unchanged), and the
+caller casts the result back to the input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from .._jit import njit, pjit
+
+# Reduction kinds shared with onnxjit.ops.reduce.
+SUM = 0
+PROD = 1
+MAX = 2
+MIN = 3
+SUMSQ = 4
+L1 = 5
+LOGSUMEXP = 6
+
+
+@njit
+def _reduce_block(x, o, kind, acc):
+    """Reduce ``x[o, :, :]`` into ``acc[:]`` (length inner); ``acc`` arrives initialised."""
+    n = x.shape[1]
+    inner = x.shape[2]
+    if kind == LOGSUMEXP:
+        # Shift by the maximum so exp never overflows; acc holds the shift.
+        for i in range(inner):
+            m = -np.inf
+            for j in range(n):
+                v = x[o, j, i]
+                if v > m or v != v:
+                    m = v
+            if n == 0 or m == -np.inf or m != m or m == np.inf:
+                s = 0.0
+                for j in range(n):
+                    s += math.exp(x[o, j, i])
+                acc[i] = math.log(s)
+            else:
+                s = 0.0
+                for j in range(n):
+                    s += math.exp(x[o, j, i] - m)
+                acc[i] = m + math.log(s)
+        return
+    for j in range(n):
+        for i in range(inner):
+            v = x[o, j, i]
+            if kind == SUM:
+                acc[i] += v
+            elif kind == PROD:
+                acc[i] *= v
+            elif kind == MAX:
+                # NaN propagates, like numpy's max.
+                if v > acc[i] or v != v:
+                    acc[i] = v
+            elif kind == MIN:
+                if v < acc[i] or v != v:
+                    acc[i] = v
+            elif kind == SUMSQ:
+                acc[i] += v * v
+            else:
+                acc[i] += abs(v)
+
+
+@njit
+def reduce3(x, kind, out):
+    """``out[o, i] = reduce_j x[o, j, i]``; ``out`` arrives filled with the identity."""
+    for o in range(x.shape[0]):
+        _reduce_block(x, o, kind, out[o])
+
+
+@pjit
+def reduce3_par(x, kind, out):
+    """Parallel twin of :func:`reduce3` over ``outer``."""
+    for o in prange(x.shape[0]):
+        _reduce_block(x, o, kind, out[o])
+
+
+@njit
+def argreduce3(x, want_max, last, out):
+    """Index of the max (``want_max``) or min along axis 1 of ``x (outer, n, inner)``.
+
+    Ties go to the first index, or to the last when ``last``; the first NaN wins (numpy's rule),
+    the last NaN when ``last``. ``n`` must be at least 1.
+    """
+    outer, n, inner = x.shape
+    for o in range(outer):
+        for i in range(inner):
+            best = x[o, 0, i]
+            bi = 0
+            best_nan = best != best
+            for j in range(1, n):
+                v = x[o, j, i]
+                if best_nan:
+                    if last and v != v:
+                        bi = j
+                    continue
+                if v != v:
+                    best = v
+                    bi = j
+                    best_nan = True
+                    continue
+                if want_max:
+                    better = v > best or (last and v == best)
+                else:
+                    better = v < best or (last and v == best)
+                if better:
+                    best = v
+                    bi = j
+            out[o, i] = bi
+
+
+@njit
+def cumsum3(x, exclusive, reverse, out):
+    """Cumulative sum along axis 1 of ``x (outer, n, inner)`` into ``out`` (same shape)."""
+    outer, n, inner = x.shape
+    for o in range(outer):
+        for i in range(inner):
+            s = x[o, 0, i] * 0
+            for t in range(n):
+                j = n - 1 - t if reverse else t
+                v = x[o, j, i]
+                if exclusive:
+                    out[o, j, i] = s
+                    s += v
+                else:
+                    s += v
+                    out[o, j, i] = s
+
+
+@njit
+def topk3(x, k, largest, values, indices):
+    """Top ``k`` along axis 1 of ``x (outer, n, inner)``, sorted, ties by lower index.
+
+    A stable ascending sort of the reversed line, read backwards, orders values descending with
+    equal values in ascending index order; a stable ascending sort orders the smallest first.
+    """
+    outer, n, inner = x.shape
+    line = np.empty(n, dtype=x.dtype)
+    for o in range(outer):
+        for i in range(inner):
+            if largest:
+                for j in range(n):
+                    line[j] = x[o, n - 1 - j, i]
+                order = np.argsort(line, kind="mergesort")
+                for t in range(k):
+                    src = n - 1 - order[n - 1 - t]
+                    indices[o, t, i] = src
+                    values[o, t, i] = x[o, src, i]
+            else:
+                for j in range(n):
+                    line[j] = x[o, j, i]
+                order = np.argsort(line, kind="mergesort")
+                for t in range(k):
+                    src = order[t]
+                    indices[o, t, i] = src
+                    values[o, t, i] = x[o, src, i]

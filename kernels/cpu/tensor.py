@@ -1,0 +1,197 @@
+"""Data-movement kernels: gathers and scatters over canonical low-rank views.
+
+Every kernel works on a fixed-rank view so that one compiled specialisation serves inputs of
+any rank: axis operators use ``(outer, axis, inner)``, ND operators use ``(batch, rows, slice)``.
+Callers pass element data reinterpreted as unsigned integers of the same width (see
+``onnxjit.ops.tensor``) when a kernel only moves values, so those kernels compile once per
+element width rather than once per dtype. Indices are always ``int64``.
+
+Kernels that read indices validate them in the same pass: a negative index wraps once, and the
+first index out of range stops the kernel, which returns its flat position (``-1`` when all are
+valid) so that the caller can raise an error naming it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from .._jit import njit, pjit
+
+# Reduction codes shared with the host side (ScatterElements / ScatterND ``reduction``).
+RED_NONE = 0
+RED_ADD = 1
+RED_MUL = 2
+RED_MAX = 3
+RED_MIN = 4
+
+
+@njit
+def wrap_indices(idx, n):
+    """Wrap negative entries of the 1-D int64 ``idx`` once into ``[0, n)``.
+
+    Returns ``(wrapped, bad)``: ``bad`` is the position of the first entry outside
+    ``[-n, n)``, or -1 when every entry is valid.
+    """
+    out = np.empty_like(idx)
+    for i in range(idx.shape[0]):
+        v = idx[i]
+        if v < 0:
+            v += n
+        if v < 0 or v >= n:
+            return out, i
+        out[i] = v
+    return out, -1
+
+
+@njit
+def gather_axis(data, idx, out):
+    """``out[o, j, i] = data[o, idx[j], i]``; ``idx`` already validated."""
+    outer, _, inner = data.shape
+    m = idx.shape[0]
+    for o in range(outer):
+        for j in range(m):
+            src = idx[j]
+            for i in range(inner):
+                out[o, j, i] = data[o, src, i]
+
+
+@pjit
+def gather_axis_par(data, idx, out):
+    """Parallel twin of :func:`gather_axis` (rows of the output split across threads)."""
+    outer, _, inner = data.shape
+    m = idx.shape[0]
+    for t in prange(outer * m):
+        o = t // m
+        j = t - o * m
+        src = idx[j]
+        for i in range(inner):
+            out[o, j, i] = data[o, src, i]
+
+
+@njit
+def gather_elements(data, idx, out):
+    """``out[o, j, i] = data[o, idx[o, j, i], i]`` with validation; returns the bad position."""
+    outer, n, inner = data.shape
+    m = idx.shape[1]
+    for o in range(outer):
+        for j in range(m):
+            for i in range(inner):
+                v = idx[o, j, i]
+                if v < 0:
+                    v += n
+                if v < 0 or v >= n:
+                    return (o * m + j) * inner + i
+                out[o, j, i] = data[o, v, i]
+    return -1
+
+
+@njit
+def scatter_elements(out, idx, upd, reduction):
+    """``out[o, idx[o, j, i], i] (op)= upd[o, j, i]`` in place; returns the bad position.
+
+    ``reduction`` is one of the ``RED_*`` codes; duplicates apply in index order, so with
+    ``RED_NONE`` the last write wins.
+    """
+    outer, n, inner = out.shape
+    m = idx.shape[1]
+    for o in range(outer):
+        for j in range(m):
+            for i in range(inner):
+                v = idx[o, j, i]
+                if v < 0:
+                    v += n
+                if v < 0 or v >= n:
+                    return (o * m + j) * inner + i
+                u = upd[o, j, i]
+                if reduction == RED_NONE:
+                    out[o, v, i] = u
+                elif reduction == RED_ADD:
+                    out[o, v, i] += u
+                elif reduction == RED_MUL:
+                    out[o, v, i] *= u
+                elif reduction == RED_MAX:
+                    if u > out[o, v, i]:
+                        out[o, v, i] = u
+                else:
+                    if u < out[o, v, i]:
+                        out[o, v, i] = u
+    return -1
+
+
+@njit
+def gather_nd(data, idx, dims, out):
+    """ND gather over ``data (B, M, S)``, ``idx (B, N, k)`` -> ``out (B, N, S)``.
+
+    ``dims`` (length k) are the sizes of the indexed axes whose row-major product is M.
+    Returns the flat position (in ``idx``) of the first invalid index, or -1.
+    """
+    nb, _, s = data.shape
+    nn = idx.shape[1]
+    k = idx.shape[2]
+    for b in range(nb):
+        for r in range(nn):
+            off = 0
+            for j in range(k):
+                v = idx[b, r, j]
+                d = dims[j]
+                if v < 0:
+                    v += d
+                if v < 0 or v >= d:
+                    return (b * nn + r) * k + j
+                off = off * d + v
+            for t in range(s):
+                out[b, r, t] = data[b, off, t]
+    return -1
+
+
+@njit
+def scatter_nd(out, idx, dims, upd, reduction):
+    """ND scatter in place: ``out (M, S)``, ``idx (N, k)``, ``upd (N, S)``; see gather_nd."""
+    s = out.shape[1]
+    nn = idx.shape[0]
+    k = idx.shape[1]
+    for r in range(nn):
+        off = 0
+        for j in range(k):
+            v = idx[r, j]
+            d = dims[j]
+            if v < 0:
+                v += d
+            if v < 0 or v >= d:
+                return r * k + j
+            off = off * d + v
+        for t in range(s):
+            u = upd[r, t]
+            if reduction == RED_NONE:
+                out[off, t] = u
+            elif reduction == RED_ADD:
+                out[off, t] += u
+            elif reduction == RED_MUL:
+                out[off, t] *= u
+            elif reduction == RED_MAX:
+                if u > out[off, t]:
+                    out[off, t] = u
+            else:
+                if u < out[off, t]:
+                    out[off, t] = u
+    return -1
+
+
+@njit
+def one_hot(idx, depth, off_value, on_value, out):
+    """``out (outer, depth, inner)`` filled with off/on values from ``idx (outer, inner)``.
+
+    Indices in ``[-depth, depth)`` wrap once; others leave the whole column off (the spec).
+    """
+    outer, inner = idx.shape
+    for o in range(outer):
+        for d in range(depth):
+            for i in range(inner):
+                out[o, d, i] = off_value
+        for i in range(inner):
+            v = idx[o, i]
+            if v < 0:
+                v += depth
+            if v >= 0 and v < depth:
+                out[o, v, i] = on_value
