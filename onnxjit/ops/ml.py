@@ -886,3 +886,430 @@ def tree_ensemble_5(
         ctx, out, has, int(aggregate_function), table.n_trees, None, int(post_transform)
     )
     return out.astype(out_dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Linear models, scaling, normalisation
+# --------------------------------------------------------------------------------------------
+
+
+def _linear_scores(ctx: Any, x: np.ndarray, coefficients: Any, intercepts: Any) -> np.ndarray:
+    """X @ W.T + b in float32 (onnxruntime converts every input type to float first)."""
+    xf = np.ascontiguousarray(_as_rows(ctx, x), dtype=np.float32)
+    if coefficients is None:
+        raise ctx.error("attribute coefficients is required")
+    w = np.asarray(coefficients, dtype=np.float32)
+    f = xf.shape[1]
+    if f == 0 or w.shape[0] % f:
+        raise ctx.error(
+            f"coefficients has {w.shape[0]} values, not a multiple of the {f} input features"
+        )
+    w = w.reshape(-1, f)
+    s = xf @ w.T
+    if intercepts:
+        b = np.asarray(intercepts, dtype=np.float32)
+        if b.shape[0] != w.shape[0]:
+            raise ctx.error(f"intercepts has {b.shape[0]} values, expected {w.shape[0]}")
+        s += b
+    return s
+
+
+def _post32(s: np.ndarray, code: int) -> np.ndarray:
+    if code == kml.PT_NONE or s.size == 0:
+        return s.astype(np.float32)
+    d = np.ascontiguousarray(s, dtype=np.float64)
+    kml.post_transform(d, code)
+    return d.astype(np.float32)
+
+
+@onnx_op("LinearRegressor", since=1, domain=ML_DOMAIN)
+def linear_regressor_1(
+    ctx, x, *, coefficients=None, intercepts=None, post_transform="NONE", targets=1
+):
+    """Y [N, targets] float32 = X @ coefficients.reshape(targets, F).T + intercepts, then
+    post_transform (only PROBIT applies to a single target, as in onnxruntime)."""
+    code = _post_code(ctx, post_transform)
+    s = _linear_scores(ctx, x, coefficients, intercepts)
+    if s.shape[1] != targets:
+        raise ctx.error(f"coefficients give {s.shape[1]} targets, attribute targets={targets}")
+    if s.shape[1] == 1 and code != kml.PT_PROBIT:
+        return s
+    return _post32(s, code)
+
+
+@onnx_op("LinearClassifier", since=1, domain=ML_DOMAIN)
+def linear_classifier_1(
+    ctx,
+    x,
+    *,
+    classlabels_ints=None,
+    classlabels_strings=None,
+    coefficients=None,
+    intercepts=None,
+    multi_class=0,
+    post_transform="NONE",
+):
+    """(Y labels [N], Z scores [N, C] float32) of a linear model.
+
+    One score column with two class labels: the label is labels[1] when the raw score is
+    > 0, and the scores become [1 - s, s] (onnxruntime's rule). Several columns: the label is
+    the argmax of the raw scores and all columns are post-transformed.
+    """
+    code = _post_code(ctx, post_transform)
+    s = _linear_scores(ctx, x, coefficients, intercepts)
+    strings = bool(classlabels_strings)
+    labels = _class_labels(ctx, classlabels_ints, classlabels_strings)
+    n, c = s.shape
+    if c == 1:
+        if labels.shape[0] == 2:
+            lab = labels
+        else:
+            lab = np.array(["0", "1"], dtype=object) if strings else np.array([0, 1], np.int64)
+        y = _label_output(lab, (s[:, 0] > 0).astype(np.int64))
+        if labels.shape[0] == 2:
+            if code == kml.PT_PROBIT:
+                z = np.zeros((n, 2), dtype=np.float32)
+                z[:, 0] = _post32(s, code)[:, 0]
+                return y, z
+            return y, np.stack([1.0 - s[:, 0], s[:, 0]], axis=1).astype(np.float32)
+        return y, (_post32(s, code) if code == kml.PT_PROBIT else s)
+    if labels.shape[0] != c:
+        raise ctx.error(f"{labels.shape[0]} class labels for {c} score columns")
+    idx = np.argmax(s, axis=1) if n else np.zeros(0, np.int64)
+    return _label_output(labels, idx), _post32(s, code)
+
+
+@onnx_op("Scaler", since=1, domain=ML_DOMAIN)
+def scaler_1(ctx, x, *, offset=None, scale=None):
+    """Y float32 = (X - offset) * scale, offset/scale of length 1 or F (last axis)."""
+    xf = np.asarray(x, dtype=np.float32)
+    f = xf.shape[-1] if xf.ndim else 1
+    off = np.asarray(offset if offset else [0.0], dtype=np.float32)
+    sc = np.asarray(scale if scale else [1.0], dtype=np.float32)
+    for name, v in (("offset", off), ("scale", sc)):
+        if v.shape[0] not in (1, f):
+            raise ctx.error(f"{name} has {v.shape[0]} values, expected 1 or {f}")
+    return ((xf - off) * sc).astype(np.float32)
+
+
+@onnx_op("Normalizer", since=1, domain=ML_DOMAIN)
+def normalizer_1(ctx, x, *, norm="MAX"):
+    """Y float32: each row divided by its MAX (largest value), L1 or L2 norm; a row whose
+    norm is 0 is kept as is."""
+    kinds = {"MAX": kml.NORM_MAX, "L1": kml.NORM_L1, "L2": kml.NORM_L2}
+    if norm not in kinds:
+        raise ctx.unsupported(f"norm {norm!r} is not one of MAX, L1, L2")
+    rows = np.ascontiguousarray(_as_rows(ctx, x), dtype=np.float64)
+    out = np.empty_like(rows)
+    kml.normalize_rows(rows, out, kinds[norm])
+    return out.astype(np.float32).reshape(x.shape)
+
+
+@onnx_op("Binarizer", since=1, domain=ML_DOMAIN)
+def binarizer_1(x, *, threshold=0.0):
+    """Y = 1 where X > threshold else 0, in X's dtype."""
+    return (x > threshold).astype(x.dtype)
+
+
+@onnx_op("ZipMap", since=1, domain=ML_DOMAIN)
+def zipmap_1(ctx, x, *, classlabels_int64s=None, classlabels_strings=None):
+    """A list (one per row) of dicts class label -> score (Python float)."""
+    labels = _class_labels(ctx, classlabels_int64s, classlabels_strings)
+    rows = _as_rows(ctx, x)
+    if rows.shape[1] != labels.shape[0]:
+        raise ctx.error(
+            f"the input has {rows.shape[1]} columns but there are {labels.shape[0]} class labels"
+        )
+    keys = labels.tolist()
+    return [dict(zip(keys, r)) for r in rows.tolist()]
+
+
+@onnx_op("ArrayFeatureExtractor", since=1, domain=ML_DOMAIN)
+def array_feature_extractor_1(ctx, x, y):
+    """Z = X[..., indices] with the last axis of size len(indices); a 1-D X gives [1, k]."""
+    idx = np.asarray(y, dtype=np.int64).reshape(-1)
+    f = x.shape[-1]
+    if idx.size and (idx.min() < 0 or idx.max() >= f):
+        raise ctx.error(f"indices must be in [0, {f}), found {idx.min()}..{idx.max()}")
+    z = np.take(x, idx, axis=-1)
+    return z.reshape(1, -1) if x.ndim == 1 else z
+
+
+@onnx_op("Imputer", since=1, domain=ML_DOMAIN)
+def imputer_1(
+    ctx,
+    x,
+    *,
+    imputed_value_floats=None,
+    imputed_value_int64s=None,
+    replaced_value_float=0.0,
+    replaced_value_int64=0,
+):
+    """Replace the entries equal to the replaced value (NaN matches NaN) by the imputed value
+    of their column (one value, or one per column of the last axis)."""
+    if x.dtype.kind == "f":
+        vals, rep = imputed_value_floats, replaced_value_float
+    else:
+        vals, rep = imputed_value_int64s, replaced_value_int64
+    if not vals:
+        raise ctx.error("the imputed values for this input type are missing")
+    v = np.asarray(vals, dtype=x.dtype)
+    f = x.shape[-1] if x.ndim else 1
+    if v.shape[0] not in (1, f):
+        raise ctx.error(f"{v.shape[0]} imputed values for {f} columns; give 1 or {f}")
+    mask = np.isnan(x) if (x.dtype.kind == "f" and np.isnan(rep)) else (x == rep)
+    return np.where(mask, v, x).astype(x.dtype)
+
+
+def _lookup(ctx: Any, x: np.ndarray, keys: np.ndarray, values: np.ndarray, default: Any):
+    """values[k] where keys[k] == x (NaN matches NaN), else default; output in values' dtype."""
+    flat = x.reshape(-1)
+    if keys.dtype == object or flat.dtype == object:
+        table: dict[Any, Any] = {}
+        for k, v in zip(keys.tolist(), values.tolist()):
+            table.setdefault(k, v)
+        out = [table.get(k, default) for k in flat.tolist()]
+        res = np.empty(len(out), dtype=values.dtype) if values.dtype != object else None
+        if res is None:
+            res = np.empty(len(out), dtype=object)
+            res[:] = out
+        else:
+            res[:] = out
+        return res.reshape(x.shape)
+    kk = keys.astype(flat.dtype) if flat.dtype.kind == "f" else keys
+    order = np.argsort(kk, kind="stable")
+    sk = kk[order]
+    pos = np.minimum(np.searchsorted(sk, flat), max(sk.shape[0] - 1, 0))
+    if sk.shape[0]:
+        hit = (sk[pos] == flat) | (
+            np.isnan(sk[pos]) & np.isnan(flat) if flat.dtype.kind == "f" else False
+        )
+        res = np.where(hit, values[order][pos], default)
+    else:
+        res = np.full(flat.shape, default)
+    return res.astype(values.dtype).reshape(x.shape)
+
+
+@onnx_op("LabelEncoder", since=1, domain=ML_DOMAIN)
+def label_encoder_1(ctx, x, *, classes_strings=None, default_int64=-1, default_string="_Unused"):
+    """Strings -> their index in classes_strings (default_int64 if absent); int64 -> the
+    string at that index (default_string if out of range)."""
+    classes = np.array(list(classes_strings or []), dtype=object)
+    if x.dtype == object:
+        return _lookup(ctx, x, classes, np.arange(classes.shape[0], dtype=np.int64), default_int64)
+    return _lookup(
+        ctx,
+        x.astype(np.int64),
+        np.arange(classes.shape[0], dtype=np.int64),
+        classes,
+        default_string,
+    )
+
+
+def _encoder_side(ctx: Any, floats: Any, ints: Any, strings: Any, tensor: Any, what: str):
+    given = [
+        (np.asarray(floats, dtype=np.float32) if floats else None),
+        (np.asarray(ints, dtype=np.int64) if ints else None),
+        (np.array(list(strings), dtype=object) if strings else None),
+        (np.asarray(tensor).reshape(-1) if tensor is not None else None),
+    ]
+    present = [g for g in given if g is not None]
+    if len(present) != 1:
+        raise ctx.error(f"exactly one of the {what} attributes must be set, found {len(present)}")
+    return present[0]
+
+
+@onnx_op("LabelEncoder", since=2, domain=ML_DOMAIN)
+def label_encoder_2(
+    ctx,
+    x,
+    *,
+    default_float=-0.0,
+    default_int64=-1,
+    default_string="_Unused",
+    keys_floats=None,
+    keys_int64s=None,
+    keys_strings=None,
+    values_floats=None,
+    values_int64s=None,
+    values_strings=None,
+):
+    """Map each input through keys_* -> values_*; missing keys give the default_* of the
+    values' type."""
+    return label_encoder_4(
+        ctx,
+        x,
+        default_float=default_float,
+        default_int64=default_int64,
+        default_string=default_string,
+        keys_floats=keys_floats,
+        keys_int64s=keys_int64s,
+        keys_strings=keys_strings,
+        values_floats=values_floats,
+        values_int64s=values_int64s,
+        values_strings=values_strings,
+    )
+
+
+@onnx_op("LabelEncoder", since=4, domain=ML_DOMAIN)
+def label_encoder_4(
+    ctx,
+    x,
+    *,
+    default_float=-0.0,
+    default_int64=-1,
+    default_string="_Unused",
+    default_tensor=None,
+    keys_floats=None,
+    keys_int64s=None,
+    keys_strings=None,
+    keys_tensor=None,
+    values_floats=None,
+    values_int64s=None,
+    values_strings=None,
+    values_tensor=None,
+):
+    """LabelEncoder-4: keys/values may also be tensors of any type (keys_tensor,
+    values_tensor); default_tensor (one element) overrides the default_* attributes."""
+    keys = _encoder_side(ctx, keys_floats, keys_int64s, keys_strings, keys_tensor, "keys_*")
+    values = _encoder_side(
+        ctx, values_floats, values_int64s, values_strings, values_tensor, "values_*"
+    )
+    if keys.shape[0] != values.shape[0]:
+        raise ctx.error(f"{keys.shape[0]} keys but {values.shape[0]} values")
+    if default_tensor is not None:
+        default = np.asarray(default_tensor).reshape(-1)[0]
+        if values.dtype == object:
+            default = str(default)
+    elif values.dtype == object:
+        default = default_string
+    elif values.dtype.kind == "f":
+        default = default_float
+    else:
+        default = default_int64
+    if x.dtype != object and keys.dtype == object:
+        raise ctx.error(f"string keys cannot match a {x.dtype} input")
+    if x.dtype == object and keys.dtype != object:
+        raise ctx.error(f"{keys.dtype} keys cannot match a string input")
+    if x.dtype != object:
+        keys = keys.astype(x.dtype)
+    return _lookup(ctx, x, keys, values, default)
+
+
+@onnx_op("OneHotEncoder", since=1, domain=ML_DOMAIN)
+def one_hot_encoder_1(ctx, x, *, cats_int64s=None, cats_strings=None, zeros=1):
+    """Y float32 [..., n_cats]: 1 at the category of each input value. An unknown value gives
+    a row of zeros (zeros=1) or an error (zeros=0)."""
+    if x.dtype == object:
+        if not cats_strings:
+            raise ctx.error("string input needs cats_strings")
+        cats = np.array(list(cats_strings), dtype=object)
+        lookup = {c: i for i, c in enumerate(cats.tolist())}
+        idx = np.array([lookup.get(v, -1) for v in x.reshape(-1).tolist()], dtype=np.int64)
+    else:
+        if not cats_int64s:
+            raise ctx.error("numeric input needs cats_int64s")
+        cats = np.asarray(cats_int64s, dtype=np.int64)
+        idx = _lookup(
+            ctx, x.astype(np.int64).reshape(-1), cats, np.arange(cats.shape[0], dtype=np.int64), -1
+        )
+    if not zeros and np.any(idx < 0):
+        raise ctx.error("an input value is not among the categories and zeros=0")
+    out = np.zeros((idx.shape[0], cats.shape[0]), dtype=np.float32)
+    ok = np.flatnonzero(idx >= 0)
+    out[ok, idx[ok]] = 1.0
+    return out.reshape(*x.shape, cats.shape[0])
+
+
+@onnx_op("CategoryMapper", since=1, domain=ML_DOMAIN)
+def category_mapper_1(
+    ctx, x, *, cats_int64s=None, cats_strings=None, default_int64=-1, default_string="_Unused"
+):
+    """Strings -> int64 and int64 -> strings through the pairs (cats_strings[i], cats_int64s[i])."""
+    ints = np.asarray(cats_int64s or [], dtype=np.int64)
+    strs = np.array(list(cats_strings or []), dtype=object)
+    if ints.shape[0] != strs.shape[0]:
+        raise ctx.error("cats_int64s and cats_strings must have the same length")
+    if x.dtype == object:
+        return _lookup(ctx, x, strs, ints, default_int64)
+    return _lookup(ctx, x.astype(np.int64), ints, strs, default_string)
+
+
+@onnx_op("FeatureVectorizer", since=1, domain=ML_DOMAIN)
+def feature_vectorizer_1(ctx, *xs, inputdimensions=None):
+    """Y float32 [N, sum(inputdimensions)]: the inputs' columns side by side, each cut or
+    zero-padded to its inputdimensions entry."""
+    dims = list(inputdimensions or [])
+    if len(dims) != len(xs):
+        raise ctx.error(f"{len(xs)} inputs but {len(dims)} inputdimensions")
+    n = None
+    parts = []
+    for a, d in zip(xs, dims):
+        r = np.asarray(a, dtype=np.float32)
+        r = r.reshape(1, -1) if r.ndim == 1 else r.reshape(r.shape[0], -1)
+        if n is None:
+            n = r.shape[0]
+        elif r.shape[0] != n:
+            raise ctx.error(f"inputs have different batch sizes ({n} and {r.shape[0]})")
+        part = np.zeros((r.shape[0], d), dtype=np.float32)
+        k = min(d, r.shape[1])
+        part[:, :k] = r[:, :k]
+        parts.append(part)
+    return np.concatenate(parts, axis=1)
+
+
+@onnx_op("DictVectorizer", since=1, domain=ML_DOMAIN)
+def dict_vectorizer_1(ctx, x, *, int64_vocabulary=None, string_vocabulary=None):
+    """A map (or a list of maps) -> [N, len(vocabulary)] with the map values at their key's
+    vocabulary position and 0 elsewhere."""
+    vocab = list(string_vocabulary or []) or list(int64_vocabulary or [])
+    if not vocab:
+        raise ctx.error("one of int64_vocabulary / string_vocabulary must be set")
+    maps = x if isinstance(x, list) else [x]
+    pos = {k: i for i, k in enumerate(vocab)}
+    sample = next((v for m in maps for v in m.values()), 0.0)
+    dtype = np.dtype(object) if isinstance(sample, str) else np.asarray(sample).dtype
+    if dtype.kind == "f" and dtype != np.float64:
+        dtype = np.dtype(np.float32)
+    if isinstance(sample, float):
+        dtype = np.dtype(np.float32)
+    out = np.zeros((len(maps), len(vocab)), dtype=dtype)
+    if dtype.kind == "O":
+        out[:] = ""
+    for i, m in enumerate(maps):
+        for k, v in m.items():
+            j = pos.get(k)
+            if j is not None:
+                out[i, j] = v
+    return out
+
+
+@onnx_op("CastMap", since=1, domain=ML_DOMAIN)
+def cast_map_1(ctx, x, *, cast_to="TO_FLOAT", map_form="DENSE", max_map=1):
+    """A map int64 -> (string | float) as a [1, K] tensor ordered by key (DENSE), or a
+    [1, max_map] tensor with values at their key positions (SPARSE)."""
+    dtypes = {"TO_FLOAT": np.float32, "TO_STRING": object, "TO_INT64": np.int64}
+    if cast_to not in dtypes:
+        raise ctx.unsupported(f"cast_to {cast_to!r} is not one of {sorted(dtypes)}")
+    dtype = dtypes[cast_to]
+
+    def conv(v: Any) -> Any:
+        if dtype is object:
+            return v if isinstance(v, str) else repr(float(v)) if isinstance(v, float) else str(v)
+        return dtype(float(v)) if isinstance(v, str) else dtype(v)
+
+    items = sorted(x.items())
+    if map_form == "DENSE":
+        out = np.empty((1, len(items)), dtype=dtype)
+        for j, (_, v) in enumerate(items):
+            out[0, j] = conv(v)
+        return out
+    if map_form != "SPARSE":
+        raise ctx.unsupported(f"map_form {map_form!r} is not DENSE or SPARSE")
+    out = np.zeros((1, max_map), dtype=dtype)
+    if dtype is object:
+        out[:] = "0"
+    for k, v in items:
+        if 0 <= k < max_map:
+            out[0, k] = conv(v)
+    return out
