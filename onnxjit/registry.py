@@ -193,3 +193,18 @@ def bind_graph(graph: Any, opsets: dict[str, int], problems: list[str]) -> None:
             )
             continue
         node.impl = impl
+
+
+def supported_ops_markdown() -> str:
+    """The supported-operator table of the README, generated from the registrations.
+
+    One row per (domain, operator): the registered since-versions. The README embeds this text
+    between ``<!-- ops-table -->`` markers; a test fails when the two differ.
+    """
+    rows = ["| domain | operator | implemented versions |", "|---|---|---|"]
+    for (domain, op), versions in sorted(_REGISTRY.items()):
+        if domain.startswith("test."):
+            continue
+        since = ", ".join(str(v.since) for v in versions)
+        rows.append(f"| {domain or 'ai.onnx'} | {op} | {since} |")
+    return "\n".join(rows) + "\n"
