@@ -164,10 +164,13 @@ class _GraphChecker:
                     f"{prefix}graph input {v.name!r} is declared twice; names must be unique (SSA)"
                 )
             defined.add(v.name)
-        inputs = set(defined)
+        seen_inits: set[str] = set()
         for name in graph.initializer_order:
-            if name in defined and name not in inputs:
+            # A name may be both a graph input and an initializer (a default the caller can
+            # override), but an initializer may be declared only once.
+            if name in seen_inits:
                 self.add(f"{prefix}initializer {name!r} is declared twice; keep one")
+            seen_inits.add(name)
             defined.add(name)
         producers: dict[str, int] = {}
         for node in graph.nodes:
@@ -183,11 +186,16 @@ class _GraphChecker:
                 if name in defined or name in outer:
                     continue
                 later = producers.get(name)
-                if later is not None and later > node.index:
+                if later is not None and later >= node.index:
                     order_problem = True
+                    if later == node.index:
+                        found = "which is its own output; a node cannot read what it produces"
+                    else:
+                        found = f"before node #{later} produces it"
                     self.add(
-                        f"{prefix}{node.describe()} reads {name!r} (input {i}) before node "
-                        f"#{later} produces it; nodes must be in topological order"
+                        f"{prefix}{node.describe()} reads {name!r} (input {i}) {found}; nodes "
+                        "must be in topological order (sort them so that every value is "
+                        "produced before it is read)"
                     )
                 else:
                     self.add(
@@ -231,10 +239,11 @@ class _GraphChecker:
         }:
             return None  # a model-local function: checked at inlining
         if domain not in self.opsets:
-            self.add(
-                f"{prefix}{node.describe()} uses domain {node.domain!r}, which the model does "
-                "not import; add it to opset_import"
-            )
+            if self.opsets:  # an empty opset_import is reported once, not once per node
+                self.add(
+                    f"{prefix}{node.describe()} uses domain {domain or 'ai.onnx'!r}, which the "
+                    "model does not import; add it to opset_import"
+                )
             return None
         version = self.opsets[domain]
         schema = find_schema(node.op_type, version, domain)
