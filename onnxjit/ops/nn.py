@@ -1,3 +1,1318 @@
-"""nn operators."""
+"""Neural-network operators: contractions, convolution, pooling, normalisation, softmax.
+
+Contractions (MatMul, Gemm, Conv's GEMM, Einsum) go to BLAS through numpy; data movement that
+numpy cannot do in one pass (im2col, col2im, depthwise convolution, pooling, normalisations,
+softmax, LRN) runs in the Numba kernels of ``onnxjit.kernels.cpu.{conv,pool,norm,nn}``.
+
+Conventions shared by every operator here:
+
+* float16 / bfloat16 inputs are computed in float32 and cast back (``_compute``/``_back``).
+* Spatial operators canonicalise their inputs to three spatial dims (leading size-1 dims) so
+  that one compiled kernel per dtype serves 1-D, 2-D and 3-D.
+* Parallel kernel twins run only when the work exceeds ``PARALLEL_THRESHOLD`` elements.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from onnxjit.kernels import _jit
+from onnxjit.kernels._jit import run_parallel
+from onnxjit.kernels.cpu import conv as kconv
+from onnxjit.kernels.cpu import nn as knn
+from onnxjit.kernels.cpu import norm as knorm
+from onnxjit.kernels.cpu import pool as kpool
+from onnxjit.registry import NodeContext, onnx_op
+
+# Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value
+# so that the registry's default lint sees equality.
+_EPS = float(np.float32(1e-5))
+_MOMENTUM = float(np.float32(0.9))
+_LRN_ALPHA = float(np.float32(1e-4))
+
+# Upper bound on one im2col buffer: larger batches are processed in chunks of images.
+_COL_BYTES = 64 << 20
+
+_NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def _compute(x: np.ndarray) -> np.ndarray:
+    """float32/float64 unchanged; float16, bfloat16 (and small ints) -> float32."""
+    if x.dtype in _NATIVE_FLOATS:
+        return x
+    return x.astype(np.float32)
+
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    return dtype if dtype in _NATIVE_FLOATS else np.dtype(np.float32)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    # bfloat16 / float8 (ml_dtypes) have kind "V", not "f".
+    return dtype.kind not in "iub"
+
+
+def _back(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return y if y.dtype == dtype else y.astype(dtype)
+
+
+def _launch(serial: Any, parallel: Any, work: int, *args: Any) -> Any:
+    """Run the parallel twin above the threshold, else the serial kernel."""
+    if work >= _jit.PARALLEL_THRESHOLD:
+        return run_parallel(parallel, *args)
+    return serial(*args)
+
+
+def _norm_axis(ctx: NodeContext, axis: int, rank: int, allow_end: bool = False) -> int:
+    hi = rank + 1 if allow_end else rank
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a < max(hi, 1):
+        raise ctx.error(f"axis {axis} is out of range for an input of rank {rank}")
+    return a
+
+
+def _pad3(vals: Sequence[int], fill: int) -> list[int]:
+    return [fill] * (3 - len(vals)) + [int(v) for v in vals]
+
+
+def _i64(vals: Sequence[int]) -> np.ndarray:
+    return np.asarray(vals, dtype=np.int64)
+
+
+def _geometry(
+    ctx: NodeContext,
+    in_sz: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int] | None,
+    dilations: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    auto_pad: str,
+    ceil_mode: int = 0,
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """Pads at the beginning and end, output sizes, strides and dilations of a sliding window.
+
+    SAME_* gives ``ceil(in / stride)`` outputs and splits the padding with the odd one at the
+    end (UPPER) or beginning (LOWER). With ``ceil_mode`` a last window that would start inside
+    the end padding is dropped (onnx / PyTorch rule).
+    """
+    nsp = len(in_sz)
+    st = [int(s) for s in strides] if strides else [1] * nsp
+    dl = [int(d) for d in dilations] if dilations else [1] * nsp
+    if len(st) != nsp or len(dl) != nsp or len(kernel) != nsp:
+        raise ctx.error(
+            f"strides {st}, dilations {dl} and kernel {list(kernel)} must each have one entry "
+            f"per spatial dim ({nsp}); fix the attributes"
+        )
+    if min(st, default=1) < 1 or min(dl, default=1) < 1 or min(kernel, default=1) < 1:
+        raise ctx.error(f"strides {st}, dilations {dl}, kernel {list(kernel)} must be >= 1")
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dl)]
+    auto_pad = auto_pad or "NOTSET"
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-i // s) for i, s in zip(in_sz, st)]
+        pb, pe = [], []
+        for i in range(nsp):
+            total = max((out[i] - 1) * st[i] + span[i] - in_sz[i], 0)
+            small = total // 2
+            if auto_pad == "SAME_UPPER":
+                pb.append(small)
+                pe.append(total - small)
+            else:
+                pb.append(total - small)
+                pe.append(small)
+        return pb, pe, out, st, dl
+    if auto_pad == "VALID":
+        pb, pe = [0] * nsp, [0] * nsp
+    elif auto_pad == "NOTSET":
+        p = [int(v) for v in pads] if pads else [0] * (2 * nsp)
+        if len(p) != 2 * nsp or min(p, default=0) < 0:
+            raise ctx.error(
+                f"pads {p} must hold 2 * {nsp} non-negative values (all begins, then all ends)"
+            )
+        pb, pe = p[:nsp], p[nsp:]
+    else:
+        raise ctx.unsupported(
+            f"auto_pad={auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
+        )
+    out = []
+    for i in range(nsp):
+        room = in_sz[i] + pb[i] + pe[i] - span[i]
+        if room < 0:
+            raise ctx.error(
+                f"the window (extent {span[i]}) is larger than the padded input "
+                f"({in_sz[i]} + {pb[i]} + {pe[i]}) on spatial dim {i}; reduce the kernel or pad"
+            )
+        o = (-(-room // st[i]) if ceil_mode else room // st[i]) + 1
+        if ceil_mode and (o - 1) * st[i] >= in_sz[i] + pb[i]:
+            o -= 1
+        out.append(o)
+    return pb, pe, out, st, dl
+
+
+def _spatial_rank(ctx: NodeContext, x: np.ndarray) -> int:
+    nsp = x.ndim - 2
+    if nsp < 1:
+        raise ctx.error(f"expected an input (N, C, spatial...) of rank >= 3, got shape {x.shape}")
+    if nsp > 3:
+        raise ctx.unsupported(f"{nsp}-D spatial inputs are not supported (1-D to 3-D are)")
+    return nsp
+
+
+# --------------------------------------------------------------------------------------------
+# MatMul, Gemm, MatMulInteger, Einsum
+
+
+@onnx_op("MatMul", since=1)
+@onnx_op("MatMul", since=9)
+@onnx_op("MatMul", since=13)
+def matmul(ctx: NodeContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy.matmul semantics (1-D promotion, batch broadcasting); BLAS for floats."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ctx.error(f"MatMul needs inputs of rank >= 1, got shapes {a.shape} and {b.shape}")
+    ka = a.shape[-1]
+    kb = b.shape[-2] if b.ndim >= 2 else b.shape[0]
+    if ka != kb:
+        raise ctx.error(f"inner dimensions differ: A {a.shape} and B {b.shape}")
+    dtype = a.dtype
+    if _is_float(dtype):
+        y = np.matmul(_compute(a), _compute(b))
+    else:
+        y = np.matmul(a, b)
+    return _back(np.asarray(y), dtype)
+
+
+def _gemm(
+    ctx: NodeContext,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None,
+    alpha: float,
+    beta: float,
+    trans_a: int,
+    trans_b: int,
+) -> np.ndarray:
+    if a.ndim != 2 or b.ndim != 2:
+        raise ctx.error(f"Gemm needs 2-D A and B, got shapes {a.shape} and {b.shape}")
+    at = a.T if trans_a else a
+    bt = b.T if trans_b else b
+    if at.shape[1] != bt.shape[0]:
+        raise ctx.error(
+            f"inner dimensions differ: op(A) is {at.shape}, op(B) is {bt.shape}; check transA/"
+            "transB"
+        )
+    dtype = a.dtype
+    m, n = at.shape[0], bt.shape[1]
+    c_ok = c is None or (c.ndim <= 2 and all(s in (1, t) for s, t in zip(c.shape[::-1], (n, m))))
+    if not c_ok and beta != 0:
+        raise ctx.error(f"C of shape {c.shape} does not broadcast to ({m}, {n})")
+    if _is_float(dtype):
+        y = np.matmul(_compute(at), _compute(bt))
+        if alpha != 1.0:
+            y *= y.dtype.type(alpha)
+        if c is not None and beta != 0:
+            cc = _compute(c)
+            y += cc if beta == 1.0 else cc * y.dtype.type(beta)
+        return _back(y, dtype)
+    # Integer Gemm: exact when alpha/beta are integral, else computed in float64 and truncated.
+    y = np.matmul(at, bt)
+    if float(alpha).is_integer() and float(beta).is_integer():
+        if alpha != 1.0:
+            y = y * dtype.type(int(alpha))
+        if c is not None and beta != 0:
+            y = y + (c if beta == 1.0 else c * dtype.type(int(beta)))
+        return _back(y, dtype)
+    yf = y.astype(np.float64) * alpha
+    if c is not None and beta != 0:
+        yf = yf + beta * c.astype(np.float64)
+    return yf.astype(dtype)
+
+
+@onnx_op("Gemm", since=7)
+@onnx_op("Gemm", since=9)
+@onnx_op("Gemm", since=11)
+@onnx_op("Gemm", since=13)
+def gemm(
+    ctx: NodeContext,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,  # noqa: N803 - ONNX attribute name
+    transB: int = 0,  # noqa: N803
+) -> np.ndarray:
+    """``alpha * op(A) @ op(B) + beta * C``; C broadcasts unidirectionally (optional from 11)."""
+    return _gemm(ctx, a, b, c, alpha, beta, transA, transB)
+
+
+@onnx_op("Gemm", since=1)
+@onnx_op("Gemm", since=6)
+def gemm_6(
+    ctx: NodeContext,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    broadcast: int = 0,
+    transA: int = 0,  # noqa: N803
+    transB: int = 0,  # noqa: N803
+) -> np.ndarray:
+    """Gemm before 7: C must have the output's shape unless ``broadcast=1``."""
+    if c is not None and not broadcast:
+        m = a.shape[1] if transA else a.shape[0]
+        n = b.shape[0] if transB else b.shape[1]
+        if c.shape != (m, n):
+            raise ctx.error(f"C has shape {c.shape}, expected ({m}, {n}) since broadcast=0")
+    return _gemm(ctx, a, b, c, alpha, beta, transA, transB)
+
+
+@onnx_op("MatMulInteger", since=10)
+def matmul_integer(
+    ctx: NodeContext,
+    a: np.ndarray,
+    b: np.ndarray,
+    a_zero_point: np.ndarray | None = None,
+    b_zero_point: np.ndarray | None = None,
+) -> np.ndarray:
+    """``(A - a_zero_point) @ (B - b_zero_point)`` in int32. a_zero_point is a scalar or one
+    value per row of A; b_zero_point a scalar or one value per column of B.
+
+    Computed with float64 BLAS: products of 8-bit values and their sums up to 2**53 are exact,
+    so the result equals integer arithmetic while using BLAS instead of numpy's integer loop.
+    """
+    af = a.astype(np.float64)
+    bf = b.astype(np.float64)
+    if a_zero_point is not None:
+        azp = a_zero_point.astype(np.float64)
+        if azp.ndim == 1 and azp.size > 1:
+            if a.ndim < 2 or azp.shape[0] != a.shape[-2]:
+                raise ctx.error(
+                    f"a_zero_point of shape {azp.shape} must be a scalar or have one value per "
+                    f"row of A {a.shape}"
+                )
+            azp = azp.reshape(-1, 1)
+        af -= azp
+    if b_zero_point is not None:
+        bzp = b_zero_point.astype(np.float64)
+        bf -= bzp
+    if af.shape[-1] != (bf.shape[-2] if bf.ndim >= 2 else bf.shape[0]):
+        raise ctx.error(f"inner dimensions differ: A {a.shape} and B {b.shape}")
+    return np.asarray(np.matmul(af, bf)).astype(np.int32)
+
+
+@onnx_op("Einsum", since=12)
+@onnx_op("Einsum", since=28)
+def einsum(ctx: NodeContext, *inputs: np.ndarray, equation: str | None = None) -> np.ndarray:
+    """numpy.einsum with ``optimize=True`` (pairwise contractions go to BLAS)."""
+    if not equation:
+        raise ctx.error("the equation attribute is required")
+    eq = equation.replace(" ", "")
+    if not inputs:
+        raise ctx.error("Einsum needs at least one input")
+    dtype = inputs[0].dtype
+    ops = [_compute(x) for x in inputs] if _is_float(dtype) else list(inputs)
+    try:
+        y = np.einsum(eq, *ops, optimize=len(ops) > 1)
+    except ValueError as exc:
+        raise ctx.error(f"equation {equation!r} does not fit the inputs: {exc}") from None
+    # einsum may return a numpy scalar, or a strided view for pure transposes: give an array,
+    # C-contiguous so later kernels need no copy.
+    y = np.asarray(y)
+    if not y.flags.c_contiguous:
+        y = np.ascontiguousarray(y)
+    return _back(y, dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Conv, ConvTranspose, ConvInteger
+
+
+def _conv_core(
+    x: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    ks: list[int],
+    st: list[int],
+    dl: list[int],
+    pb: list[int],
+    out: list[int],
+) -> np.ndarray:
+    """Convolution of float32/float64 ``x`` (N, C, *sp) with ``w`` (M, C/group, *ks)."""
+    N, C = x.shape[:2]
+    M = w.shape[0]
+    cg, mg = C // group, M // group
+    s_out = math.prod(out)
+    K = math.prod(ks)
+    if N == 0 or M == 0 or s_out == 0:
+        return np.zeros((N, M, *out), x.dtype)
+    x = np.ascontiguousarray(x)
+    w = np.ascontiguousarray(w)
+    if (
+        group == 1
+        and all(k == 1 for k in ks)
+        and all(s == 1 for s in st)
+        and all(p == 0 for p in pb)
+        and list(out) == list(x.shape[2:])
+    ):
+        # 1x1 convolution: one GEMM per image, no data movement.
+        y = np.matmul(w.reshape(M, C), x.reshape(N, C, s_out))
+        return y.reshape(N, M, *out)
+    x5 = x.reshape(N, C, *_pad3(x.shape[2:], 1))
+    k3, st3, dl3, pb3 = (
+        _i64(_pad3(ks, 1)),
+        _i64(_pad3(st, 1)),
+        _i64(_pad3(dl, 1)),
+        _i64(_pad3(pb, 0)),
+    )
+    osz = _i64(_pad3(out, 1))
+    if group > 1 and cg == 1 and group == C:
+        # Depthwise: direct Numba loops (a GEMM with one input channel would be all overhead).
+        y5 = np.empty((N, M, *osz), x.dtype)
+        w5 = w.reshape(M, 1, *k3)
+        _launch(
+            kconv.depthwise, kconv.depthwise_par, y5.size * K, x5, w5, k3, st3, dl3, pb3, y5, M // C
+        )
+        return y5.reshape(N, M, *out)
+    y = np.empty((N, M, s_out), x.dtype)
+    wr = w.reshape(M, cg * K)
+    per_image = cg * K * s_out * x.dtype.itemsize
+    chunk = max(1, min(N, _COL_BYTES // max(per_image, 1)))
+    col = np.empty((chunk, cg * K, s_out), x.dtype)
+    for n0 in range(0, N, chunk):
+        n1 = min(N, n0 + chunk)
+        xs = x5[n0:n1]
+        cs = col[: n1 - n0]
+        for g in range(group):
+            _launch(
+                kconv.im2col, kconv.im2col_par, cs.size, xs, g * cg, cg, k3, st3, dl3, pb3, osz, cs
+            )
+            y[n0:n1, g * mg : (g + 1) * mg] = np.matmul(wr[g * mg : (g + 1) * mg], cs)
+    return y.reshape(N, M, *out)
+
+
+def _conv_checks(
+    ctx: NodeContext, x: np.ndarray, w: np.ndarray, group: int, kernel_shape: list[int] | None
+) -> list[int]:
+    _spatial_rank(ctx, x)
+    if w.ndim != x.ndim:
+        raise ctx.error(f"W has rank {w.ndim}, expected {x.ndim} like X {x.shape}")
+    if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        raise ctx.error(
+            f"X has {x.shape[1]} channels and W has shape {w.shape} with group={group}: "
+            "expected C == W.shape[1] * group and W.shape[0] divisible by group"
+        )
+    ks = [int(k) for k in w.shape[2:]]
+    if kernel_shape and [int(k) for k in kernel_shape] != ks:
+        raise ctx.error(f"kernel_shape {list(kernel_shape)} differs from W's shape {w.shape}")
+    return ks
+
+
+@onnx_op("Conv", since=1)
+@onnx_op("Conv", since=11)
+@onnx_op("Conv", since=22)
+def conv(
+    ctx: NodeContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """N-D convolution (1-D to 3-D): im2col + GEMM per group, plain GEMM for 1x1, a Numba
+    kernel for depthwise. Optional bias B of shape (M,)."""
+    ks = _conv_checks(ctx, x, w, group, kernel_shape)
+    pb, _pe, out, st, dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
+    dtype = x.dtype
+    xc = _compute(x)
+    y = _conv_core(xc, _compute(w).astype(xc.dtype, copy=False), group, ks, st, dl, pb, out)
+    if b is not None:
+        if b.shape != (w.shape[0],):
+            raise ctx.error(f"B has shape {b.shape}, expected ({w.shape[0]},)")
+        y += _compute(b).astype(y.dtype, copy=False).reshape(1, -1, *([1] * len(out)))
+    return _back(y, dtype)
+
+
+@onnx_op("ConvInteger", since=10)
+def conv_integer(
+    ctx: NodeContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    x_zero_point: np.ndarray | None = None,
+    w_zero_point: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """Integer convolution of ``x - x_zero_point`` with ``w - w_zero_point`` (scalar or one per
+    output channel), int32 result. Padding stands for the zero point (zero after the shift).
+
+    Computed in float64 (exact: products of 8-bit values summed well below 2**53)."""
+    ks = _conv_checks(ctx, x, w, group, kernel_shape)
+    pb, _pe, out, st, dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
+    xf = x.astype(np.float64)
+    wf = w.astype(np.float64)
+    if x_zero_point is not None:
+        if x_zero_point.size != 1:
+            raise ctx.error(f"x_zero_point must be a scalar, got shape {x_zero_point.shape}")
+        xf -= float(x_zero_point.reshape(()))
+    if w_zero_point is not None:
+        wzp = w_zero_point.astype(np.float64)
+        if wzp.size not in (1, w.shape[0]):
+            raise ctx.error(
+                f"w_zero_point of shape {wzp.shape} must be a scalar or one value per output "
+                f"channel ({w.shape[0]})"
+            )
+        wf -= wzp.reshape(-1, *([1] * (w.ndim - 1))) if wzp.size > 1 else wzp.reshape(())
+    y = _conv_core(xf, wf, group, ks, st, dl, pb, out)
+    return np.rint(y).astype(np.int32)
+
+
+@onnx_op("ConvTranspose", since=1)
+@onnx_op("ConvTranspose", since=11)
+@onnx_op("ConvTranspose", since=22)
+def conv_transpose(
+    ctx: NodeContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    output_padding: list[int] | None = None,
+    output_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """Transposed convolution: per group a GEMM ``W_g^T @ X_g`` then col2im (Numba) into the
+    output. The output shape comes from ``output_shape`` (pads then derived as the spec says)
+    or from pads / auto_pad. W is (C, M/group, *kernel)."""
+    nsp = _spatial_rank(ctx, x)
+    if w.ndim != x.ndim:
+        raise ctx.error(f"W has rank {w.ndim}, expected {x.ndim} like X {x.shape}")
+    N, C = x.shape[:2]
+    if group < 1 or w.shape[0] != C or C % group:
+        raise ctx.error(
+            f"X has {C} channels, W has shape {w.shape}, group={group}: expected W.shape[0] == "
+            "C and C divisible by group"
+        )
+    ks = [int(k) for k in w.shape[2:]]
+    if kernel_shape and [int(k) for k in kernel_shape] != ks:
+        raise ctx.error(f"kernel_shape {list(kernel_shape)} differs from W's shape {w.shape}")
+    mg = w.shape[1]
+    M = mg * group
+    cg = C // group
+    in_sz = [int(s) for s in x.shape[2:]]
+    st = [int(s) for s in strides] if strides else [1] * nsp
+    dl = [int(d) for d in dilations] if dilations else [1] * nsp
+    op = [int(p) for p in output_padding] if output_padding else [0] * nsp
+    if len(st) != nsp or len(dl) != nsp or len(op) != nsp:
+        raise ctx.error(
+            f"strides {st}, dilations {dl}, output_padding {op} need {nsp} entries each"
+        )
+    span = [(k - 1) * d + 1 for k, d in zip(ks, dl)]
+    full = [s * (i - 1) + p + k for s, i, p, k in zip(st, in_sz, op, span)]
+    auto_pad = auto_pad or "NOTSET"
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise ctx.unsupported(f"auto_pad={auto_pad!r} is not supported")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if output_shape is not None:
+            out = [int(v) for v in list(output_shape)[-nsp:]]
+            if len(out) != nsp:
+                raise ctx.error(f"output_shape {output_shape} needs {nsp} spatial entries")
+        else:
+            out = [i * s for i, s in zip(in_sz, st)]
+        total = [f - o for f, o in zip(full, out)]
+        if auto_pad == "SAME_UPPER":
+            pb = [t // 2 for t in total]
+        else:
+            pb = [t - t // 2 for t in total]
+    else:
+        p = [int(v) for v in pads] if (pads and auto_pad == "NOTSET") else [0] * (2 * nsp)
+        if len(p) != 2 * nsp:
+            raise ctx.error(f"pads {p} must hold 2 * {nsp} values")
+        pb = p[:nsp]
+        out = [f - a - e for f, a, e in zip(full, p[:nsp], p[nsp:])]
+    if min(out, default=1) < 0:
+        raise ctx.error(f"the output shape {out} would be negative; check pads/output_shape")
+    dtype = x.dtype
+    xc = np.ascontiguousarray(_compute(x))
+    wc = _compute(w).astype(xc.dtype, copy=False)
+    K = math.prod(ks)
+    s_in = math.prod(in_sz)
+    y5 = np.zeros((N, M, *_pad3(out, 1)), xc.dtype)
+    if y5.size and N and s_in:
+        k3, st3, dl3, pb3 = (_i64(_pad3(v, f)) for v, f in ((ks, 1), (st, 1), (dl, 1), (pb, 0)))
+        isz = _i64(_pad3(in_sz, 1))
+        x3 = xc.reshape(N, C, s_in)
+        for g in range(group):
+            # (mg*K, cg) @ (N, cg, s_in) -> (N, mg*K, s_in)
+            wg = np.ascontiguousarray(wc[g * cg : (g + 1) * cg].reshape(cg, mg * K).T)
+            col = np.matmul(wg, x3[:, g * cg : (g + 1) * cg])
+            _launch(
+                kconv.col2im,
+                kconv.col2im_par,
+                col.size,
+                col,
+                g * mg,
+                mg,
+                k3,
+                st3,
+                dl3,
+                pb3,
+                isz,
+                y5,
+            )
+    y = y5.reshape(N, M, *out)
+    if b is not None:
+        if b.shape != (M,):
+            raise ctx.error(f"B has shape {b.shape}, expected ({M},)")
+        y += _compute(b).astype(y.dtype, copy=False).reshape(1, M, *([1] * nsp))
+    return _back(y, dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Pooling
+
+
+def _pool_input(x: np.ndarray) -> np.ndarray:
+    # Max pooling of 8-bit ints is exact in float32; floats other than f32/f64 go to f32.
+    return _compute(x)
+
+
+def _pool(
+    ctx: NodeContext,
+    x: np.ndarray,
+    kind: str,
+    kernel_shape: list[int] | None,
+    strides: list[int] | None,
+    pads: list[int] | None,
+    auto_pad: str,
+    dilations: list[int] | None = None,
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    p: float = 2.0,
+    storage_order: int = 0,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    nsp = _spatial_rank(ctx, x)
+    if not kernel_shape:
+        raise ctx.error("the kernel_shape attribute is required")
+    ks = [int(k) for k in kernel_shape]
+    if len(ks) != nsp:
+        raise ctx.error(f"kernel_shape {ks} has {len(ks)} entries, the input {nsp} spatial dims")
+    pb, pe, out, st, dl = _geometry(
+        ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad, ceil_mode
+    )
+    N, C = x.shape[:2]
+    B = N * C
+    dtype = x.dtype
+    xc = np.ascontiguousarray(_pool_input(x))
+    x4 = xc.reshape(B, *_pad3(x.shape[2:], 1))
+    y4 = np.empty((B, *_pad3(out, 1)), xc.dtype)
+    k3, st3, dl3, pb3, pe3 = (
+        _i64(_pad3(v, f)) for v, f in ((ks, 1), (st, 1), (dl, 1), (pb, 0), (pe, 0))
+    )
+    work = y4.size * math.prod(ks)
+    shape = (N, C, *out)
+    if kind == "max":
+        ind = np.empty(y4.shape, np.int64)
+        _launch(
+            kpool.max_pool,
+            kpool.max_pool_par,
+            work,
+            x4,
+            y4,
+            ind,
+            k3,
+            st3,
+            dl3,
+            pb3,
+            bool(storage_order),
+        )
+        return _back(y4.reshape(shape), dtype), ind.reshape(shape)
+    _launch(
+        kpool.avg_pool,
+        kpool.avg_pool_par,
+        work,
+        x4,
+        y4,
+        k3,
+        st3,
+        dl3,
+        pb3,
+        pe3,
+        kind == "lp",
+        float(p),
+        bool(count_include_pad),
+    )
+    return _back(y4.reshape(shape), dtype), None
+
+
+@onnx_op("MaxPool", since=1)
+def max_pool_1(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """MaxPool-1: one output, no dilations or ceil_mode."""
+    return _pool(ctx, x, "max", kernel_shape, strides, pads, auto_pad)[0]
+
+
+@onnx_op("MaxPool", since=8)
+def max_pool_8(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    storage_order: int = 0,
+    strides: list[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """MaxPool-8: adds the Indices output (flat, row-major or column-major in a plane)."""
+    return _pool(ctx, x, "max", kernel_shape, strides, pads, auto_pad, storage_order=storage_order)
+
+
+@onnx_op("MaxPool", since=10)
+@onnx_op("MaxPool", since=11)
+@onnx_op("MaxPool", since=12)
+@onnx_op("MaxPool", since=22)
+def max_pool(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    storage_order: int = 0,
+    strides: list[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """MaxPool-10+: dilations and ceil_mode; int8/uint8 from 12 (exact through float32)."""
+    return _pool(
+        ctx,
+        x,
+        "max",
+        kernel_shape,
+        strides,
+        pads,
+        auto_pad,
+        dilations,
+        ceil_mode,
+        storage_order=storage_order,
+    )
+
+
+@onnx_op("AveragePool", since=1)
+def average_pool_1(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """AveragePool-1: padding never counts."""
+    return _pool(ctx, x, "avg", kernel_shape, strides, pads, auto_pad)[0]
+
+
+@onnx_op("AveragePool", since=7)
+def average_pool_7(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    count_include_pad: int = 0,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """AveragePool-7: count_include_pad."""
+    return _pool(
+        ctx,
+        x,
+        "avg",
+        kernel_shape,
+        strides,
+        pads,
+        auto_pad,
+        count_include_pad=count_include_pad,
+    )[0]
+
+
+@onnx_op("AveragePool", since=10)
+@onnx_op("AveragePool", since=11)
+def average_pool_10(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """AveragePool-10/11: ceil_mode."""
+    return _pool(
+        ctx,
+        x,
+        "avg",
+        kernel_shape,
+        strides,
+        pads,
+        auto_pad,
+        None,
+        ceil_mode,
+        count_include_pad=count_include_pad,
+    )[0]
+
+
+@onnx_op("AveragePool", since=19)
+@onnx_op("AveragePool", since=22)
+def average_pool(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """AveragePool-19+: dilations."""
+    return _pool(
+        ctx,
+        x,
+        "avg",
+        kernel_shape,
+        strides,
+        pads,
+        auto_pad,
+        dilations,
+        ceil_mode,
+        count_include_pad=count_include_pad,
+    )[0]
+
+
+@onnx_op("LpPool", since=1)
+@onnx_op("LpPool", since=2)
+@onnx_op("LpPool", since=11)
+def lp_pool_2(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    kernel_shape: list[int] | None = None,
+    p: float = 2,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """LpPool-1/2/11: ``(sum |x|^p)^(1/p)`` over each window (p is a float at 1, int after)."""
+    return _pool(ctx, x, "lp", kernel_shape, strides, pads, auto_pad, p=p)[0]
+
+
+@onnx_op("LpPool", since=18)
+@onnx_op("LpPool", since=22)
+def lp_pool(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    p: int = 2,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """LpPool-18+: dilations and ceil_mode."""
+    return _pool(ctx, x, "lp", kernel_shape, strides, pads, auto_pad, dilations, ceil_mode, p=p)[0]
+
+
+def _spatial_axes(ctx: NodeContext, x: np.ndarray) -> tuple[int, ...]:
+    if x.ndim < 3:
+        raise ctx.error(f"expected an input (N, C, spatial...) of rank >= 3, got shape {x.shape}")
+    return tuple(range(2, x.ndim))
+
+
+@onnx_op("GlobalAveragePool", since=1)
+@onnx_op("GlobalAveragePool", since=22)
+def global_average_pool(ctx: NodeContext, x: np.ndarray) -> np.ndarray:
+    """Mean over all spatial dims, kept as size-1 dims."""
+    axes = _spatial_axes(ctx, x)
+    return _back(np.mean(_compute(x), axis=axes, keepdims=True), x.dtype)
+
+
+@onnx_op("GlobalMaxPool", since=1)
+@onnx_op("GlobalMaxPool", since=22)
+def global_max_pool(ctx: NodeContext, x: np.ndarray) -> np.ndarray:
+    """Max over all spatial dims, kept as size-1 dims."""
+    axes = _spatial_axes(ctx, x)
+    if any(x.shape[a] == 0 for a in axes):
+        raise ctx.error(f"GlobalMaxPool of an empty spatial extent (shape {x.shape})")
+    return np.max(x, axis=axes, keepdims=True)
+
+
+@onnx_op("GlobalLpPool", since=1)
+@onnx_op("GlobalLpPool", since=2)
+@onnx_op("GlobalLpPool", since=22)
+def global_lp_pool(ctx: NodeContext, x: np.ndarray, *, p: int = 2) -> np.ndarray:
+    """``(sum |x|^p)^(1/p)`` over all spatial dims (the LpPool kernel with a full window)."""
+    axes = _spatial_axes(ctx, x)
+    if len(axes) > 3:
+        raise ctx.unsupported(f"{len(axes)}-D spatial inputs are not supported")
+    ks = [int(x.shape[a]) for a in axes]
+    if min(ks) == 0:
+        return np.zeros((*x.shape[:2], *([1] * len(axes))), x.dtype)
+    return _pool(ctx, x, "lp", ks, None, None, "NOTSET", p=p)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Softmax, LogSoftmax, Hardmax
+
+
+def _softmax(ctx: NodeContext, x: np.ndarray, axis: int, coerce_2d: bool, log: bool) -> np.ndarray:
+    a = _norm_axis(ctx, axis, x.ndim)
+    shape = x.shape
+    outer = math.prod(shape[:a])
+    if coerce_2d:
+        n, inner = math.prod(shape[a:]), 1
+    else:
+        n, inner = shape[a], math.prod(shape[a + 1 :])
+    dtype = x.dtype
+    x3 = np.ascontiguousarray(_compute(x)).reshape(outer, n, inner)
+    y3 = np.empty_like(x3)
+    _launch(knn.softmax, knn.softmax_par, x3.size, x3, y3, log)
+    return _back(y3.reshape(shape), dtype)
+
+
+@onnx_op("Softmax", since=1)
+@onnx_op("Softmax", since=11)
+def softmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+    """Softmax-1/11: the input is coerced to 2-D (dims before ``axis`` x dims from it)."""
+    return _softmax(ctx, x, axis, True, False)
+
+
+@onnx_op("Softmax", since=13)
+def softmax(ctx: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    """Softmax-13: over the single dim ``axis``."""
+    return _softmax(ctx, x, axis, False, False)
+
+
+@onnx_op("LogSoftmax", since=1)
+@onnx_op("LogSoftmax", since=11)
+def log_softmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+    """LogSoftmax-1/11: coerced to 2-D at ``axis``."""
+    return _softmax(ctx, x, axis, True, True)
+
+
+@onnx_op("LogSoftmax", since=13)
+def log_softmax(ctx: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    """LogSoftmax-13: over the single dim ``axis``."""
+    return _softmax(ctx, x, axis, False, True)
+
+
+def _hardmax(ctx: NodeContext, x: np.ndarray, axis: int, coerce_2d: bool) -> np.ndarray:
+    a = _norm_axis(ctx, axis, x.ndim)
+    shape = x.shape
+    outer = math.prod(shape[:a])
+    if coerce_2d:
+        n, inner = math.prod(shape[a:]), 1
+    else:
+        n, inner = shape[a], math.prod(shape[a + 1 :])
+    y3 = np.zeros((outer, n, inner), x.dtype)
+    if y3.size:
+        # argmax picks the first maximum, as the spec requires.
+        idx = np.argmax(x.reshape(outer, n, inner), axis=1)
+        np.put_along_axis(y3, idx[:, None, :], 1, axis=1)
+    return y3.reshape(shape)
+
+
+@onnx_op("Hardmax", since=1)
+@onnx_op("Hardmax", since=11)
+def hardmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+    """Hardmax-1/11: one-hot of the first maximum of the input coerced to 2-D at ``axis``."""
+    return _hardmax(ctx, x, axis, True)
+
+
+@onnx_op("Hardmax", since=13)
+def hardmax(ctx: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+    """Hardmax-13: one-hot of the first maximum along ``axis``."""
+    return _hardmax(ctx, x, axis, False)
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisations
+
+
+def _bn_inference(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    epsilon: float,
+    spatial: int = 1,
+) -> np.ndarray:
+    if x.ndim < 2:
+        raise ctx.error(f"X must be (N, C, ...), got shape {x.shape}")
+    N = x.shape[0]
+    if spatial:
+        C, S = x.shape[1], math.prod(x.shape[2:])
+    else:
+        C, S = math.prod(x.shape[1:]), 1
+    for name, v in (("scale", scale), ("B", bias), ("mean", mean), ("var", var)):
+        if v.size != C:
+            raise ctx.error(f"{name} has shape {v.shape}, expected {C} values (one per channel)")
+    dtype = x.dtype
+    xc = np.ascontiguousarray(_compute(x))
+    a = scale.astype(np.float64).reshape(C) / np.sqrt(var.astype(np.float64).reshape(C) + epsilon)
+    b = bias.astype(np.float64).reshape(C) - mean.astype(np.float64).reshape(C) * a
+    x3 = xc.reshape(N, C, S)
+    y3 = np.empty_like(x3)
+    _launch(
+        knorm.channel_affine,
+        knorm.channel_affine_par,
+        x3.size,
+        x3,
+        a.astype(xc.dtype),
+        b.astype(xc.dtype),
+        y3,
+    )
+    return _back(y3.reshape(x.shape), dtype)
+
+
+def _no_training_outputs(ctx: NodeContext) -> None:
+    if any(ctx.outputs_used[1:]):
+        raise ctx.unsupported(
+            "training-mode outputs (mean, var, saved_mean, saved_var) are not supported before "
+            "BatchNormalization-14; use only output Y (inference) or opset >= 14"
+        )
+
+
+@onnx_op("BatchNormalization", since=7)
+def batch_norm_7(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    *,
+    epsilon: float = _EPS,
+    momentum: float = _MOMENTUM,
+    spatial: int = 1,
+) -> np.ndarray:
+    """BatchNormalization-7, inference: ``spatial=0`` takes per-element statistics of shape
+    X.shape[1:]."""
+    _no_training_outputs(ctx)
+    return _bn_inference(ctx, x, scale, b, mean, var, epsilon, spatial)
+
+
+@onnx_op("BatchNormalization", since=9)
+def batch_norm_9(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    *,
+    epsilon: float = _EPS,
+    momentum: float = _MOMENTUM,
+) -> np.ndarray:
+    """BatchNormalization-9, inference: per-channel statistics."""
+    _no_training_outputs(ctx)
+    return _bn_inference(ctx, x, scale, b, mean, var, epsilon)
+
+
+@onnx_op("BatchNormalization", since=14)
+@onnx_op("BatchNormalization", since=15)
+def batch_norm(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    input_mean: np.ndarray,
+    input_var: np.ndarray,
+    *,
+    epsilon: float = _EPS,
+    momentum: float = _MOMENTUM,
+    training_mode: int = 0,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BatchNormalization-14/15. Inference normalises with the given statistics. With
+    ``training_mode=1`` it normalises with the batch statistics (biased variance) and also
+    returns ``running = input * momentum + batch * (1 - momentum)`` for mean and variance."""
+    if not training_mode:
+        if any(ctx.outputs_used[1:]):
+            raise ctx.error("running_mean/running_var outputs require training_mode=1")
+        return _bn_inference(ctx, x, scale, b, input_mean, input_var, epsilon)
+    if x.ndim < 2:
+        raise ctx.error(f"X must be (N, C, ...), got shape {x.shape}")
+    axes = (0, *range(2, x.ndim))
+    xc = _compute(x).astype(np.float64)
+    bmean = xc.mean(axis=axes)
+    bvar = xc.var(axis=axes)
+    y = _bn_inference(ctx, x, scale, b, bmean, bvar, epsilon)
+    rmean = input_mean.astype(np.float64) * momentum + bmean * (1 - momentum)
+    rvar = input_var.astype(np.float64) * momentum + bvar * (1 - momentum)
+    return y, rmean.astype(input_mean.dtype), rvar.astype(input_var.dtype)
+
+
+def _group_norm(
+    ctx: NodeContext,
+    x: np.ndarray,
+    groups: int,
+    scale_c: np.ndarray,
+    bias_c: np.ndarray,
+    eps: float,
+    compute: np.dtype | None = None,
+) -> np.ndarray:
+    N, C = x.shape[:2]
+    S = math.prod(x.shape[2:])
+    dtype = x.dtype
+    cd = compute or _compute_dtype(dtype)
+    x3 = np.ascontiguousarray(x.astype(cd, copy=False)).reshape(N, C, S)
+    y3 = np.empty_like(x3)
+    _launch(
+        knorm.group_norm,
+        knorm.group_norm_par,
+        x3.size,
+        x3,
+        groups,
+        scale_c.astype(cd),
+        bias_c.astype(cd),
+        float(eps),
+        y3,
+    )
+    return _back(y3.reshape(x.shape), dtype)
+
+
+@onnx_op("InstanceNormalization", since=6)
+@onnx_op("InstanceNormalization", since=22)
+def instance_norm(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    *,
+    epsilon: float = _EPS,
+) -> np.ndarray:
+    """Normalise every (n, c) plane over its spatial dims; per-channel scale and bias."""
+    if x.ndim < 3:
+        raise ctx.error(f"expected (N, C, spatial...), got shape {x.shape}")
+    C = x.shape[1]
+    if scale.shape != (C,) or b.shape != (C,):
+        raise ctx.error(f"scale {scale.shape} and B {b.shape} must both be ({C},)")
+    return _group_norm(ctx, x, C, scale, b, epsilon)
+
+
+def _check_groups(ctx: NodeContext, x: np.ndarray, num_groups: int | None) -> int:
+    if x.ndim < 2:
+        raise ctx.error(f"expected (N, C, ...), got shape {x.shape}")
+    if num_groups is None or num_groups < 1 or x.shape[1] % num_groups:
+        raise ctx.error(
+            f"num_groups={num_groups} must be >= 1 and divide the {x.shape[1]} channels"
+        )
+    return int(num_groups)
+
+
+@onnx_op("GroupNormalization", since=18)
+def group_norm_18(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    *,
+    epsilon: float = _EPS,
+    num_groups: int | None = None,
+) -> np.ndarray:
+    """GroupNormalization-18: scale and bias have one value per group."""
+    g = _check_groups(ctx, x, num_groups)
+    if scale.shape != (g,) or bias.shape != (g,):
+        raise ctx.error(
+            f"scale {scale.shape} and bias {bias.shape} must be ({g},) (one per group) at "
+            "opset 18; opset 21 takes one per channel"
+        )
+    rep = x.shape[1] // g
+    return _group_norm(ctx, x, g, np.repeat(scale, rep), np.repeat(bias, rep), epsilon)
+
+
+def _stash_dtype(ctx: NodeContext, stash_type: int) -> np.dtype:
+    if stash_type == 1:
+        return np.dtype(np.float32)
+    if stash_type == 11:
+        return np.dtype(np.float64)
+    raise ctx.unsupported(f"stash_type={stash_type} (only 1 = float and 11 = double are)")
+
+
+@onnx_op("GroupNormalization", since=21)
+def group_norm(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    *,
+    epsilon: float = _EPS,
+    num_groups: int | None = None,
+    stash_type: int = 1,
+) -> np.ndarray:
+    """GroupNormalization-21: scale and bias have one value per channel; statistics are
+    accumulated in float64 (at least the precision ``stash_type`` asks for)."""
+    g = _check_groups(ctx, x, num_groups)
+    C = x.shape[1]
+    _stash_dtype(ctx, stash_type)
+    if scale.shape != (C,) or bias.shape != (C,):
+        raise ctx.error(f"scale {scale.shape} and bias {bias.shape} must be ({C},)")
+    return _group_norm(ctx, x, g, scale, bias, epsilon)
+
+
+@onnx_op("LayerNormalization", since=17)
+def layer_norm(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = _EPS,
+    stash_type: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Normalise over dims ``axis..`` then ``* Scale + B`` (broadcast to those dims). Mean and
+    InvStdDev have shape X.shape[:axis] + ones and the stash type (float32 for stash_type=1),
+    as onnx shape inference and onnxruntime give them."""
+    a = _norm_axis(ctx, axis, x.ndim)
+    stash = _stash_dtype(ctx, stash_type)
+    norm_shape = x.shape[a:]
+    R, n = math.prod(x.shape[:a]), math.prod(norm_shape)
+    dtype = x.dtype
+    cd = _compute_dtype(dtype)
+    try:
+        sc = np.ascontiguousarray(np.broadcast_to(scale, norm_shape).astype(cd)).reshape(n)
+        bi = (
+            np.zeros(n, cd)
+            if b is None
+            else np.ascontiguousarray(np.broadcast_to(b, norm_shape).astype(cd)).reshape(n)
+        )
+    except ValueError:
+        raise ctx.error(
+            f"Scale {scale.shape} / B {None if b is None else b.shape} do not broadcast to the "
+            f"normalised shape {norm_shape}"
+        ) from None
+    x2 = np.ascontiguousarray(x.astype(cd, copy=False)).reshape(R, n)
+    y2 = np.empty_like(x2)
+    mean = np.empty(R, np.float64)
+    inv = np.empty(R, np.float64)
+    _launch(
+        knorm.standardize_rows,
+        knorm.standardize_rows_par,
+        x2.size,
+        x2,
+        sc,
+        bi,
+        float(epsilon),
+        0.0,
+        y2,
+        mean,
+        inv,
+    )
+    stat_shape = (*x.shape[:a], *([1] * (x.ndim - a)))
+    return (
+        _back(y2.reshape(x.shape), dtype),
+        mean.astype(stash).reshape(stat_shape),
+        inv.astype(stash).reshape(stat_shape),
+    )
+
+
+@onnx_op("MeanVarianceNormalization", since=9)
+@onnx_op("MeanVarianceNormalization", since=13)
+def mean_variance_norm(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    axes: list[int] = [0, 2, 3],  # noqa: B006 - schema default, never mutated
+) -> np.ndarray:
+    """``(X - mean) / (sqrt(var) + 1e-9)`` over ``axes`` (the function body's epsilon)."""
+    red = sorted({_norm_axis(ctx, int(a), x.ndim) for a in axes})
+    keep = [i for i in range(x.ndim) if i not in red]
+    perm = keep + red
+    dtype = x.dtype
+    xt = np.ascontiguousarray(np.transpose(_compute(x), perm))
+    R = math.prod(xt.shape[: len(keep)])
+    n = math.prod(xt.shape[len(keep) :])
+    x2 = xt.reshape(R, n)
+    y2 = np.empty_like(x2)
+    mean = np.empty(R, np.float64)
+    inv = np.empty(R, np.float64)
+    _launch(
+        knorm.standardize_rows,
+        knorm.standardize_rows_par,
+        x2.size,
+        x2,
+        np.ones(n, x2.dtype),
+        np.zeros(n, x2.dtype),
+        0.0,
+        1e-9,
+        y2,
+        mean,
+        inv,
+    )
+    y = np.transpose(y2.reshape(xt.shape), np.argsort(perm))
+    y = np.asarray(y)
+    if not y.flags.c_contiguous:
+        y = np.ascontiguousarray(y)
+    return _back(y, dtype)
+
+
+@onnx_op("LRN", since=1)
+@onnx_op("LRN", since=13)
+def lrn(
+    ctx: NodeContext,
+    x: np.ndarray,
+    *,
+    alpha: float = _LRN_ALPHA,
+    beta: float = 0.75,
+    bias: float = 1.0,
+    size: int | None = None,
+) -> np.ndarray:
+    """Local response normalisation across channels (window of ``size`` channels)."""
+    if size is None or size < 1:
+        raise ctx.error(f"size must be a positive integer, got {size}")
+    if x.ndim < 2:
+        raise ctx.error(f"expected (N, C, ...), got shape {x.shape}")
+    dtype = x.dtype
+    xc = np.ascontiguousarray(_compute(x))
+    x3 = xc.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
+    y3 = np.empty_like(x3)
+    knn.lrn(x3, y3, int(size), float(alpha), float(beta), float(bias))
+    return _back(y3.reshape(x.shape), dtype)

@@ -1,0 +1,139 @@
+"""Convolution data-movement kernels (CPU, Numba): im2col, col2im, depthwise convolution.
+
+The contraction itself is BLAS (numpy matmul) in the host code; these kernels only arrange
+data. Tensors are canonicalised by the caller to 3 spatial dims: ``x`` is (N, C, D, H, W) with
+leading size-1 spatial dims for 1-D and 2-D convolutions; ``k``, ``st``, ``dl``, ``pb`` are
+int64 arrays of length 3 (kernel, strides, dilations, pads at the beginning).
+"""
+
+from __future__ import annotations
+
+from numba import prange
+
+from .._jit import njit, pjit
+
+
+@njit(inline="always")
+def _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg):
+    n = idx // cg
+    c = idx % cg
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    OD, OH, OW = osz[0], osz[1], osz[2]
+    for kd in range(k[0]):
+        for kh in range(k[1]):
+            for kw in range(k[2]):
+                row = ((c * k[0] + kd) * k[1] + kh) * k[2] + kw
+                for od in range(OD):
+                    d = od * st[0] - pb[0] + kd * dl[0]
+                    dok = d >= 0 and d < D
+                    for oh in range(OH):
+                        h = oh * st[1] - pb[1] + kh * dl[1]
+                        ok = dok and h >= 0 and h < H
+                        base = (od * OH + oh) * OW
+                        for ow in range(OW):
+                            w = ow * st[2] - pb[2] + kw * dl[2]
+                            if ok and w >= 0 and w < W:
+                                col[n, row, base + ow] = x[n, c0 + c, d, h, w]
+                            else:
+                                col[n, row, base + ow] = 0
+
+
+@njit
+def im2col(x, c0, cg, k, st, dl, pb, osz, col):
+    """Unfold channels ``c0 .. c0+cg`` of ``x`` (N, C, D, H, W) into ``col`` (N, cg*KD*KH*KW,
+    OD*OH*OW): row ``(c, kd, kh, kw)``, column ``(od, oh, ow)``; padding taps are zero."""
+    for idx in range(x.shape[0] * cg):
+        _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg)
+
+
+@pjit
+def im2col_par(x, c0, cg, k, st, dl, pb, osz, col):
+    """Parallel twin of :func:`im2col` (threads over (batch, channel))."""
+    for idx in prange(x.shape[0] * cg):
+        _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg)
+
+
+@njit(inline="always")
+def _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg):
+    n = idx // mg
+    m = idx % mg
+    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
+    ID, IH, IW = isz[0], isz[1], isz[2]
+    for kd in range(k[0]):
+        for kh in range(k[1]):
+            for kw in range(k[2]):
+                row = ((m * k[0] + kd) * k[1] + kh) * k[2] + kw
+                for i_d in range(ID):
+                    d = i_d * st[0] - pb[0] + kd * dl[0]
+                    if d < 0 or d >= OD:
+                        continue
+                    for ih in range(IH):
+                        h = ih * st[1] - pb[1] + kh * dl[1]
+                        if h < 0 or h >= OH:
+                            continue
+                        base = (i_d * IH + ih) * IW
+                        for iw in range(IW):
+                            w = iw * st[2] - pb[2] + kw * dl[2]
+                            if w >= 0 and w < OW:
+                                y[n, m0 + m, d, h, w] += col[n, row, base + iw]
+
+
+@njit
+def col2im(col, m0, mg, k, st, dl, pb, isz, y):
+    """Fold ``col`` (N, mg*KD*KH*KW, ID*IH*IW) into channels ``m0 .. m0+mg`` of ``y`` (N, M,
+    OD, OH, OW) by accumulation (the adjoint of :func:`im2col`; used by ConvTranspose)."""
+    for idx in range(col.shape[0] * mg):
+        _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg)
+
+
+@pjit
+def col2im_par(col, m0, mg, k, st, dl, pb, isz, y):
+    """Parallel twin of :func:`col2im` (each thread owns whole output planes)."""
+    for idx in prange(col.shape[0] * mg):
+        _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg)
+
+
+@njit(inline="always")
+def _dw_one(x, w, k, st, dl, pb, y, idx, mult):
+    M = y.shape[1]
+    n = idx // M
+    m = idx % M
+    c = m // mult
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
+    for od in range(OD):
+        for oh in range(OH):
+            for ow in range(OW):
+                y[n, m, od, oh, ow] = 0
+    for kd in range(k[0]):
+        for kh in range(k[1]):
+            for kw in range(k[2]):
+                wv = w[m, 0, kd, kh, kw]
+                for od in range(OD):
+                    d = od * st[0] - pb[0] + kd * dl[0]
+                    if d < 0 or d >= D:
+                        continue
+                    for oh in range(OH):
+                        h = oh * st[1] - pb[1] + kh * dl[1]
+                        if h < 0 or h >= H:
+                            continue
+                        for ow in range(OW):
+                            ww = ow * st[2] - pb[2] + kw * dl[2]
+                            if ww >= 0 and ww < W:
+                                y[n, m, od, oh, ow] += wv * x[n, c, d, h, ww]
+
+
+@njit
+def depthwise(x, w, k, st, dl, pb, y, mult):
+    """Depthwise convolution (group == C): output channel ``m`` of ``y`` (N, M, OD, OH, OW)
+    convolves input channel ``m // mult`` of ``x`` with ``w[m, 0]`` (``w`` is (M, 1, KD, KH,
+    KW), M = C * mult). Direct loops: no im2col buffer, no GEMM."""
+    for idx in range(y.shape[0] * y.shape[1]):
+        _dw_one(x, w, k, st, dl, pb, y, idx, mult)
+
+
+@pjit
+def depthwise_par(x, w, k, st, dl, pb, y, mult):
+    """Parallel twin of :func:`depthwise` (threads over (batch, channel) planes)."""
+    for idx in prange(y.shape[0] * y.shape[1]):
+        _dw_one(x, w, k, st, dl, pb, y, idx, mult)

@@ -1,0 +1,131 @@
+"""Pooling kernels (CPU, Numba).
+
+Inputs are canonicalised by the caller to ``(B, D, H, W)``: B = batch * channels planes and
+every spatial rank padded to three dims with leading size-1 dims (kernel 1, stride 1, dilation
+1, pad 0). One compiled specialisation per dtype then serves 1-D, 2-D and 3-D pooling.
+Geometry arrays (``k``, ``st``, ``dl``, ``pb``, ``pe``) are int64 arrays of length 3; ``pb``/
+``pe`` are the pads at the beginning/end. Output sizes come from the shape of ``y``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from .._jit import njit, pjit
+
+
+@njit(inline="always")
+def _max_plane(x, y, ind, b, k, st, dl, pb, col_major):
+    D, H, W = x.shape[1], x.shape[2], x.shape[3]
+    OD, OH, OW = y.shape[1], y.shape[2], y.shape[3]
+    base = b * D * H * W
+    for od in range(OD):
+        d0 = od * st[0] - pb[0]
+        for oh in range(OH):
+            h0 = oh * st[1] - pb[1]
+            for ow in range(OW):
+                w0 = ow * st[2] - pb[2]
+                best = -np.inf
+                bi = -1
+                for kd in range(k[0]):
+                    d = d0 + kd * dl[0]
+                    if d < 0 or d >= D:
+                        continue
+                    for kh in range(k[1]):
+                        h = h0 + kh * dl[1]
+                        if h < 0 or h >= H:
+                            continue
+                        for kw in range(k[2]):
+                            w = w0 + kw * dl[2]
+                            if w < 0 or w >= W:
+                                continue
+                            v = x[b, d, h, w]
+                            if bi < 0 or v > best:
+                                best = v
+                                if col_major:
+                                    bi = (w * H + h) * D + d
+                                else:
+                                    bi = (d * H + h) * W + w
+                y[b, od, oh, ow] = best
+                ind[b, od, oh, ow] = base + bi if bi >= 0 else -1
+
+
+@njit
+def max_pool(x, y, ind, k, st, dl, pb, col_major):
+    """Max pooling of ``x`` (B, D, H, W) into ``y`` (B, OD, OH, OW) and the flat index of
+    each maximum into ``ind`` (int64, same shape as y; row-major over the whole input, or
+    column-major within a plane when ``col_major``). Padding never wins: taps outside the
+    input are skipped. The first maximum in window order wins ties."""
+    for b in range(x.shape[0]):
+        _max_plane(x, y, ind, b, k, st, dl, pb, col_major)
+
+
+@pjit
+def max_pool_par(x, y, ind, k, st, dl, pb, col_major):
+    """Parallel twin of :func:`max_pool` (threads over planes)."""
+    for b in prange(x.shape[0]):
+        _max_plane(x, y, ind, b, k, st, dl, pb, col_major)
+
+
+@njit(inline="always")
+def _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad):
+    D, H, W = x.shape[1], x.shape[2], x.shape[3]
+    OD, OH, OW = y.shape[1], y.shape[2], y.shape[3]
+    for od in range(OD):
+        d0 = od * st[0] - pb[0]
+        for oh in range(OH):
+            h0 = oh * st[1] - pb[1]
+            for ow in range(OW):
+                w0 = ow * st[2] - pb[2]
+                acc = 0.0
+                n_in = 0
+                n_pad = 0
+                for kd in range(k[0]):
+                    d = d0 + kd * dl[0]
+                    if d < -pb[0] or d >= D + pe[0]:
+                        continue
+                    din = d >= 0 and d < D
+                    for kh in range(k[1]):
+                        h = h0 + kh * dl[1]
+                        if h < -pb[1] or h >= H + pe[1]:
+                            continue
+                        hin = h >= 0 and h < H
+                        for kw in range(k[2]):
+                            w = w0 + kw * dl[2]
+                            if w < -pb[2] or w >= W + pe[2]:
+                                continue
+                            # Inside the padded input: counts for count_include_pad.
+                            n_pad += 1
+                            if din and hin and w >= 0 and w < W:
+                                n_in += 1
+                                v = x[b, d, h, w]
+                                if lp:
+                                    if p == 2.0:
+                                        acc += v * v
+                                    else:
+                                        acc += abs(v) ** p
+                                else:
+                                    acc += v
+                if lp:
+                    y[b, od, oh, ow] = acc ** (1.0 / p)
+                else:
+                    cnt = n_pad if count_pad else n_in
+                    y[b, od, oh, ow] = acc / cnt if cnt > 0 else np.nan
+
+
+@njit
+def avg_pool(x, y, k, st, dl, pb, pe, lp, p, count_pad):
+    """Average pooling (``lp=False``) or Lp pooling (``lp=True``, ``(sum |v|^p)^(1/p)``) of
+    ``x`` (B, D, H, W) into ``y``. The average divides by the taps inside the input, or with
+    ``count_pad`` by the taps inside the explicitly padded input (taps that only exist because
+    of ceil_mode never count). Padding contributes zero to Lp pooling."""
+    for b in range(x.shape[0]):
+        _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad)
+
+
+@pjit
+def avg_pool_par(x, y, k, st, dl, pb, pe, lp, p, count_pad):
+    """Parallel twin of :func:`avg_pool` (threads over planes)."""
+    for b in prange(x.shape[0]):
+        _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad)
