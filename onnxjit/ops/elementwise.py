@@ -1,3 +1,746 @@
-"""elementwise operators."""
+"""Elementwise operators of the default domain, computed by generated Numba kernels.
+
+Each op builds a scalar expression (:mod:`onnxjit.codegen.expr`) over its inputs, cached per
+(op, attributes that change the expression, input dtypes), and evaluates it with
+:func:`onnxjit.codegen.elementwise.apply`, which broadcasts with numpy's rules. Float attributes
+(alpha, beta...) are passed as 0-d inputs rather than baked into the code, so a new attribute
+value never compiles a new kernel.
+
+float16/bfloat16 are computed in float32 and stored back in the narrow type; float8 inputs of
+IsNaN/IsInf are widened to float32 too. Strings (Equal, Where, Cast) use numpy.
+
+Registered versions are the ones whose semantics, attributes or inputs changed; the others
+only widened the type lists and resolve to the previous registration
+(:data:`TYPE_ONLY_VERSIONS`, for the version audit).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from onnxjit import types as onnx_types
+from onnxjit.codegen import expr as E
+from onnxjit.codegen.elementwise import apply, compute_dtype
+from onnxjit.registry import onnx_op
+
+# Versions of our ops that only changed the allowed types (reviewed): resolved by the previous
+# registration, which handles the new types.
+TYPE_ONLY_VERSIONS: dict[str, tuple[int, ...]] = {
+    **{op: (13, 14) for op in ("Add", "Sub", "Mul", "Div")},
+    "Pow": (12, 13, 15),
+    "Mod": (13, 28),
+    **{
+        op: (13,)
+        for op in (
+            "Neg",
+            "Abs",
+            "Reciprocal",
+            "Sqrt",
+            "Exp",
+            "Log",
+            "Floor",
+            "Ceil",
+            "Sigmoid",
+            "Tanh",
+            "Erf",
+            "Sign",
+        )
+    },
+    "Relu": (13, 14),
+    "Round": (22,),
+    **{
+        op: (22,)
+        for op in (
+            "Sin",
+            "Cos",
+            "Tan",
+            "Asin",
+            "Acos",
+            "Atan",
+            "Sinh",
+            "Cosh",
+            "Asinh",
+            "Acosh",
+            "Atanh",
+            "HardSigmoid",
+            "HardSwish",
+            "Elu",
+            "Selu",
+            "Softplus",
+            "Softsign",
+            "ThresholdedRelu",
+            "Mish",
+        )
+    },
+    "LeakyRelu": (16,),
+    "PRelu": (7, 9, 16),
+    "Celu": (28,),
+    "Clip": (12, 13),
+    "Min": (12, 13),
+    "Max": (12, 13),
+    "Sum": (13,),
+    "Mean": (13,),
+    "Equal": (11, 13, 19),
+    "Less": (9, 13),
+    "Greater": (9, 13),
+    "LessOrEqual": (16,),
+    "GreaterOrEqual": (16,),
+    "BitShift": (28,),
+    "IsNaN": (13, 20),
+    "IsInf": (20,),
+    "Where": (16,),
+    "Cast": (9, 13, 21, 23, 25, 28),
+    "CastLike": (21, 23, 25),
+}
+
+_EXPRS: dict[tuple, E.Expr] = {}
+
+
+def _ew(
+    key: Any,
+    build: Callable[..., E.Expr],
+    arrays: list[np.ndarray] | tuple[np.ndarray, ...],
+    out_dtype: Any = None,
+) -> np.ndarray:
+    """Evaluate ``build(*inputs)`` elementwise; the expression is cached by key and dtypes.
+
+    The stored dtype defaults to the first input's when the expression computes in its
+    compute dtype (so float16 in -> float16 out), else the expression's dtype.
+    """
+    dts = tuple(a.dtype for a in arrays)
+    k = (key, dts)
+    e = _EXPRS.get(k)
+    if e is None:
+        e = build(*[E.inp(i, compute_dtype(dt)) for i, dt in enumerate(dts)])
+        _EXPRS[k] = e
+    if out_dtype is None:
+        out_dtype = dts[0] if compute_dtype(dts[0]) == e.dtype else e.dtype
+    return apply(e, arrays, out_dtype)
+
+
+def _scalar(value: Any, like: np.ndarray) -> np.ndarray:
+    """A 0-d attribute value in the compute dtype of ``like``."""
+    return np.array(value, dtype=compute_dtype(like.dtype))
+
+
+def _widen_exotic(x: np.ndarray) -> np.ndarray:
+    """float8 and other ml_dtypes floats -> float32 (bfloat16/float16 are handled by apply)."""
+    if x.dtype.kind == "V" and x.dtype != np.dtype(ml_dtypes.bfloat16):
+        return x.astype(np.float32)
+    return x
+
+
+def _is_float(e: E.Expr) -> bool:
+    return e.dtype.kind == "f"
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary arithmetic
+# ---------------------------------------------------------------------------------------------
+
+
+def _add(a: E.Expr, b: E.Expr) -> E.Expr:
+    return E.op("add", a, b)
+
+
+def _sub(a: E.Expr, b: E.Expr) -> E.Expr:
+    return E.op("sub", a, b)
+
+
+def _mul(a: E.Expr, b: E.Expr) -> E.Expr:
+    return E.op("mul", a, b)
+
+
+def _div(a: E.Expr, b: E.Expr) -> E.Expr:
+    # Integer Div truncates toward zero (x/0 -> 0); float Div is IEEE.
+    return E.op("truediv", a, b) if _is_float(a) else E.call("div", a, b)
+
+
+_ARITH = {"Add": _add, "Sub": _sub, "Mul": _mul, "Div": _div}
+
+
+def _legacy_broadcast(ctx: Any, a: np.ndarray, b: np.ndarray, broadcast: int, axis: Any):
+    """Opset 6 arithmetic: B is broadcast onto A only with broadcast=1, aligned at ``axis``."""
+    if not broadcast:
+        if a.shape != b.shape:
+            raise ctx.error(
+                f"shapes {a.shape} and {b.shape} differ and broadcast=0; set broadcast=1 or "
+                "use opset 7 or later"
+            )
+        return b
+    if axis is None:
+        return b
+    ax = axis + a.ndim if axis < 0 else axis
+    if ax < 0 or ax + b.ndim > a.ndim:
+        raise ctx.error(f"axis={axis} cannot align B of shape {b.shape} with A of shape {a.shape}")
+    return b.reshape(b.shape + (1,) * (a.ndim - ax - b.ndim))
+
+
+def _make_arith(op_type: str) -> None:
+    build = _ARITH[op_type]
+
+    @onnx_op(op_type, since=6)
+    def legacy(ctx, a, b, *, axis=None, broadcast=0):
+        """Opset 6: numpy broadcasting replaced by the broadcast/axis attributes."""
+        b = _legacy_broadcast(ctx, a, b, broadcast, axis)
+        if a.dtype != b.dtype:
+            raise ctx.error(f"A is {a.dtype} but B is {b.dtype}; both must have the same type")
+        return _ew(op_type, build, (a, b))
+
+    @onnx_op(op_type, since=7)
+    def numpy_broadcast(ctx, a, b):
+        if a.dtype != b.dtype:
+            raise ctx.error(f"A is {a.dtype} but B is {b.dtype}; both must have the same type")
+        return _ew(op_type, build, (a, b))
+
+    legacy.__name__ = legacy.__qualname__ = f"{op_type.lower()}_6"
+    numpy_broadcast.__name__ = numpy_broadcast.__qualname__ = f"{op_type.lower()}_7"
+
+
+for _op in _ARITH:
+    _make_arith(_op)
+
+
+def _pow_expr(x: E.Expr, y: E.Expr) -> E.Expr:
+    if _is_float(x):
+        # float base: the exponent (any numeric type) is converted to the base's type
+        return E.call("fpow", x, E.cast(y, x.dtype))
+    if _is_float(y):
+        # integer base, float exponent: the real power, truncated back to the integer type
+        f64 = np.dtype(np.float64)
+        return E.cast(E.call("fpow", E.cast(x, f64), E.cast(y, f64)), x.dtype)
+    # integer ** integer by repeated squaring, wrapping like numpy
+    return E.call("ipow", x, E.cast(y, np.int64) if y.dtype.kind == "u" else y, dtype=x.dtype)
+
+
+@onnx_op("Pow", since=7)
+def pow_7(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """X ** Y with numpy broadcasting; the result has X's type (Y may differ from 12 on)."""
+    return _ew("Pow", _pow_expr, (x, y))
+
+
+@onnx_op("Mod", since=10)
+def mod_10(ctx, a: np.ndarray, b: np.ndarray, *, fmod: int = 0) -> np.ndarray:
+    """fmod=0: the result has the divisor's sign (np.mod); fmod=1: the dividend's (C fmod)."""
+    if a.dtype != b.dtype:
+        raise ctx.error(f"A is {a.dtype} but B is {b.dtype}; both must have the same type")
+    fam = "fmod" if fmod else "mod"
+    return _ew(("Mod", fam), lambda p, q: E.call(fam, p, q), (a, b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Unary
+# ---------------------------------------------------------------------------------------------
+
+
+def _unary(op_type: str, since: int, family: str) -> None:
+    def build(x: E.Expr) -> E.Expr:
+        return E.call(family, x)
+
+    def impl(x: np.ndarray) -> np.ndarray:
+        return _ew(op_type, build, (x,))
+
+    impl.__name__ = impl.__qualname__ = f"{op_type.lower()}_{since}"
+    impl.__doc__ = f"{op_type}: elementwise scalar helper family {family!r}."
+    onnx_op(op_type, since=since)(impl)
+
+
+for _op, _since, _fam in [
+    ("Abs", 6, "absval"),
+    ("Reciprocal", 6, "reciprocal"),
+    ("Sqrt", 6, "sqrt"),
+    ("Exp", 6, "exp"),
+    ("Log", 6, "log"),
+    ("Floor", 6, "floor"),
+    ("Ceil", 6, "ceil"),
+    ("Sigmoid", 6, "sigmoid"),
+    ("Tanh", 6, "tanh"),
+    ("Relu", 6, "relu"),
+    ("Round", 11, "round"),
+    ("Sign", 9, "sign"),
+    ("Sin", 7, "sin"),
+    ("Cos", 7, "cos"),
+    ("Tan", 7, "tan"),
+    ("Asin", 7, "asin"),
+    ("Acos", 7, "acos"),
+    ("Atan", 7, "atan"),
+    ("Sinh", 9, "sinh"),
+    ("Cosh", 9, "cosh"),
+    ("Asinh", 9, "asinh"),
+    ("Acosh", 9, "acosh"),
+    ("Atanh", 9, "atanh"),
+    ("Erf", 9, "erf"),
+    ("HardSwish", 14, "hardswish"),
+    ("Softplus", 1, "softplus"),
+    ("Softsign", 1, "softsign"),
+    ("Mish", 18, "mish"),
+]:
+    _unary(_op, _since, _fam)
+
+
+@onnx_op("Neg", since=6)
+def neg_6(x: np.ndarray) -> np.ndarray:
+    """-x (integers wrap: -MIN == MIN, like numpy)."""
+    return _ew("Neg", lambda a: E.op("neg", a), (x,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations with attributes (attributes travel as 0-d inputs)
+# ---------------------------------------------------------------------------------------------
+
+
+@onnx_op("HardSigmoid", since=6)
+def hardsigmoid_6(x: np.ndarray, *, alpha: float = 0.2, beta: float = 0.5) -> np.ndarray:
+    """max(0, min(1, alpha * x + beta))."""
+    return _ew(
+        "HardSigmoid",
+        lambda v, a, b: E.call("hardsigmoid", v, a, b),
+        (x, _scalar(alpha, x), _scalar(beta, x)),
+    )
+
+
+@onnx_op("LeakyRelu", since=6)
+def leakyrelu_6(x: np.ndarray, *, alpha: float = 0.01) -> np.ndarray:
+    """x if x >= 0 else alpha * x."""
+    return _ew("LeakyRelu", lambda v, a: E.call("leakyrelu", v, a), (x, _scalar(alpha, x)))
+
+
+@onnx_op("PRelu", since=6)
+def prelu_6(ctx, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """x if x >= 0 else slope * x; slope broadcasts to X (unidirectionally)."""
+    if slope.dtype != x.dtype:
+        raise ctx.error(f"X is {x.dtype} but slope is {slope.dtype}; both must match")
+    if slope.ndim > x.ndim:
+        raise ctx.error(
+            f"slope of shape {slope.shape} has more dimensions than X of shape {x.shape}"
+        )
+    y = _ew("PRelu", lambda v, s: E.call("prelu", v, s), (x, slope))
+    if y.shape != x.shape:
+        raise ctx.error(
+            f"slope of shape {slope.shape} does not broadcast to X of shape {x.shape}; "
+            "PRelu broadcasts slope to X only"
+        )
+    return y
+
+
+@onnx_op("Elu", since=6)
+def elu_6(x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+    """x if x >= 0 else alpha * (exp(x) - 1)."""
+    return _ew("Elu", lambda v, a: E.call("elu", v, a), (x, _scalar(alpha, x)))
+
+
+@onnx_op("Selu", since=6)
+def selu_6(
+    x: np.ndarray, *, alpha: float = 1.6732631921768188, gamma: float = 1.0507010221481323
+) -> np.ndarray:
+    """gamma * (x if x > 0 else alpha * (exp(x) - 1))."""
+    return _ew(
+        "Selu",
+        lambda v, a, g: E.call("selu", v, a, g),
+        (x, _scalar(alpha, x), _scalar(gamma, x)),
+    )
+
+
+@onnx_op("Celu", since=12)
+def celu_12(x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    return _ew("Celu", lambda v, a: E.call("celu", v, a), (x, _scalar(alpha, x)))
+
+
+@onnx_op("ThresholdedRelu", since=10)
+def thresholdedrelu_10(x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+    """x if x > alpha else 0."""
+    return _ew(
+        "ThresholdedRelu", lambda v, a: E.call("thresholdedrelu", v, a), (x, _scalar(alpha, x))
+    )
+
+
+@onnx_op("Gelu", since=20)
+def gelu_20(ctx, x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
+    """x/2 (1 + erf(x/sqrt 2)); approximate="tanh" uses the tanh formula."""
+    if isinstance(approximate, bytes):
+        approximate = approximate.decode()
+    if approximate not in ("none", "tanh"):
+        raise ctx.error(f"approximate={approximate!r}; expected 'none' or 'tanh'")
+    fam = "gelu_tanh" if approximate == "tanh" else "gelu"
+    return _ew(("Gelu", fam), lambda v: E.call(fam, v), (x,))
+
+
+@onnx_op("Shrink", since=9)
+def shrink_9(x: np.ndarray, *, bias: float = 0.0, lambd: float = 0.5) -> np.ndarray:
+    """x + bias if x < -lambd; x - bias if x > lambd; else 0."""
+    if x.dtype.kind in "iu":
+        # integer input: compare and shift in float64, truncate back
+        f64 = np.dtype(np.float64)
+        lam = np.array(lambd, f64)
+        b = np.array(bias, f64)
+        return _ew(
+            "ShrinkInt",
+            lambda v, la, bi: E.cast(E.call("shrink", E.cast(v, f64), la, bi), v.dtype),
+            (x, lam, b),
+        )
+    return _ew(
+        "Shrink",
+        lambda v, la, bi: E.call("shrink", v, la, bi),
+        (x, _scalar(lambd, x), _scalar(bias, x)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Clip
+# ---------------------------------------------------------------------------------------------
+
+
+def _clip(x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> np.ndarray:
+    arrays = [x]
+    if lo is not None:
+        arrays.append(lo)
+    if hi is not None:
+        arrays.append(hi)
+    has_lo, has_hi = lo is not None, hi is not None
+
+    def build(v: E.Expr, *bounds: E.Expr) -> E.Expr:
+        i = 0
+        if has_lo:
+            v = E.call("clip_lo", v, bounds[i])
+            i += 1
+        if has_hi:
+            v = E.call("clip_hi", v, bounds[i])
+        return v
+
+    return _ew(("Clip", has_lo, has_hi), build, arrays)
+
+
+@onnx_op("Clip", since=6)
+def clip_6(
+    x: np.ndarray, *, max: float = 3.4028234663852886e38, min: float = -3.4028234663852886e38
+) -> np.ndarray:
+    """min(max(x, min), max) with the bounds as attributes."""
+    return _clip(x, _scalar(min, x), _scalar(max, x))
+
+
+@onnx_op("Clip", since=11)
+def clip_11(ctx, x: np.ndarray, min: np.ndarray = None, max: np.ndarray = None) -> np.ndarray:
+    """min(max(x, min), max); min/max are optional scalar inputs (min > max gives max)."""
+    bounds = []
+    for name, b in (("min", min), ("max", max)):
+        if b is not None:
+            if b.size != 1:
+                raise ctx.error(f"{name} must be a scalar, got shape {b.shape}")
+            if b.dtype != x.dtype:
+                raise ctx.error(f"{name} is {b.dtype} but input is {x.dtype}; they must match")
+            b = b.reshape(())
+        bounds.append(b)
+    return _clip(x, bounds[0], bounds[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Variadic Min / Max / Sum / Mean
+# ---------------------------------------------------------------------------------------------
+
+
+def _variadic(ctx: Any, op_type: str, family: str, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+    if not arrays:
+        raise ctx.error("needs at least one input")
+    for a in arrays[1:]:
+        if a.dtype != arrays[0].dtype:
+            raise ctx.error(
+                f"inputs have types {[str(b.dtype) for b in arrays]}; all must be the same"
+            )
+    n = len(arrays)
+
+    def build(*xs: E.Expr) -> E.Expr:
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = E.op("add", acc, x) if family == "add" else E.call(family, acc, x)
+        if op_type == "Mean":
+            acc = E.op("truediv", acc, E.const(n, acc.dtype))
+        return acc
+
+    if n == 1 and op_type != "Mean":
+        return arrays[0].copy()
+    return _ew((op_type, n), build, arrays)
+
+
+@onnx_op("Max", since=6)
+@onnx_op("Max", since=8)
+def max_8(ctx, *data: np.ndarray) -> np.ndarray:
+    """Elementwise maximum with broadcasting (opset 6 required equal shapes); NaN wins."""
+    return _variadic(ctx, "Max", "max", data)
+
+
+@onnx_op("Min", since=6)
+@onnx_op("Min", since=8)
+def min_8(ctx, *data: np.ndarray) -> np.ndarray:
+    """Elementwise minimum with broadcasting (opset 6 required equal shapes); NaN wins."""
+    return _variadic(ctx, "Min", "min", data)
+
+
+@onnx_op("Sum", since=6)
+@onnx_op("Sum", since=8)
+def sum_8(ctx, *data: np.ndarray) -> np.ndarray:
+    """Elementwise sum with broadcasting (opset 6 required equal shapes)."""
+    return _variadic(ctx, "Sum", "add", data)
+
+
+@onnx_op("Mean", since=6)
+@onnx_op("Mean", since=8)
+def mean_8(ctx, *data: np.ndarray) -> np.ndarray:
+    """Elementwise mean with broadcasting (opset 6 required equal shapes)."""
+    return _variadic(ctx, "Mean", "add", data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparisons and logic
+# ---------------------------------------------------------------------------------------------
+
+
+def _compare(ctx: Any, name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype != b.dtype:
+        raise ctx.error(f"A is {a.dtype} but B is {b.dtype}; both must have the same type")
+    if a.dtype.kind in "OUS":
+        if name != "eq":
+            raise ctx.error(f"string tensors only support Equal, got {a.dtype}")
+        return np.equal(a.astype(object), b.astype(object)).astype(bool)
+    return _ew(("cmp", name), lambda p, q: E.op(name, p, q), (a, b), np.bool_)
+
+
+@onnx_op("Equal", since=7)
+def equal_7(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a == b (bool; NaN == NaN is False; strings compared with numpy)."""
+    return _compare(ctx, "eq", a, b)
+
+
+@onnx_op("Less", since=7)
+def less_7(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _compare(ctx, "lt", a, b)
+
+
+@onnx_op("Greater", since=7)
+def greater_7(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _compare(ctx, "gt", a, b)
+
+
+@onnx_op("LessOrEqual", since=12)
+def lessorequal_12(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _compare(ctx, "le", a, b)
+
+
+@onnx_op("GreaterOrEqual", since=12)
+def greaterorequal_12(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return _compare(ctx, "ge", a, b)
+
+
+@onnx_op("Not", since=1)
+def not_1(x: np.ndarray) -> np.ndarray:
+    return _ew("Not", lambda a: E.op("not", a), (x,), np.bool_)
+
+
+def _logic(name: str, build: Callable[[E.Expr, E.Expr], E.Expr]) -> None:
+    def impl(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.dtype != np.bool_ or b.dtype != np.bool_:
+            raise ctx.error(f"{name} takes bool tensors, got {a.dtype} and {b.dtype}")
+        return _ew(name, build, (a, b), np.bool_)
+
+    impl.__name__ = impl.__qualname__ = f"{name.lower()}_7"
+    impl.__doc__ = f"Logical {name} of two bool tensors with broadcasting."
+    onnx_op(name, since=7)(impl)
+
+
+_logic("And", lambda a, b: E.op("bitand", a, b))
+_logic("Or", lambda a, b: E.op("bitor", a, b))
+_logic("Xor", lambda a, b: E.op("ne", a, b))
+
+
+def _bitwise(name: str, opname: str) -> None:
+    def impl(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.dtype != b.dtype:
+            raise ctx.error(f"A is {a.dtype} but B is {b.dtype}; both must have the same type")
+        return _ew(name, lambda p, q: E.op(opname, p, q), (a, b))
+
+    impl.__name__ = impl.__qualname__ = f"{name.lower()}_18"
+    impl.__doc__ = f"{name} of two integer (or bool) tensors with broadcasting."
+    onnx_op(name, since=18)(impl)
+
+
+_bitwise("BitwiseAnd", "bitand")
+_bitwise("BitwiseOr", "bitor")
+_bitwise("BitwiseXor", "bitxor")
+
+
+@onnx_op("BitwiseNot", since=18)
+def bitwisenot_18(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.bool_:
+        return _ew("Not", lambda a: E.op("not", a), (x,), np.bool_)
+    return _ew("BitwiseNot", lambda a: E.op("invert", a), (x,))
+
+
+@onnx_op("BitShift", since=11)
+def bitshift_11(ctx, x: np.ndarray, y: np.ndarray, *, direction: str = None) -> np.ndarray:
+    """x << y (LEFT) or x >> y (RIGHT); shifting by the bit width or more gives 0."""
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("LEFT", "RIGHT"):
+        raise ctx.error(f"direction={direction!r}; expected 'LEFT' or 'RIGHT'")
+    if x.dtype != y.dtype:
+        raise ctx.error(f"X is {x.dtype} but Y is {y.dtype}; both must have the same type")
+    fam = "shl" if direction == "LEFT" else "shr"
+    return _ew(("BitShift", fam), lambda a, b: E.call(fam, a, b), (x, y))
+
+
+@onnx_op("IsNaN", since=9)
+def isnan_9(x: np.ndarray) -> np.ndarray:
+    x = _widen_exotic(x)
+    return _ew("IsNaN", lambda a: E.call("isnan", a, dtype=np.bool_), (x,), np.bool_)
+
+
+@onnx_op("IsInf", since=10)
+def isinf_10(x: np.ndarray, *, detect_negative: int = 1, detect_positive: int = 1) -> np.ndarray:
+    """True at +inf (if detect_positive) and -inf (if detect_negative)."""
+    x = _widen_exotic(x)
+    if detect_negative and detect_positive:
+        fam = "isinf"
+    elif detect_positive:
+        fam = "isposinf"
+    elif detect_negative:
+        fam = "isneginf"
+    else:
+        return np.zeros(x.shape, dtype=np.bool_)
+    if x.dtype.kind in "iu":
+        return np.zeros(x.shape, dtype=np.bool_)
+    return _ew(("IsInf", fam), lambda a: E.call(fam, a, dtype=np.bool_), (x,), np.bool_)
+
+
+@onnx_op("Where", since=9)
+def where_9(ctx, condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """condition ? x : y with broadcasting over all three."""
+    if x.dtype != y.dtype:
+        raise ctx.error(f"X is {x.dtype} but Y is {y.dtype}; both must have the same type")
+    if condition.dtype != np.bool_:
+        raise ctx.error(f"condition must be bool, got {condition.dtype}")
+    if x.dtype.kind not in "biuf" and x.dtype != np.dtype(ml_dtypes.bfloat16):
+        return np.where(condition, x, y)
+    return _ew("Where", lambda c, a, b: E.where(c, a, b), (condition, x, y), x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cast / CastLike
+# ---------------------------------------------------------------------------------------------
+
+_KERNEL_KINDS = "biuf"
+
+
+def _native(dt: np.dtype) -> bool:
+    """dtypes the generated kernels load and store directly (or via float32)."""
+    return dt.kind in _KERNEL_KINDS or dt == np.dtype(ml_dtypes.bfloat16)
+
+
+def _float_to_string(x: np.ndarray) -> np.ndarray:
+    # ONNX spells non-finite values NaN / INF / -INF; finite ones in shortest round-trip form.
+    out = np.empty(x.shape, dtype=object)
+    flat = x.reshape(-1)
+    res = out.reshape(-1)
+    for i, v in enumerate(flat.tolist()):
+        if v != v:
+            res[i] = "NaN"
+        elif v in (float("inf"), float("-inf")):
+            res[i] = "INF" if v > 0 else "-INF"
+        else:
+            res[i] = (
+                np.format_float_positional(x.dtype.type(v), unique=True, trim="-")
+                if False
+                else repr(x.dtype.type(v).item())
+                if x.dtype.kind == "f"
+                else str(v)
+            )
+    return out
+
+
+def _cast_array(ctx: Any, x: np.ndarray, dst: np.dtype, saturate: int) -> np.ndarray:
+    src = x.dtype
+    if src == dst:
+        return x.copy()
+    if dst.kind == "O":
+        if src.kind in "OUS":
+            return x.astype(object)
+        if src.kind == "f" or src == np.dtype(ml_dtypes.bfloat16):
+            return _float_to_string(x.astype(np.float32) if src.kind == "V" else x)
+        return np.vectorize(str, otypes=[object])(x) if x.size else x.astype(object)
+    if src.kind in "OUS":
+        vals = x.astype(object)
+        if dst.kind in "iu":
+            return (
+                np.vectorize(lambda s: int(float(s)), otypes=[dst])(vals)
+                if x.size
+                else (np.empty(x.shape, dst))
+            )
+        if dst.kind == "b":
+            return (
+                np.vectorize(lambda s: float(s) != 0, otypes=[dst])(vals)
+                if x.size
+                else (np.empty(x.shape, dst))
+            )
+        return vals.astype(np.float64).astype(dst)
+    if _native(src) and _native(dst):
+        cdst = compute_dtype(dst)
+        return _ew(("Cast", cdst), lambda a: E.cast(a, cdst), (x,), dst)
+    # float8 / int4 and friends: ml_dtypes conversions
+    if saturate and dst.kind == "V" and "float8" in dst.name and src.kind in "fV":
+        xf = x.astype(np.float32)
+        big = float(ml_dtypes.finfo(dst).max)
+        finite = np.isfinite(xf)
+        xf = np.where(finite, np.clip(xf, -big, big), xf)
+        if "fn" in dst.name:  # no infinity in this type: saturate turns inf into +-max
+            xf = np.where(np.isinf(xf), np.sign(xf) * big, xf)
+        else:
+            xf = np.where(np.isinf(xf), np.sign(xf) * big, xf)
+        return xf.astype(dst)
+    return x.astype(dst)
+
+
+@onnx_op("Cast", since=6)
+def cast_6(ctx, x: np.ndarray, *, to: int = None) -> np.ndarray:
+    """Convert to element type ``to`` (numpy astype semantics; strings parsed and printed)."""
+    return _cast_array(ctx, x, onnx_types.np_dtype(to), 1)
+
+
+@onnx_op("Cast", since=19)
+def cast_19(ctx, x: np.ndarray, *, saturate: int = 1, to: int = None) -> np.ndarray:
+    """As Cast-6, plus ``saturate`` for float8 targets (clamp out-of-range to the max)."""
+    return _cast_array(ctx, x, onnx_types.np_dtype(to), saturate)
+
+
+@onnx_op("Cast", since=24)
+def cast_24(
+    ctx, x: np.ndarray, *, round_mode: str = "up", saturate: int = 1, to: int = None
+) -> np.ndarray:
+    """As Cast-19, plus ``round_mode`` (only for float8e8m0 targets; only "up" here)."""
+    dst = onnx_types.np_dtype(to)
+    if "e8m0" in dst.name and round_mode != "up":
+        raise ctx.unsupported(f"round_mode={round_mode!r} for {dst}; only 'up' is supported")
+    return _cast_array(ctx, x, dst, saturate)
+
+
+@onnx_op("CastLike", since=15)
+def castlike_15(ctx, x: np.ndarray, target_type: np.ndarray) -> np.ndarray:
+    """Cast ``x`` to the element type of ``target_type``."""
+    return _cast_array(ctx, x, target_type.dtype, 1)
+
+
+@onnx_op("CastLike", since=19)
+def castlike_19(ctx, x: np.ndarray, target_type: np.ndarray, *, saturate: int = 1) -> np.ndarray:
+    return _cast_array(ctx, x, target_type.dtype, saturate)
+
+
+@onnx_op("CastLike", since=24)
+def castlike_24(
+    ctx, x: np.ndarray, target_type: np.ndarray, *, round_mode: str = "up", saturate: int = 1
+) -> np.ndarray:
+    dst = target_type.dtype
+    if "e8m0" in dst.name and round_mode != "up":
+        raise ctx.unsupported(f"round_mode={round_mode!r} for {dst}; only 'up' is supported")
+    return _cast_array(ctx, x, dst, saturate)

@@ -1,0 +1,545 @@
+"""Exact ONNX scalar semantics, written once.
+
+Every helper is a small ``@njit(inline="always")`` function that uses only operators and
+``math``, so the same body compiles for the CPU, for CUDA and for the CUDA simulator. Generated
+elementwise kernels (``onnxjit.codegen.elementwise``) call these helpers by name.
+
+Naming: a helper exists in up to four flavours and the code generator picks the first that
+exists for the operand type:
+
+* ``<name>_f32`` / ``<name>_f64``: floating point, one per precision. Their constants are
+  typed (``np.float32(0.5)``) because a bare ``0.5`` would promote a float32 chain to float64.
+  They are written once (a ``_f`` body reading the constants ``ZERO``, ``ONE``... as globals)
+  and specialised by :func:`_per_precision`, which rebinds those globals.
+* ``<name>_uint``: unsigned integers.
+* ``<name>_int``: signed integers (and unsigned, if there is no ``_uint`` flavour).
+* ``<name>``: any type.
+
+Numba's CPU target types ``math.floor``/``math.ceil`` as int (Python semantics) and lacks
+``math.fmod``, so those three use the numpy scalar functions, which keep the float type.
+
+Integer helpers compute in Numba's promoted integer type (int64/uint64); the generator casts
+the result back to the operand type, which wraps exactly like numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+
+from ._jit import njit
+
+# ---------------------------------------------------------------------------------------------
+# Per-precision specialisation of float helpers
+# ---------------------------------------------------------------------------------------------
+
+# The constants a float body may read; each precision gets its own typed copies.
+_CONSTS = {
+    "ZERO": 0.0,
+    "HALF": 0.5,
+    "ONE": 1.0,
+    "TWO": 2.0,
+    "THREE": 3.0,
+    "SIXTH": 1.0 / 6.0,
+    "SQRT1_2": 0.7071067811865476,  # 1/sqrt(2), for erf-Gelu
+    "SQRT2_PI": 0.7978845608028654,  # sqrt(2/pi), for tanh-Gelu
+    "GELU_C": 0.044715,
+}
+
+_F32_GLOBALS = {k: np.float32(v) for k, v in _CONSTS.items()}
+_F64_GLOBALS = {k: np.float64(v) for k, v in _CONSTS.items()}
+
+
+def _per_precision(body):
+    """Compile ``body`` twice, with float32 and float64 constants; returns (f32, f64)."""
+    out = []
+    for suffix, consts in (("f32", _F32_GLOBALS), ("f64", _F64_GLOBALS)):
+        g = dict(body.__globals__)
+        g.update(consts)
+        name = body.__name__[1:-2] + "_" + suffix  # "_erf_f" -> "erf_f32"
+        fn = types.FunctionType(body.__code__, g, name, body.__defaults__, body.__closure__)
+        # A distinct qualname keeps Numba's on-disk cache entries of the two flavours apart.
+        fn.__qualname__ = name
+        fn.__module__ = body.__module__
+        fn.__doc__ = body.__doc__
+        out.append(njit(inline="always")(fn))
+    return tuple(out)
+
+
+# Placeholders so that linters know the names; _per_precision rebinds them per precision.
+ZERO = HALF = ONE = TWO = THREE = SIXTH = SQRT1_2 = SQRT2_PI = GELU_C = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer arithmetic
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def div_int(a, b):
+    """Signed integer Div: truncates toward zero; x/0 -> 0 (numpy's result); MIN/-1 wraps."""
+    if b == 0:
+        return a - a
+    if b == -1:
+        return -a
+    q = a // b  # floors
+    if q * b != a and ((a < 0) != (b < 0)):
+        q += 1
+    return q
+
+
+@njit(inline="always")
+def div_uint(a, b):
+    """Unsigned integer Div; x/0 -> 0."""
+    if b == 0:
+        return a - a
+    return a // b
+
+
+@njit(inline="always")
+def mod_int(a, b):
+    """Mod fmod=0 on signed ints: the result has the divisor's sign (Python %); x%0 -> 0."""
+    if b == 0 or b == -1:
+        return a - a
+    return a % b
+
+
+@njit(inline="always")
+def mod_uint(a, b):
+    """Mod on unsigned ints (both fmod flavours agree); x%0 -> 0."""
+    if b == 0:
+        return a - a
+    return a % b
+
+
+@njit(inline="always")
+def fmod_int(a, b):
+    """Mod fmod=1 on signed ints: C's %, the result has the dividend's sign; x%0 -> 0."""
+    if b == 0 or b == -1:
+        return a - a
+    r = a % b
+    if r != 0 and ((r < 0) != (a < 0)):
+        r -= b
+    return r
+
+
+@njit(inline="always")
+def fmod_uint(a, b):
+    if b == 0:
+        return a - a
+    return a % b
+
+
+@njit(inline="always")
+def ipow_int(a, b):
+    """Integer Pow by repeated squaring, wrapping on overflow like numpy.
+
+    A negative exponent gives the truncated real result: 1 for a == 1, +-1 for a == -1, else 0
+    (numpy refuses negative integer powers; ONNX leaves them undefined).
+    """
+    if b < 0:
+        if a == 1:
+            return a
+        if a == -1:
+            return a if (b % 2) != 0 else -a
+        return a - a
+    result = a - a + 1
+    base = a
+    e = b
+    while e > 0:
+        if e & 1:
+            result = result * base
+        base = base * base
+        e >>= 1
+    return result
+
+
+@njit(inline="always")
+def shl_int(a, b):
+    """BitShift LEFT; shifting by the bit width or more gives 0 (numpy's left_shift)."""
+    if b >= 64 or b < 0:
+        return a - a
+    return a << b
+
+
+@njit(inline="always")
+def shr_uint(a, b):
+    """BitShift RIGHT on unsigned ints; shifting by the bit width or more gives 0."""
+    if b >= 64 or b < 0:
+        return a - a
+    return a >> b
+
+
+@njit(inline="always")
+def shr_int(a, b):
+    """BitShift RIGHT on signed ints: arithmetic shift, saturating to 0 or -1."""
+    if b >= 64 or b < 0:
+        return a - a if a >= 0 else a - a - 1
+    return a >> b
+
+
+@njit(inline="always")
+def absval_uint(a):
+    return a
+
+
+@njit(inline="always")
+def absval_int(a):
+    """Abs of a signed int; abs(MIN) wraps to MIN after the cast back, like numpy."""
+    return -a if a < 0 else a
+
+
+@njit(inline="always")
+def sign_int(a):
+    return (a > 0) - (a < 0)
+
+
+@njit(inline="always")
+def sign_uint(a):
+    return 1 if a > 0 else 0
+
+
+@njit(inline="always")
+def max_int(a, b):
+    return a if a > b else b
+
+
+@njit(inline="always")
+def min_int(a, b):
+    return a if a < b else b
+
+
+@njit(inline="always")
+def relu_int(a):
+    return a if a > 0 else a - a
+
+
+# ---------------------------------------------------------------------------------------------
+# Floating point
+# ---------------------------------------------------------------------------------------------
+
+
+def _max_f(a, b):
+    """Max with NaN propagation (np.maximum): a NaN in either operand gives NaN."""
+    return a if (a > b or a != a) else b
+
+
+def _min_f(a, b):
+    """Min with NaN propagation (np.minimum)."""
+    return a if (a < b or a != a) else b
+
+
+def _mod_f(a, b):
+    """Mod fmod=0 on floats: np.mod semantics, the result has the divisor's sign."""
+    r = np.fmod(a, b)
+    if r != ZERO:
+        if (r < ZERO) != (b < ZERO):
+            r = r + b
+    else:
+        r = math.copysign(ZERO, b)
+    return r
+
+
+def _fmod_f(a, b):
+    """Mod fmod=1 on floats: C fmod, the result has the dividend's sign."""
+    return np.fmod(a, b)
+
+
+def _round_f(x):
+    """Round half to even (np.round); inf and NaN pass through."""
+    r = np.floor(x)
+    d = x - r
+    if d > HALF:
+        r = r + ONE
+    elif d == HALF and np.floor(r * HALF) != r * HALF:
+        # a tie rounds up only when r is odd (r/2 is not a whole number)
+        r = r + ONE
+    return r
+
+
+def _sign_f(x):
+    """Sign: -1, 0 or 1; NaN stays NaN."""
+    if x > ZERO:
+        return ONE
+    if x < ZERO:
+        return -ONE
+    return x * ZERO
+
+
+def _relu_f(x):
+    """max(x, 0) with NaN propagation."""
+    return ZERO if x < ZERO else x
+
+
+def _reciprocal_f(x):
+    return ONE / x
+
+
+def _sigmoid_f(x):
+    """Logistic function, stable for large |x| (never evaluates exp of a large positive)."""
+    if x >= ZERO:
+        return ONE / (ONE + math.exp(-x))
+    e = math.exp(x)
+    return e / (ONE + e)
+
+
+def _softplus_f(x):
+    """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))."""
+    m = x if x > ZERO else ZERO
+    return m + math.log1p(math.exp(-abs(x)))
+
+
+def _softsign_f(x):
+    return x / (ONE + abs(x))
+
+
+def _hardsigmoid_f(x, alpha, beta):
+    """max(0, min(1, alpha*x + beta))."""
+    v = alpha * x + beta
+    if v > ONE:
+        v = ONE
+    return ZERO if v < ZERO else v
+
+
+def _hardswish_f(x):
+    """x * max(0, min(1, x/6 + 1/2))."""
+    v = x * SIXTH + HALF
+    if v > ONE:
+        v = ONE
+    if v < ZERO:
+        v = ZERO
+    return x * v
+
+
+def _leakyrelu_f(x, alpha):
+    return x * alpha if x < ZERO else x
+
+
+def _prelu_f(x, slope):
+    return x * slope if x < ZERO else x
+
+
+def _elu_f(x, alpha):
+    return alpha * math.expm1(x) if x < ZERO else x
+
+
+def _selu_f(x, alpha, gamma):
+    return gamma * (alpha * math.expm1(x)) if x <= ZERO else gamma * x
+
+
+def _celu_f(x, alpha):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    return alpha * math.expm1(x / alpha) if x < ZERO else x
+
+
+def _thresholdedrelu_f(x, alpha):
+    return x if x > alpha else ZERO
+
+
+def _mish_f(x):
+    """x * tanh(softplus(x))."""
+    m = x if x > ZERO else ZERO
+    return x * math.tanh(m + math.log1p(math.exp(-abs(x))))
+
+
+def _gelu_f(x):
+    """Gelu, erf form: x/2 * (1 + erf(x/sqrt(2)))."""
+    return HALF * x * (ONE + math.erf(x * SQRT1_2))
+
+
+def _gelu_tanh_f(x):
+    """Gelu, tanh form: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
+    return HALF * x * (ONE + math.tanh(SQRT2_PI * (x + GELU_C * x * x * x)))
+
+
+def _shrink_f(x, lambd, bias):
+    if x < -lambd:
+        return x + bias
+    if x > lambd:
+        return x - bias
+    return ZERO
+
+
+def _erf_f(x):
+    return math.erf(x)
+
+
+def _isinf_f(x):
+    return math.isinf(x)
+
+
+def _isposinf_f(x):
+    return x > ZERO and math.isinf(x)
+
+
+def _isneginf_f(x):
+    return x < ZERO and math.isinf(x)
+
+
+def _isnan_f(x):
+    return x != x
+
+
+max_f32, max_f64 = _per_precision(_max_f)
+min_f32, min_f64 = _per_precision(_min_f)
+mod_f32, mod_f64 = _per_precision(_mod_f)
+fmod_f32, fmod_f64 = _per_precision(_fmod_f)
+round_f32, round_f64 = _per_precision(_round_f)
+sign_f32, sign_f64 = _per_precision(_sign_f)
+relu_f32, relu_f64 = _per_precision(_relu_f)
+reciprocal_f32, reciprocal_f64 = _per_precision(_reciprocal_f)
+sigmoid_f32, sigmoid_f64 = _per_precision(_sigmoid_f)
+softplus_f32, softplus_f64 = _per_precision(_softplus_f)
+softsign_f32, softsign_f64 = _per_precision(_softsign_f)
+hardsigmoid_f32, hardsigmoid_f64 = _per_precision(_hardsigmoid_f)
+hardswish_f32, hardswish_f64 = _per_precision(_hardswish_f)
+leakyrelu_f32, leakyrelu_f64 = _per_precision(_leakyrelu_f)
+prelu_f32, prelu_f64 = _per_precision(_prelu_f)
+elu_f32, elu_f64 = _per_precision(_elu_f)
+selu_f32, selu_f64 = _per_precision(_selu_f)
+celu_f32, celu_f64 = _per_precision(_celu_f)
+thresholdedrelu_f32, thresholdedrelu_f64 = _per_precision(_thresholdedrelu_f)
+mish_f32, mish_f64 = _per_precision(_mish_f)
+gelu_f32, gelu_f64 = _per_precision(_gelu_f)
+gelu_tanh_f32, gelu_tanh_f64 = _per_precision(_gelu_tanh_f)
+shrink_f32, shrink_f64 = _per_precision(_shrink_f)
+erf_f32, erf_f64 = _per_precision(_erf_f)
+isinf_f32, isinf_f64 = _per_precision(_isinf_f)
+isposinf_f32, isposinf_f64 = _per_precision(_isposinf_f)
+isneginf_f32, isneginf_f64 = _per_precision(_isneginf_f)
+isnan_f32, isnan_f64 = _per_precision(_isnan_f)
+
+
+# ---------------------------------------------------------------------------------------------
+# Any type
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def prelu_int(x, slope):
+    return x * slope if x < 0 else x
+
+
+@njit(inline="always")
+def clip_lo(x, lo):
+    """max(x, lo); a NaN x stays NaN."""
+    return lo if x < lo else x
+
+
+@njit(inline="always")
+def clip_hi(x, hi):
+    """min(x, hi); a NaN x stays NaN."""
+    return hi if x > hi else x
+
+
+@njit(inline="always")
+def shrink_int(x, lambd, bias):
+    if x < -lambd:
+        return x + bias
+    if x > lambd:
+        return x - bias
+    return x - x
+
+
+# ---------------------------------------------------------------------------------------------
+# Float unary functions (the math function keeps float32 as float32)
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def floor(x):
+    return np.floor(x)
+
+
+@njit(inline="always")
+def ceil(x):
+    return np.ceil(x)
+
+
+@njit(inline="always")
+def sqrt(x):
+    return math.sqrt(x)
+
+
+@njit(inline="always")
+def exp(x):
+    return math.exp(x)
+
+
+@njit(inline="always")
+def log(x):
+    return math.log(x)
+
+
+@njit(inline="always")
+def sin(x):
+    return math.sin(x)
+
+
+@njit(inline="always")
+def cos(x):
+    return math.cos(x)
+
+
+@njit(inline="always")
+def tan(x):
+    return math.tan(x)
+
+
+@njit(inline="always")
+def asin(x):
+    return math.asin(x)
+
+
+@njit(inline="always")
+def acos(x):
+    return math.acos(x)
+
+
+@njit(inline="always")
+def atan(x):
+    return math.atan(x)
+
+
+@njit(inline="always")
+def sinh(x):
+    return math.sinh(x)
+
+
+@njit(inline="always")
+def cosh(x):
+    return math.cosh(x)
+
+
+@njit(inline="always")
+def tanh(x):
+    return math.tanh(x)
+
+
+@njit(inline="always")
+def asinh(x):
+    return math.asinh(x)
+
+
+@njit(inline="always")
+def acosh(x):
+    return math.acosh(x)
+
+
+@njit(inline="always")
+def atanh(x):
+    return math.atanh(x)
+
+
+@njit(inline="always")
+def absval(x):
+    """abs for floats (clears the sign of -0.0 and NaN like numpy)."""
+    return abs(x)
+
+
+@njit(inline="always")
+def fpow(a, b):
+    """Float Pow (same float type on both sides)."""
+    return a**b

@@ -1,0 +1,438 @@
+"""Elementwise kernel generator: expression DAG -> Numba loop nest over broadcast inputs.
+
+:func:`apply` evaluates one expression (or :func:`apply_many` several, sharing inputs) over
+numpy arrays with numpy broadcasting. The work per call is a few shape computations and one
+dict lookup; kernels are specialised per
+
+    (output expressions, input dtypes, collapsed rank, per-input broadcast mask)
+
+and never per size: the collapsed sizes are run-time arguments.
+
+Layout. The output shape follows numpy's rules. Output dimensions of size 1 are dropped, and
+adjacent dimensions are merged where every input agrees on being present (size n) or broadcast
+(size 1) in both, so ``[N,C,H,W] + [C,1,1]`` runs as rank 3 ``(N, C, H*W)`` and same-shape
+inputs run as rank 1. Each input is C-contiguous and flattened; its offset is the row-major
+(Horner) index over the dimensions it is present in, so no stride arrays are needed. Loads of an
+input, and every sub-expression that only depends on outer loop indices, are hoisted to the
+outermost loop level where their value is known (a scalar input is read once).
+
+Generated code is built as a Python AST, rendered with ``ast.unparse`` and imported from a file
+named by the hash of its source (:mod:`onnxjit.codegen.modcache`) so that Numba's on-disk cache
+works. The module defines ``kernel`` (serial) and ``kernel_par`` (``prange`` over the outermost
+loop, used above ``PARALLEL_THRESHOLD`` output elements and compiled on first use).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from onnxjit.codegen import modcache
+from onnxjit.codegen.expr import BINARY, UNARY, Const, Expr, Input, Op, input_dtypes, walk
+from onnxjit.kernels import _jit
+from onnxjit.kernels import scalar as _scalar
+
+# Storage dtypes Numba cannot load: computed in float32 (converted before and after the kernel).
+NARROW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+F32 = np.dtype(np.float32)
+# ast.FunctionDef grew a type_params field in Python 3.12.
+_TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
+
+# Part of every generated source, so that editing a scalar helper changes the file name (Numba's
+# cache would otherwise keep machine code with the old helper inlined).
+_SCALAR_HASH = hashlib.sha256(Path(_scalar.__file__).read_bytes()).hexdigest()[:16]
+
+
+def compute_dtype(dtype: Any) -> np.dtype:
+    """The dtype a kernel computes in for a tensor stored as ``dtype``."""
+    dt = np.dtype(dtype)
+    return F32 if dt in NARROW_FLOATS else dt
+
+
+# ---------------------------------------------------------------------------------------------
+# Helper resolution
+# ---------------------------------------------------------------------------------------------
+
+
+def helper_name(family: str, dtype: np.dtype) -> str:
+    """The function of :mod:`onnxjit.kernels.scalar` implementing ``family`` for ``dtype``."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        names = [f"{family}_f{dtype.itemsize * 8}"]
+    elif dtype.kind == "u":
+        names = [f"{family}_uint", f"{family}_int"]
+    elif dtype.kind == "i":
+        names = [f"{family}_int"]
+    elif dtype.kind == "b":
+        names = [f"{family}_bool"]
+    else:
+        names = []
+    names.append(family)
+    for n in names:
+        if not n.startswith("_") and hasattr(_scalar, n):
+            return n
+    raise NotImplementedError(f"no scalar helper {family!r} for dtype {dtype}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Source generation
+# ---------------------------------------------------------------------------------------------
+
+
+def _name(n: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=n, ctx=ast.Store() if store else ast.Load())
+
+
+def _assign(target: str, value: ast.expr) -> ast.Assign:
+    return ast.Assign(targets=[_name(target, True)], value=value, lineno=0)
+
+
+def _np_call(fn: str, arg: ast.expr) -> ast.Call:
+    return ast.Call(
+        func=ast.Attribute(value=_name("np"), attr=fn, ctx=ast.Load()), args=[arg], keywords=[]
+    )
+
+
+def _dtype_ctor(dtype: np.dtype) -> str:
+    return "bool_" if dtype.kind == "b" else dtype.name
+
+
+def _literal(c: Const) -> ast.expr:
+    v = c.value
+    if c.dtype.kind == "b":
+        return ast.Constant(bool(v))
+    if c.dtype.kind == "f":
+        f = float(v)
+        if math.isnan(f):
+            lit: ast.expr = ast.Attribute(value=_name("np"), attr="nan", ctx=ast.Load())
+        elif math.isinf(f):
+            lit = ast.Attribute(value=_name("np"), attr="inf", ctx=ast.Load())
+            if f < 0:
+                lit = ast.UnaryOp(op=ast.USub(), operand=lit)
+        else:
+            lit = ast.Constant(f)
+    else:
+        lit = ast.Constant(int(v))
+    # The dtype travels with the constant: np.float32(0.5), never a bare 0.5.
+    return _np_call(_dtype_ctor(c.dtype), lit)
+
+
+class _Emitter:
+    """Builds the kernel module for one specialisation."""
+
+    def __init__(self, exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]):
+        self.exprs = exprs
+        self.masks = masks
+        self.rank = len(masks[0]) if masks else 0
+        self.n_in = len(masks)
+        self.helpers: set[str] = set()
+
+    # present dims of input k, and the loop level at which its load can happen
+    def _present(self, k: int) -> list[int]:
+        return [d for d in range(self.rank) if self.masks[k][d]]
+
+    def function(self, name: str, parallel: bool) -> ast.FunctionDef:
+        r = self.rank
+        levels: list[list[ast.stmt]] = [[] for _ in range(r + 1)]
+        # Offsets: output q{d}, inputs o{k}_{d}; Horner over the dims an array is present in.
+        # The innermost dim uses a base computed one level up, so the hot loop is base + i.
+
+        def offsets(var: str, present: list[int]) -> ast.expr:
+            prev: ast.expr | None = None
+            for d in present:
+                i = _name(f"i{d}")
+                if d == r - 1:
+                    if prev is None:
+                        return i
+                    base = f"{var}b"
+                    levels[d].append(
+                        _assign(base, ast.BinOp(left=prev, op=ast.Mult(), right=_name(f"n{d}")))
+                    )
+                    return ast.BinOp(left=_name(base), op=ast.Add(), right=i)
+                if prev is None:
+                    val: ast.expr = i
+                else:
+                    val = ast.BinOp(
+                        left=ast.BinOp(left=prev, op=ast.Mult(), right=_name(f"n{d}")),
+                        op=ast.Add(),
+                        right=i,
+                    )
+                levels[d + 1].append(_assign(f"{var}_{d}", val))
+                prev = _name(f"{var}_{d}")
+            return prev if prev is not None else ast.Constant(0)
+
+        out_index = offsets("q", list(range(r)))
+        node_level: dict[Expr, int] = {}
+        names: dict[Expr, str] = {}
+        for k in range(self.n_in):
+            present = self._present(k)
+            idx = offsets(f"o{k}", present)
+            lvl = present[-1] + 1 if present else 0
+            levels[lvl].append(
+                _assign(f"v{k}", ast.Subscript(value=_name(f"x{k}"), slice=idx, ctx=ast.Load()))
+            )
+        n_tmp = 0
+        n_const = 0
+        for node in walk(self.exprs):
+            if isinstance(node, Input):
+                present = self._present(node.index)
+                node_level[node] = present[-1] + 1 if present else 0
+                names[node] = f"v{node.index}"
+                continue
+            if isinstance(node, Const):
+                var = f"c{n_const}"
+                n_const += 1
+                levels[0].append(_assign(var, _literal(node)))
+                node_level[node] = 0
+                names[node] = var
+                continue
+            assert isinstance(node, Op)
+            lvl = max((node_level[a] for a in node.args), default=0)
+            var = f"t{n_tmp}"
+            n_tmp += 1
+            levels[lvl].append(_assign(var, self._render(node, [names[a] for a in node.args])))
+            node_level[node] = lvl
+            names[node] = var
+        for j, e in enumerate(self.exprs):
+            levels[r].append(
+                ast.Assign(
+                    targets=[ast.Subscript(value=_name(f"y{j}"), slice=out_index, ctx=ast.Store())],
+                    value=_name(names[e]),
+                    lineno=0,
+                )
+            )
+        body: list[ast.stmt] = levels[r]
+        for d in range(r - 1, -1, -1):
+            rng = "prange" if (parallel and d == 0) else "range"
+            loop = ast.For(
+                target=_name(f"i{d}", True),
+                iter=ast.Call(func=_name(rng), args=[_name(f"n{d}")], keywords=[]),
+                body=body,
+                orelse=[],
+                lineno=0,
+            )
+            body = levels[d] + [loop]
+        params = (
+            [f"y{j}" for j in range(len(self.exprs))]
+            + [f"x{k}" for k in range(self.n_in)]
+            + [f"n{d}" for d in range(r)]
+        )
+        deco = _name("pjit" if parallel else "njit")
+        return ast.FunctionDef(
+            name=name,
+            args=ast.arguments(
+                posonlyargs=[],
+                args=[ast.arg(arg=p) for p in params],
+                kwonlyargs=[],
+                kw_defaults=[],
+                defaults=[],
+            ),
+            body=body or [ast.Pass()],
+            decorator_list=[deco],
+            returns=None,
+            lineno=0,
+            **_TYPE_PARAMS,
+        )
+
+    def _render(self, node: Op, args: list[str]) -> ast.expr:
+        a = [_name(x) for x in args]
+        dt = node.dtype
+        if node.name in BINARY:
+            opname, is_cmp = BINARY[node.name]
+            if is_cmp:
+                return ast.Compare(left=a[0], ops=[getattr(ast, opname)()], comparators=[a[1]])
+            val: ast.expr = ast.BinOp(left=a[0], op=getattr(ast, opname)(), right=a[1])
+            # Numba widens small ints to int64; casting back wraps like numpy. Bool & | ^
+            # must stay bool.
+            return _np_call(_dtype_ctor(dt), val) if dt.kind in "iub" else val
+        if node.name in UNARY:
+            val = ast.UnaryOp(op=getattr(ast, UNARY[node.name])(), operand=a[0])
+            return _np_call(_dtype_ctor(dt), val) if dt.kind in "iu" else val
+        if node.name == "cast":
+            if dt.kind == "b":
+                return ast.Compare(left=a[0], ops=[ast.NotEq()], comparators=[ast.Constant(0)])
+            return _np_call(_dtype_ctor(dt), a[0])
+        if node.name == "where":
+            return ast.IfExp(test=a[0], body=a[1], orelse=a[2])
+        fn = helper_name(node.name, node.args[0].dtype)
+        self.helpers.add(fn)
+        val = ast.Call(func=_name(fn), args=a, keywords=[])
+        # Helpers return Numba's natural type (int64 for small ints); pin the node's dtype.
+        return val if dt.kind == "b" else _np_call(_dtype_ctor(dt), val)
+
+    def module(self) -> str:
+        fns = [self.function("kernel", False)]
+        if self.rank:
+            fns.append(self.function("kernel_par", True))
+        else:
+            fns.append(_assign("kernel_par", _name("kernel")))
+        imports: list[ast.stmt] = [
+            ast.Import(names=[ast.alias(name="numpy", asname="np")]),
+            ast.ImportFrom(module="numba", names=[ast.alias(name="prange")], level=0),
+            ast.ImportFrom(
+                module="onnxjit.kernels._jit",
+                names=[ast.alias(name="njit"), ast.alias(name="pjit")],
+                level=0,
+            ),
+        ]
+        if self.helpers:
+            imports.append(
+                ast.ImportFrom(
+                    module="onnxjit.kernels.scalar",
+                    names=[ast.alias(name=h) for h in sorted(self.helpers)],
+                    level=0,
+                )
+            )
+        mod = ast.Module(body=imports + fns, type_ignores=[])
+        ast.fix_missing_locations(mod)
+        header = (
+            f'"""onnxjit generated elementwise kernel (scalar helpers {_SCALAR_HASH}).\n\n'
+            f"rank {self.rank}, broadcast masks {self.masks}\n"
+            + "\n".join(f"y{j} = {e!r}" for j, e in enumerate(self.exprs))
+            + '\n"""\n'
+        )
+        return header + ast.unparse(mod) + "\n"
+
+
+def generate_source(exprs: Sequence[Expr], masks: Sequence[Sequence[bool]]) -> str:
+    """Source of the kernel module for ``exprs`` with per-input broadcast ``masks``.
+
+    ``masks[k][d]`` is True where input k is present (not broadcast) in collapsed dim d.
+    """
+    m = tuple(tuple(bool(b) for b in mk) for mk in masks)
+    e = _Emitter(tuple(exprs), m)
+    # the function body has to be generated first to know which helpers to import
+    return e.module()
+
+
+# ---------------------------------------------------------------------------------------------
+# Run time
+# ---------------------------------------------------------------------------------------------
+
+
+class _Entry:
+    __slots__ = ("module", "in_dtypes", "source_path")
+
+    def __init__(self, module: ModuleType, in_dtypes: tuple[np.dtype, ...], path: str):
+        self.module = module
+        self.in_dtypes = in_dtypes
+        self.source_path = path
+
+
+# (exprs, masks) -> compiled module; masks encode the collapsed rank and broadcast pattern.
+_KERNELS: dict[tuple, _Entry] = {}
+
+
+def kernel_cache() -> dict[tuple, _Entry]:
+    """The in-process kernel cache (key -> entry with ``module``, ``source_path``)."""
+    return _KERNELS
+
+
+def broadcast_layout(
+    shapes: Sequence[tuple[int, ...]],
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[bool, ...], ...]]:
+    """``(out_shape, collapsed_sizes, masks)`` for inputs of ``shapes`` (numpy broadcasting).
+
+    Raises ``ValueError`` naming the shapes when they do not broadcast.
+    """
+    first = shapes[0]
+    n = len(shapes)
+    if all(s == first for s in shapes):
+        size = math.prod(first)
+        if size == 1 or size == 0:
+            return first, (), ((),) * n
+        return first, (size,), ((True,),) * n
+    r = max(len(s) for s in shapes)
+    padded = [(1,) * (r - len(s)) + tuple(s) for s in shapes]
+    out: list[int] = []
+    sizes: list[int] = []
+    masks: list[tuple[bool, ...]] = []
+    for d in range(r):
+        dims = [p[d] for p in padded]
+        big = [x for x in dims if x != 1]
+        size = big[0] if big else 1
+        if any(x != size for x in big):
+            raise ValueError(
+                f"shapes {', '.join(str(tuple(s)) for s in shapes)} cannot be broadcast "
+                f"together: dimension {d - r} has sizes {dims}"
+            )
+        out.append(size)
+        if size == 1:
+            continue
+        m = tuple(x != 1 for x in dims)
+        if masks and masks[-1] == m:
+            sizes[-1] *= size
+        else:
+            sizes.append(size)
+            masks.append(m)
+    per_input = tuple(tuple(m[k] for m in masks) for k in range(n))
+    return tuple(out), tuple(sizes), per_input
+
+
+def _entry(exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]) -> _Entry:
+    key = (exprs, masks)
+    entry = _KERNELS.get(key)
+    if entry is None:
+        src = generate_source(exprs, masks)
+        mod = modcache.load(src)
+        entry = _Entry(mod, input_dtypes(exprs), str(modcache.path_for(src)))
+        _KERNELS[key] = entry
+    return entry
+
+
+def apply_many(
+    exprs: Sequence[Expr],
+    inputs: Sequence[Any],
+    out_dtypes: Sequence[Any] | None = None,
+) -> list[np.ndarray]:
+    """Evaluate several output expressions over broadcast ``inputs`` in one loop nest.
+
+    ``inputs[k]`` feeds ``Input(k, dtype)``; its dtype must equal that compute dtype after
+    float16/bfloat16 are widened to float32. ``out_dtypes[j]`` (default: ``exprs[j].dtype``) is
+    the stored dtype of output j; a narrow float output is computed in float32 and converted.
+    Returns fresh arrays of the broadcast shape (empty arrays when the shape has a zero).
+    """
+    exprs = tuple(exprs)
+    arrays: list[np.ndarray] = []
+    for a in inputs:
+        if type(a) is not np.ndarray:
+            a = np.asarray(a)
+        if a.dtype in NARROW_FLOATS:
+            a = a.astype(F32)
+        arrays.append(a)
+    if not arrays:
+        raise ValueError("an elementwise kernel needs at least one input")
+    out_shape, sizes, masks = broadcast_layout([a.shape for a in arrays])
+    outs = [np.empty(out_shape, dtype=e.dtype) for e in exprs]
+    if outs[0].size:
+        entry = _entry(exprs, masks)
+        for k, (a, dt) in enumerate(zip(arrays, entry.in_dtypes)):
+            if a.dtype != dt:
+                raise TypeError(f"input {k} is {a.dtype}, the expression reads it as {dt}")
+        flat = [
+            (a if a.flags.c_contiguous else np.ascontiguousarray(a)).reshape(-1) for a in arrays
+        ]
+        flat_out = [o.reshape(-1) for o in outs]
+        if sizes and outs[0].size > _jit.PARALLEL_THRESHOLD:
+            _jit.run_parallel(entry.module.kernel_par, *flat_out, *flat, *sizes)
+        else:
+            entry.module.kernel(*flat_out, *flat, *sizes)
+    if out_dtypes is not None:
+        for j, dt in enumerate(out_dtypes):
+            if dt is not None and outs[j].dtype != dt:
+                outs[j] = outs[j].astype(dt)
+    return outs
+
+
+def apply(expr: Expr, inputs: Sequence[Any], out_dtype: Any = None) -> np.ndarray:
+    """Evaluate ``expr`` elementwise over broadcast ``inputs``; see :func:`apply_many`."""
+    return apply_many((expr,), inputs, None if out_dtype is None else (out_dtype,))[0]
