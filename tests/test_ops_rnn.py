@@ -274,9 +274,6 @@ def test_gru_lbr_sequence_lens_reverse():
 
 
 def test_rnn_bad_weight_shape_names_node():
-    import onnxjit
-    from oracle import make_node_model
-
     feeds = make_inputs("RNN")
     feeds["W"] = feeds["W"][:, :, :3]
     model = make_node_model("RNN", feeds, {"hidden_size": 6}, opset=14, n_outputs=2)
