@@ -449,10 +449,14 @@ def _parse_nonneg(tensor: str, key: str, raw: str) -> int:
         value = int(raw)
     except ValueError:
         raise ExternalDataError(
-            f"tensor {tensor!r}: external_data {key}={raw!r} is not an integer"
+            f"tensor {tensor!r}: external_data {key}={raw!r} is not an integer; expected a "
+            "byte count (decimal digits), fix the entry"
         ) from None
     if value < 0:
-        raise ExternalDataError(f"tensor {tensor!r}: external_data {key}={value} is negative")
+        raise ExternalDataError(
+            f"tensor {tensor!r}: external_data {key}={value} is negative; expected a byte "
+            "count >= 0, fix the entry"
+        )
     return value
 
 
