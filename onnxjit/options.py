@@ -8,6 +8,7 @@ value raises ``NotImplementedError`` naming the field, so nothing is silently ig
 from __future__ import annotations
 
 import enum
+import warnings
 from typing import Any
 
 from onnxjit.errors import UnsupportedOperatorError
@@ -28,6 +29,14 @@ class ExecutionMode(enum.IntEnum):
 
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    """Same names and values as ``onnxruntime.ExecutionOrder``."""
+
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
 
 
 class _NotImplementedField:
@@ -54,7 +63,28 @@ class _NotImplementedField:
         obj.__dict__[self.name] = value
 
 
-class SessionOptions:
+class _StrictFields:
+    """Refuse assignments to names the class does not define (a typo must not pass silently).
+
+    onnxruntime's option objects raise ``AttributeError`` for unknown names; so do these.
+    """
+
+    _fields: frozenset[str] = frozenset()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and name not in self._fields:
+            raise AttributeError(
+                f"{type(self).__name__} has no option {name!r}; known options: "
+                f"{sorted(self._fields)}"
+            )
+        super().__setattr__(name, value)
+
+
+def _not_implemented(what: str, why: str, instead: str) -> UnsupportedOperatorError:
+    return UnsupportedOperatorError(f"{what} is not implemented by onnxjit yet ({why}); {instead}")
+
+
+class SessionOptions(_StrictFields):
     """Options for :class:`onnxjit.InferenceSession` (onnxruntime's names).
 
     Implemented: ``graph_optimization_level``, ``intra_op_num_threads``,
@@ -69,6 +99,34 @@ class SessionOptions:
     enable_mem_pattern = _NotImplementedField(True, "onnxjit has no memory-pattern planner")
     enable_mem_reuse = _NotImplementedField(True, "buffer reuse cannot be switched off")
     optimized_model_filepath = _NotImplementedField("", "writing the optimised graph")
+    execution_order = _NotImplementedField(
+        ExecutionOrder.DEFAULT, "nodes run in the graph's topological order"
+    )
+    use_per_session_threads = _NotImplementedField(
+        True, "Numba's thread pool is shared by the process; set intra_op_num_threads"
+    )
+
+    _fields = frozenset(
+        {
+            "enable_cpu_mem_arena",
+            "enable_mem_pattern",
+            "enable_mem_reuse",
+            "optimized_model_filepath",
+            "execution_order",
+            "use_per_session_threads",
+            "graph_optimization_level",
+            "intra_op_num_threads",
+            "inter_op_num_threads",
+            "execution_mode",
+            "enable_profiling",
+            "profile_file_prefix",
+            "log_severity_level",
+            "log_verbosity_level",
+            "logid",
+            "use_deterministic_compute",
+            "free_dimension_overrides",
+        }
+    )
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -98,7 +156,17 @@ class SessionOptions:
         self._execution_mode = ExecutionMode(int(value))
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        """Store a config entry (read back with :meth:`get_session_config_entry`)."""
+        """Store a config entry (read back with :meth:`get_session_config_entry`).
+
+        onnxjit does not act on onnxruntime's config keys; a ``RuntimeWarning`` says so rather
+        than ignoring the entry silently.
+        """
+        warnings.warn(
+            f"session config entry {key!r} is stored but onnxjit does not act on it "
+            "(onnxruntime-specific tuning)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         self._config[str(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
@@ -124,14 +192,95 @@ class SessionOptions:
 
     def register_custom_ops_library(self, path: str) -> None:
         raise UnsupportedOperatorError(
-            "custom op libraries are onnxruntime shared objects and cannot run in onnxjit"
+            "SessionOptions.register_custom_ops_library is not implemented by onnxjit: custom "
+            "op libraries are onnxruntime shared objects; register a Python implementation "
+            "with onnxjit.registry.onnx_op instead"
+        )
+
+    def add_external_initializers(self, names: Any, values: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.add_external_initializers",
+            "initializers come from the model and its external-data files",
+            "feed the value by name in run() instead (see get_overridable_initializers())",
+        )
+
+    def add_external_initializers_from_files_in_memory(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.add_external_initializers_from_files_in_memory",
+            "external data is read from files next to the model",
+            "save the data next to the model file",
+        )
+
+    def add_provider(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.add_provider",
+            "onnxjit has one execution provider",
+            "pass providers= to InferenceSession",
+        )
+
+    def add_provider_for_devices(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.add_provider_for_devices",
+            "onnxjit has one execution provider",
+            "pass providers= to InferenceSession",
+        )
+
+    def has_providers(self) -> bool:
+        """Always False: providers cannot be added to onnxjit's SessionOptions."""
+        return False
+
+    def set_provider_selection_policy(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.set_provider_selection_policy",
+            "onnxjit has one execution provider",
+            "remove the call",
+        )
+
+    def set_provider_selection_policy_delegate(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.set_provider_selection_policy_delegate",
+            "onnxjit has one execution provider",
+            "remove the call",
+        )
+
+    def set_load_cancellation_flag(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.set_load_cancellation_flag",
+            "session creation cannot be cancelled",
+            "remove the call",
+        )
+
+    def set_ep_context_data_read_func(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.set_ep_context_data_read_func",
+            "onnxjit has no EP context models",
+            "remove the call",
+        )
+
+    def clear_ep_context_data_read_func(self, *args: Any) -> None:
+        raise _not_implemented(
+            "SessionOptions.clear_ep_context_data_read_func",
+            "onnxjit has no EP context models",
+            "remove the call",
         )
 
 
-class RunOptions:
-    """Options for one ``run()`` call (onnxruntime's names)."""
+class RunOptions(_StrictFields):
+    """Options for one ``run()`` call (onnxruntime's names).
+
+    ``terminate = True`` makes ``run()`` refuse to start; the log fields are accepted.
+    """
 
     only_execute_path_to_fetches = _NotImplementedField(False, "pruning per call")
+    _fields = frozenset(
+        {
+            "only_execute_path_to_fetches",
+            "log_severity_level",
+            "log_verbosity_level",
+            "logid",
+            "terminate",
+        }
+    )
 
     def __init__(self) -> None:
         self.log_severity_level = 2
@@ -141,7 +290,21 @@ class RunOptions:
         self._config: dict[str, str] = {}
 
     def add_run_config_entry(self, key: str, value: str) -> None:
+        """Store a config entry; a ``RuntimeWarning`` says onnxjit does not act on it."""
+        warnings.warn(
+            f"run config entry {key!r} is stored but onnxjit does not act on it "
+            "(onnxruntime-specific tuning)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         self._config[str(key)] = str(value)
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        raise _not_implemented(
+            "RunOptions.add_active_adapter",
+            "LoRA adapters are an onnxruntime format",
+            "merge the adapter into the model's weights",
+        )
 
     def get_run_config_entry(self, key: str) -> str:
         if key not in self._config:

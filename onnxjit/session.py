@@ -100,11 +100,18 @@ class InferenceSession:
     ) -> None:
         if kwargs:
             raise TypeError(f"InferenceSession got unexpected arguments {sorted(kwargs)}")
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise TypeError(
+                f"sess_options must be an onnxjit.SessionOptions, found "
+                f"{type(sess_options).__module__}.{type(sess_options).__name__}; build it with "
+                "onnxjit.SessionOptions() (same field names as onnxruntime's)"
+            )
         self._options = sess_options if sess_options is not None else SessionOptions()
-        self._providers = _choose_providers(providers)
+        self._providers = _choose_providers(providers, provider_options)
         self._lock = threading.Lock()
         self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
         t0 = time.perf_counter()
+        t0_ns = time.perf_counter_ns()
         self._model = load_model(path_or_bytes)
         check.check_model(self._model)
         problems: list[str] = []
@@ -125,6 +132,12 @@ class InferenceSession:
         self._output_index = {v.name: i for i, v in enumerate(graph.outputs)}
         self._defaults = [graph.initializers.get(v.name) for v in graph.inputs]
         self._create_seconds = time.perf_counter() - t0
+        if self._profiler is not None:
+            self._profiler.events.append(
+                _session_event(
+                    "session_initialization", self._profiler, t0_ns, time.perf_counter_ns()
+                )
+            )
         self._runs = 0
         self._signatures: set[tuple] = set()
 
@@ -170,6 +183,12 @@ class InferenceSession:
         Feeds are checked first: missing or unknown names, element type, rank, fixed
         dimensions and dimension variables (one value per variable across all inputs).
         """
+        if run_options is not None and not isinstance(run_options, RunOptions):
+            raise TypeError(
+                f"run_options must be an onnxjit.RunOptions, found "
+                f"{type(run_options).__module__}.{type(run_options).__name__}; build it with "
+                "onnxjit.RunOptions()"
+            )
         if run_options is not None and run_options.terminate:
             raise InvalidInputError(
                 "run() was called with RunOptions.terminate = True; clear it to run"
@@ -189,8 +208,15 @@ class InferenceSession:
         threads = self._options.intra_op_num_threads
         if threads and threads > 0:
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        outputs = self._program.run(feeds, profiler=self._profiler)
-        self._runs += 1
+        profiler = self._profiler
+        t0 = time.perf_counter_ns()
+        outputs = self._program.run(feeds, profiler=profiler)
+        if profiler is not None:
+            profiler.events.append(
+                _session_event("model_run", profiler, t0, time.perf_counter_ns())
+            )
+        with self._lock:
+            self._runs += 1
         return [outputs[i] for i in wanted]
 
     def _validate_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
@@ -252,14 +278,43 @@ class InferenceSession:
         }
 
 
-def _choose_providers(providers: Sequence[Any] | None) -> list[str]:
+def _session_event(name: str, profiler: Profiler, t0: int, t1: int) -> dict[str, Any]:
+    """A session-level Chrome-trace event, as onnxruntime writes them."""
+    return {
+        "name": name,
+        "cat": "Session",
+        "ph": "X",
+        "ts": (t0 - profiler.t0) / 1000.0,
+        "dur": (t1 - t0) / 1000.0,
+        "pid": 0,
+        "tid": 0,
+        "args": {},
+    }
+
+
+def _choose_providers(
+    providers: Sequence[Any] | None, provider_options: Sequence[dict] | None = None
+) -> list[str]:
     if providers is None:
-        return [CPU_PROVIDER]
+        providers = [CPU_PROVIDER]
     names = [p[0] if isinstance(p, tuple) else p for p in providers]
-    for name in names:
+    options = [p[1] if isinstance(p, tuple) else {} for p in providers]
+    if provider_options is not None:
+        if len(provider_options) != len(names):
+            raise ValueError(
+                f"provider_options has {len(provider_options)} entries for {len(names)} "
+                "providers; give one dict per provider"
+            )
+        options = [dict(a, **b) for a, b in zip(options, provider_options)]
+    for name, opts in zip(names, options):
         if name not in _KNOWN_PROVIDERS:
             raise ValueError(
                 f"unknown execution provider {name!r}; onnxjit knows {list(_KNOWN_PROVIDERS)}"
+            )
+        if opts:
+            raise UnsupportedOperatorError(
+                f"provider options {sorted(opts)} for {name} are not implemented by onnxjit "
+                "yet; pass the provider name alone"
             )
     if "CUDAExecutionProvider" in names:
         warnings.warn(
