@@ -8,9 +8,10 @@ dict lookup; kernels are specialised per
 
 and never per size: the collapsed sizes are run-time arguments.
 
-Layout. The output shape follows numpy's rules. Output dimensions of size 1 are dropped, and
-adjacent dimensions are merged where every input agrees on being present (size n) or broadcast
-(size 1) in both, so ``[N,C,H,W] + [C,1,1]`` runs as rank 3 ``(N, C, H*W)`` and same-shape
+Layout. The output shape follows numpy's rules. Adjacent dimensions are merged where every
+input agrees on being present (size n) or broadcast (size 1, or missing) in both (an output dim
+of size 1 counts as present in the inputs that have it, so batch size 1 shares the kernel of
+other batch sizes), so ``[N,C,H,W] + [C,1,1]`` runs as rank 3 ``(N, C, H*W)`` and same-shape
 inputs run as rank 1. Each input is C-contiguous and flattened; its offset is the row-major
 (Horner) index over the dimensions it is present in, so no stride arrays are needed. Loads of an
 input, and every sub-expression that only depends on outer loop indices, are hoisted to the
@@ -347,10 +348,9 @@ def broadcast_layout(
     first = shapes[0]
     n = len(shapes)
     if all(s == first for s in shapes):
-        size = math.prod(first)
-        if size == 1 or size == 0:
+        if not first:
             return first, (), ((),) * n
-        return first, (size,), ((True,),) * n
+        return first, (math.prod(first),), ((True,),) * n
     r = max(len(s) for s in shapes)
     padded = [(1,) * (r - len(s)) + tuple(s) for s in shapes]
     out: list[int] = []
@@ -367,8 +367,12 @@ def broadcast_layout(
             )
         out.append(size)
         if size == 1:
-            continue
-        m = tuple(x != 1 for x in dims)
+            # Any mask is valid for a size-1 dim; "present where the input really has this
+            # dim" keeps batch size 1 on the same kernel as other batch sizes for the common
+            # [N,C,H,W] + [C,1,1] case.
+            m = tuple(d >= r - len(s) for s in shapes)
+        else:
+            m = tuple(x != 1 for x in dims)
         if masks and masks[-1] == m:
             sizes[-1] *= size
         else:

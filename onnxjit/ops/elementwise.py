@@ -127,9 +127,30 @@ def _scalar(value: Any, like: np.ndarray) -> np.ndarray:
     return np.array(value, dtype=compute_dtype(like.dtype))
 
 
+# dtypes the generated kernels load and store (float16/bfloat16 through float32)
+_KERNEL_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+        ml_dtypes.bfloat16,
+    )
+)
+
+
 def _widen_exotic(x: np.ndarray) -> np.ndarray:
     """float8 and other ml_dtypes floats -> float32 (bfloat16/float16 are handled by apply)."""
-    if x.dtype.kind == "V" and x.dtype != np.dtype(ml_dtypes.bfloat16):
+    if x.dtype not in _KERNEL_DTYPES:
         return x.astype(np.float32)
     return x
 
@@ -631,75 +652,97 @@ def where_9(ctx, condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndar
 # Cast / CastLike
 # ---------------------------------------------------------------------------------------------
 
-_KERNEL_KINDS = "biuf"
-
 
 def _native(dt: np.dtype) -> bool:
     """dtypes the generated kernels load and store directly (or via float32)."""
-    return dt.kind in _KERNEL_KINDS or dt == np.dtype(ml_dtypes.bfloat16)
+    return dt in _KERNEL_DTYPES
+
+
+def _to_e8m0(x: np.ndarray, saturate: int, round_mode: str) -> np.ndarray:
+    """float -> float8e8m0 (a biased power of two, no sign, no zero) by exponent bits.
+
+    The exponent of |x| is rounded "up" (any mantissa bit set), "down" (dropped) or
+    "nearest" (mantissa >= 1/2 of the binade); NaN -> NaN; infinity and overflow -> the
+    largest value (2^127) when saturating, else NaN.
+    """
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    exp = ((bits >> 23) & 0xFF).astype(np.uint32)
+    mant = bits & 0x7FFFFF
+    special = exp == 0xFF
+    is_nan = special & (mant != 0)
+    if round_mode == "up":
+        exp = exp + ((mant != 0) & ~special)
+    elif round_mode == "nearest":
+        exp = exp + ((mant >= 0x400000) & ~special)
+    out = np.where(exp >= 0xFF, np.uint32(0xFE if saturate else 0xFF), exp)
+    out = np.where(is_nan, np.uint32(0xFF), out).astype(np.uint8)
+    return out.view(ml_dtypes.float8_e8m0fnu)
 
 
 def _float_to_string(x: np.ndarray) -> np.ndarray:
-    # ONNX spells non-finite values NaN / INF / -INF; finite ones in shortest round-trip form.
+    """Floats as ONNX prints them: NaN / INF / -INF, finite values as Python's repr."""
     out = np.empty(x.shape, dtype=object)
-    flat = x.reshape(-1)
     res = out.reshape(-1)
-    for i, v in enumerate(flat.tolist()):
+    for i, v in enumerate(x.reshape(-1).tolist()):
         if v != v:
             res[i] = "NaN"
         elif v in (float("inf"), float("-inf")):
             res[i] = "INF" if v > 0 else "-INF"
         else:
-            res[i] = (
-                np.format_float_positional(x.dtype.type(v), unique=True, trim="-")
-                if False
-                else repr(x.dtype.type(v).item())
-                if x.dtype.kind == "f"
-                else str(v)
-            )
+            res[i] = repr(v)
     return out
 
 
-def _cast_array(ctx: Any, x: np.ndarray, dst: np.dtype, saturate: int) -> np.ndarray:
+def _parse_strings(x: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """Strings -> numbers through Python's float() (accepts NaN, INF, -INF, 1e3)."""
+    vals = np.array([float(s) for s in x.reshape(-1).tolist()], dtype=np.float64)
+    if dst.kind == "b":
+        return (vals != 0).reshape(x.shape)
+    return vals.astype(dst).reshape(x.shape)
+
+
+def _saturate_float8(x: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """Cast-19 saturate=1: out-of-range values and infinities become +-max."""
+    xf = x.astype(np.float32)
+    big = np.float32(ml_dtypes.finfo(dst).max)
+    xf = np.where(np.isnan(xf), xf, np.clip(xf, -big, big))
+    return xf.astype(dst)
+
+
+def _cast_array(
+    ctx: Any, x: np.ndarray, dst: np.dtype, saturate: int, round_mode: str = "up"
+) -> np.ndarray:
     src = x.dtype
+    if "e8m0" in dst.name and src != dst:
+        if src.kind in "OUS":
+            x = x.astype(object).astype(np.float64)
+        return _to_e8m0(x.astype(np.float32), saturate, round_mode)
     if src == dst:
         return x.copy()
     if dst.kind == "O":
         if src.kind in "OUS":
             return x.astype(object)
-        if src.kind == "f" or src == np.dtype(ml_dtypes.bfloat16):
-            return _float_to_string(x.astype(np.float32) if src.kind == "V" else x)
-        return np.vectorize(str, otypes=[object])(x) if x.size else x.astype(object)
+        if src.kind in "iub":
+            strs = [str(v) for v in x.reshape(-1).tolist()]
+            return np.array(strs, dtype=object).reshape(x.shape)
+        return _float_to_string(x if src.kind == "f" else x.astype(np.float64))
     if src.kind in "OUS":
-        vals = x.astype(object)
-        if dst.kind in "iu":
-            return (
-                np.vectorize(lambda s: int(float(s)), otypes=[dst])(vals)
-                if x.size
-                else (np.empty(x.shape, dst))
-            )
-        if dst.kind == "b":
-            return (
-                np.vectorize(lambda s: float(s) != 0, otypes=[dst])(vals)
-                if x.size
-                else (np.empty(x.shape, dst))
-            )
-        return vals.astype(np.float64).astype(dst)
+        return _parse_strings(x, dst)
     if _native(src) and _native(dst):
         cdst = compute_dtype(dst)
         return _ew(("Cast", cdst), lambda a: E.cast(a, cdst), (x,), dst)
     # float8 / int4 and friends: ml_dtypes conversions
-    if saturate and dst.kind == "V" and "float8" in dst.name and src.kind in "fV":
-        xf = x.astype(np.float32)
-        big = float(ml_dtypes.finfo(dst).max)
-        finite = np.isfinite(xf)
-        xf = np.where(finite, np.clip(xf, -big, big), xf)
-        if "fn" in dst.name:  # no infinity in this type: saturate turns inf into +-max
-            xf = np.where(np.isinf(xf), np.sign(xf) * big, xf)
-        else:
-            xf = np.where(np.isinf(xf), np.sign(xf) * big, xf)
-        return xf.astype(dst)
+    if saturate and "float8" in dst.name and not (_native(src) and src.kind in "iub"):
+        return _saturate_float8(x, dst)
     return x.astype(dst)
+
+
+def _round_mode(ctx: Any, mode: Any) -> str:
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    if mode not in ("up", "down", "nearest"):
+        raise ctx.error(f"round_mode={mode!r}; expected 'up', 'down' or 'nearest'")
+    return mode
 
 
 @onnx_op("Cast", since=6)
@@ -718,11 +761,8 @@ def cast_19(ctx, x: np.ndarray, *, saturate: int = 1, to: int = None) -> np.ndar
 def cast_24(
     ctx, x: np.ndarray, *, round_mode: str = "up", saturate: int = 1, to: int = None
 ) -> np.ndarray:
-    """As Cast-19, plus ``round_mode`` (only for float8e8m0 targets; only "up" here)."""
-    dst = onnx_types.np_dtype(to)
-    if "e8m0" in dst.name and round_mode != "up":
-        raise ctx.unsupported(f"round_mode={round_mode!r} for {dst}; only 'up' is supported")
-    return _cast_array(ctx, x, dst, saturate)
+    """As Cast-19, plus ``round_mode`` (how float8e8m0 targets round the exponent)."""
+    return _cast_array(ctx, x, onnx_types.np_dtype(to), saturate, _round_mode(ctx, round_mode))
 
 
 @onnx_op("CastLike", since=15)
@@ -740,7 +780,4 @@ def castlike_19(ctx, x: np.ndarray, target_type: np.ndarray, *, saturate: int = 
 def castlike_24(
     ctx, x: np.ndarray, target_type: np.ndarray, *, round_mode: str = "up", saturate: int = 1
 ) -> np.ndarray:
-    dst = target_type.dtype
-    if "e8m0" in dst.name and round_mode != "up":
-        raise ctx.unsupported(f"round_mode={round_mode!r} for {dst}; only 'up' is supported")
-    return _cast_array(ctx, x, dst, saturate)
+    return _cast_array(ctx, x, target_type.dtype, saturate, _round_mode(ctx, round_mode))

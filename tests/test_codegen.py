@@ -1,0 +1,238 @@
+"""The elementwise code generator: generated files, specialisation keys, broadcasting."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import onnxjit  # noqa: F401  (configures the kernel cache)
+from onnxjit.codegen import elementwise as ew
+from onnxjit.codegen import expr as E
+from onnxjit.codegen import modcache
+from onnxjit.config import SETTINGS
+from onnxjit.kernels import _jit
+
+F32 = np.dtype(np.float32)
+
+
+def _entry_for(expr, arrays):
+    _, _, masks = ew.broadcast_layout([np.asarray(a).shape for a in arrays])
+    return ew.kernel_cache()[((expr,), masks)]
+
+
+def _affine(dtype=np.float32):
+    x, y = E.inp(0, dtype), E.inp(1, dtype)
+    return E.op("add", E.op("mul", x, E.const(0.5, dtype)), y)
+
+
+def test_generated_file_is_named_by_the_hash_of_its_source():
+    e = _affine()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ew.apply(e, [a, a])
+    path = Path(_entry_for(e, [a, a]).source_path)
+    assert path.parent == Path(SETTINGS.cache_dir) / "gen"
+    src = path.read_text(encoding="utf-8")
+    assert path.name == hashlib.sha256(src.encode("utf-8")).hexdigest() + ".py"
+    # no temporary files are left behind by the atomic write
+    assert not list(path.parent.glob(".tmp-*"))
+
+
+def test_generated_names_are_generated_and_constants_keep_their_dtype():
+    e = E.call("sigmoid", _affine())
+    src = ew.generate_source((e,), ((True,), (False,)))
+    assert "np.float32(0.5)" in src
+    assert "sigmoid_f32" in src
+    assert "def kernel(y0, x0, x1, n0)" in src
+    assert "def kernel_par(y0, x0, x1, n0)" in src and "prange(n0)" in src
+
+
+def test_float32_chain_is_not_computed_in_float64():
+    # (x + 1e-8) - x is exactly 0 in float32 for x = 1, but 1e-8 in float64.
+    x = E.inp(0, np.float32)
+    e = E.op("sub", E.op("add", x, E.const(1e-8, np.float32)), x)
+    got = ew.apply(e, [np.ones(5, np.float32)])
+    assert got.dtype == F32
+    np.testing.assert_array_equal(got, np.zeros(5, np.float32))
+
+
+def test_new_batch_size_compiles_nothing():
+    e = E.call("relu", _affine())
+    b = np.random.rand(3, 1, 1).astype(np.float32)
+    a1 = np.random.rand(2, 3, 4, 5).astype(np.float32)
+    ew.apply(e, [a1, b])
+    n_kernels = len(ew.kernel_cache())
+    entry = _entry_for(e, [a1, b])
+    sigs = list(entry.module.kernel.signatures)
+    assert len(sigs) == 1
+    for n in (1, 7, 16):
+        a = np.random.rand(n, 3, 4, 5).astype(np.float32)
+        got = ew.apply(e, [a, b])
+        np.testing.assert_allclose(got, np.maximum(a * np.float32(0.5) + b, 0), rtol=1e-6)
+        # also a different spatial size: the same (N, C, H*W) layout
+        a = np.random.rand(n, 3, 2, 9).astype(np.float32)
+        np.testing.assert_allclose(ew.apply(e, [a, b]), np.maximum(a * 0.5 + b, 0), rtol=1e-6)
+    assert len(ew.kernel_cache()) == n_kernels
+    assert list(entry.module.kernel.signatures) == sigs
+
+
+@pytest.mark.parametrize(
+    "shapes, sizes",
+    [
+        ([(2, 3, 4, 5), (2, 3, 4, 5)], (120,)),
+        ([(2, 3, 4, 5), (3, 1, 1)], (2, 3, 20)),
+        ([(2, 3, 4, 5), ()], (120,)),
+        ([(4, 5), (5,)], (4, 5)),
+        ([(4, 1), (1, 5)], (4, 5)),
+        ([(1, 1, 6), (6,)], (1, 6)),
+        ([(1, 3, 4, 5), (3, 1, 1)], (1, 3, 20)),
+        ([(), ()], ()),
+        ([(1, 1), (1,)], (1, 1)),
+        ([(0, 3), (3,)], (0, 3)),
+    ],
+)
+def test_broadcast_layout_collapses_dimensions(shapes, sizes):
+    out, got, masks = ew.broadcast_layout(shapes)
+    assert out == np.broadcast_shapes(*shapes)
+    if 0 not in out:
+        assert got == sizes
+        assert all(len(m) == len(got) for m in masks)
+
+
+def test_broadcast_layout_rejects_incompatible_shapes():
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        ew.broadcast_layout([(2, 3), (4,)])
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(2, 3, 4, 5), (3, 1, 1), (5,)],
+        [(4, 1, 3), (1, 5, 1), ()],
+        [(3,), (2, 1), (2, 3)],
+        [(), (), ()],
+        [(0, 4), (4,), (1, 1)],
+        [(2, 0, 3), (1,), (3,)],
+    ],
+)
+def test_three_input_broadcast_agrees_with_numpy(shapes):
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    x, y, z = (E.inp(i, np.float32) for i in range(3))
+    e = E.call("max", E.op("mul", x, y), z)
+    got = ew.apply(e, arrays)
+    want = np.maximum(arrays[0] * arrays[1], arrays[2])
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_non_contiguous_inputs():
+    a = np.arange(24, dtype=np.float64).reshape(4, 6)
+    e = E.op("add", E.inp(0, np.float64), E.inp(1, np.float64))
+    got = ew.apply(e, [a.T, a[::2].T[:, :1]])
+    np.testing.assert_array_equal(got, a.T + a[::2].T[:, :1])
+
+
+def test_parallel_path_agrees(monkeypatch):
+    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 10)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((6, 3, 7)).astype(np.float32)
+    b = rng.standard_normal((3, 1)).astype(np.float32)
+    e = E.call("relu", _affine())
+    got = ew.apply(e, [a, b])
+    np.testing.assert_allclose(got, np.maximum(a * 0.5 + b, 0), rtol=1e-6)
+    entry = _entry_for(e, [a, b])
+    assert len(entry.module.kernel_par.signatures) == 1
+
+
+def test_multiple_outputs_share_one_loop():
+    x, y = E.inp(0, np.int32), E.inp(1, np.int32)
+    q = E.call("div", x, y)
+    r = E.call("mod", x, y)
+    a = np.array([7, -7, 7, -7, 5, 0], np.int32)
+    b = np.array([2, 2, -2, -2, 0, 3], np.int32)
+    got_q, got_r = ew.apply_many((q, r), [a, b])
+    np.testing.assert_array_equal(got_q, np.array([3, -3, -3, 3, 0, 0], np.int32))
+    np.testing.assert_array_equal(got_r, np.mod(a, np.where(b == 0, 1, b)) * (b != 0))
+
+
+def test_integer_intermediates_wrap_like_numpy():
+    # int8 (a * b) wraps before the add, as numpy does op by op
+    x, y = E.inp(0, np.int8), E.inp(1, np.int8)
+    e = E.op("add", E.op("mul", x, y), x)
+    a = np.array([100, -128, 3], np.int8)
+    b = np.array([3, -1, 50], np.int8)
+    with np.errstate(over="ignore"):
+        want = a * b + a
+    np.testing.assert_array_equal(ew.apply(e, [a, b]), want)
+
+
+def test_float16_is_computed_in_float32_and_stored_narrow():
+    x = E.inp(0, np.float32)
+    e = E.call("sigmoid", x)
+    a = np.linspace(-4, 4, 9).astype(np.float16)
+    got = ew.apply(e, [a], np.float16)
+    assert got.dtype == np.float16
+    want = (1 / (1 + np.exp(-a.astype(np.float32)))).astype(np.float16)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_input_dtype_mismatch_is_an_error():
+    e = E.op("add", E.inp(0, np.float32), E.inp(1, np.float32))
+    with pytest.raises(TypeError, match="input 1 is float64"):
+        ew.apply(e, [np.ones(3, np.float32), np.ones(3, np.float64)])
+
+
+def test_zero_size_and_zero_d():
+    e = E.op("mul", E.inp(0, np.float32), E.inp(1, np.float32))
+    got = ew.apply(e, [np.ones((0, 3), np.float32), np.ones(3, np.float32)])
+    assert got.shape == (0, 3) and got.dtype == F32
+    got = ew.apply(e, [np.array(2, np.float32), np.array(3, np.float32)])
+    assert got.shape == () and got == 6
+
+
+def test_modcache_reuses_and_repairs_files():
+    src = '"""modcache test"""\nVALUE = 42\n'
+    mod = modcache.load(src)
+    assert mod.VALUE == 42
+    assert modcache.load(src) is mod
+    path = modcache.path_for(src)
+    assert path.exists()
+    # A damaged file (another process died mid-way without the atomic write) is rewritten.
+    path.write_text("VALUE = 0\n", encoding="utf-8")
+    modcache._MODULES.pop(modcache.source_hash(src))
+    assert modcache.load(src).VALUE == 42
+    assert path.read_text(encoding="utf-8") == src
+
+
+def test_expressions_hash_by_structure():
+    a = _affine()
+    b = _affine()
+    assert a is not b and a == b and hash(a) == hash(b)
+    assert E.const(np.nan, np.float32) == E.const(np.nan, np.float32)
+    assert E.const(1, np.float32) != E.const(1, np.float64)
+
+
+def test_helper_resolution():
+    assert ew.helper_name("sigmoid", np.float32) == "sigmoid_f32"
+    assert ew.helper_name("div", np.int16) == "div_int"
+    assert ew.helper_name("div", np.uint16) == "div_uint"
+    assert ew.helper_name("max", np.uint8) == "max_int"
+    assert ew.helper_name("exp", np.float64) == "exp"
+    with pytest.raises(NotImplementedError):
+        ew.helper_name("no_such_helper", np.float32)
+
+
+@pytest.mark.parametrize("fam", ["sigmoid", "gelu", "mod", "round", "max", "softplus"])
+def test_float32_helpers_return_float32(fam):
+    from onnxjit.kernels import scalar
+
+    fn = getattr(scalar, ew.helper_name(fam, np.float32))
+    # inline="always" helpers can still be called from Python; their type must not widen
+    n_args = fn.py_func.__code__.co_argcount
+    res = fn(*([np.float32(0.75)] * n_args))
+    assert isinstance(res, np.float32) or type(res) is float
+    sig = fn.nopython_signatures[-1]
+    assert str(sig.return_type) == "float32"
