@@ -47,7 +47,9 @@ def check_model(model: ir.Model) -> None:
                     f"{model.ir_version} (< 4) requires; add it to the graph inputs or raise "
                     "ir_version to 4 or more"
                 )
-    functions = {(f.domain, f.name) for f in model.functions.values()}
+    functions = {
+        (normalize_domain(f.domain), f.name, f.overload): f for f in model.functions.values()
+    }
     _GraphChecker(model.opset_imports, functions, problems).check(graph, frozenset(), "graph")
     for fn in model.functions.values():
         _check_function(fn, model, functions, problems)
@@ -132,6 +134,23 @@ def _check_function(fn: ir.Function, model: ir.Model, functions, problems: list[
         outputs=[ir.ValueInfo(n, None) for n in fn.outputs if n],
     )
     where = f"function {fn.domain}:{fn.name}"
+    # IR.md: a function may import a different version of a domain than the model, but every
+    # node of its body must resolve to the same schema under both imports.
+    for node in fn.nodes:
+        domain = normalize_domain(node.domain)
+        mine, theirs = fn.opset_imports.get(domain), model.opset_imports.get(domain)
+        if mine is None or theirs is None or mine == theirs:
+            continue
+        if (domain, node.op_type, node.overload) in functions:
+            continue
+        a, b = find_schema(node.op_type, mine, domain), find_schema(node.op_type, theirs, domain)
+        if a is not None and b is not None and a.since_version != b.since_version:
+            problems.append(
+                f"in {where}: {node.where} resolves to {node.op_type}-{a.since_version} under "
+                f"the function's opset_import ({domain or 'ai.onnx'!r} {mine}) but to "
+                f"{node.op_type}-{b.since_version} under the model's ({theirs}); both must "
+                "name the same schema, import the same version in the function and the model"
+            )
     checker = _GraphChecker(opsets, functions, problems, in_function=where)
     # Resolution of function bodies happens at inlining, against the caller's opsets.
     checker.check(fgraph, frozenset(), where, resolve=False)
@@ -141,7 +160,7 @@ class _GraphChecker:
     def __init__(
         self,
         opsets: dict[str, int],
-        functions: set[tuple[str, str]],
+        functions: dict[tuple[str, str, str], ir.Function],
         problems: list[str],
         in_function: str = "",
     ):
@@ -234,10 +253,10 @@ class _GraphChecker:
         domain = normalize_domain(node.domain)
         for p in node.load_problems:
             self.add(f"{prefix}{node.describe()}: {p}")
-        if (node.domain, node.op_type) in self.functions or (domain, node.op_type) in {
-            (normalize_domain(d), n) for d, n in self.functions
-        }:
-            return None  # a model-local function: checked at inlining
+        fn = self.functions.get((domain, node.op_type, node.overload))
+        if fn is not None:
+            self.check_call(node, fn, prefix)
+            return None  # the body is checked once, with the function
         if domain not in self.opsets:
             if self.opsets:  # an empty opset_import is reported once, not once per node
                 self.add(
@@ -260,6 +279,26 @@ class _GraphChecker:
         self.check_arity(node, schema, who)
         self.check_attributes(node, schema, who)
         return schema
+
+    def check_call(self, node: ir.Node, fn: ir.Function, prefix: str) -> None:
+        """A call of a model-local function: arity and attribute names against its proto."""
+        who = f"{prefix}{node.where} (function {fn.domain}:{fn.name})"
+        for kind, have, formal in (
+            ("inputs", node.inputs, fn.inputs),
+            ("outputs", node.outputs, fn.outputs),
+        ):
+            if len(have) > len(formal):
+                self.add(
+                    f"{who} has {len(have)} {kind}; the function takes {len(formal)} "
+                    f"({formal}); remove the extra {kind}"
+                )
+        known = sorted(set(fn.attributes))
+        for name in node.attr_types:
+            if name not in known:
+                self.add(
+                    f"{who}: attribute {name!r} is not declared by the function (known: "
+                    f"{known}); remove it or declare it in FunctionProto.attribute"
+                )
 
     def check_arity(self, node: ir.Node, schema, who: str) -> None:
         n_in, n_out = len(node.inputs), len(node.outputs)

@@ -56,10 +56,37 @@ class _Inliner:
             n.index = i
         graph.nodes = new_nodes
 
-    def expand(self, node: ir.Node, depth: int, opsets: dict[str, int]) -> list[ir.Node] | None:
+    def expand(
+        self,
+        node: ir.Node,
+        depth: int,
+        opsets: dict[str, int],
+        chain: tuple[str, ...] = (),
+        root: ir.Node | None = None,
+    ) -> list[ir.Node] | None:
+        """The nodes replacing ``node`` (None to keep it).
+
+        ``chain`` lists the functions being expanded around ``node`` and ``root`` is the
+        call in the graph that started the expansion, so a recursive function is reported
+        with its call chain at the node the user wrote.
+        """
         domain = normalize_domain(node.domain)
+        root = root or node
         local = self.functions.get((domain, node.op_type, node.overload))
         if local is not None:
+            key = f"{local.domain}:{local.name}" + (
+                f" (overload {local.overload!r})" if local.overload else ""
+            )
+            if key in chain:
+                path = " -> ".join((*chain, key))
+                raise ModelCheckError(
+                    [
+                        f"{root.describe()}: function {key} is recursive ({path}); ONNX "
+                        "functions must not call themselves, directly or through other "
+                        "functions; rewrite it without the recursive call"
+                    ]
+                )
+            chain = (*chain, key)
             body_opsets = dict(self.model.opset_imports)
             body_opsets.update(local.opset_imports)
             fn = local
@@ -78,14 +105,14 @@ class _Inliner:
         if depth >= MAX_DEPTH:
             raise ModelCheckError(
                 [
-                    f"{node.describe()}: function calls nest deeper than {MAX_DEPTH} levels "
-                    "(a recursive function?); ONNX functions must not recurse"
+                    f"{root.describe()}: function calls nest deeper than {MAX_DEPTH} levels "
+                    f"(through {node.label}); flatten the functions"
                 ]
             )
         nodes = self.instantiate(node, fn, body_opsets)
         result: list[ir.Node] = []
         for n in nodes:
-            sub = self.expand(n, depth + 1, body_opsets)
+            sub = self.expand(n, depth + 1, body_opsets, chain, root)
             result.extend(n_ for n_ in (sub if sub is not None else [n]))
         # Subgraphs inside the body may call functions too.
         holder = ir.Graph(name="", nodes=result, inputs=[], outputs=[])
@@ -129,6 +156,20 @@ class _Inliner:
         fp = onnx.FunctionProto()
         fp.ParseFromString(raw)
         fn = _Loader(None).function(fp)
+        # Schema bodies refer to the operator's attributes (``@output_datatype``) whose
+        # defaults live in the schema, not in the body: supply them as function defaults.
+        loader = _Loader(None)
+        for name, attr in schema.attributes.items():
+            default = attr.default_value
+            if name in fn.attribute_defaults or default.type == onnx.AttributeProto.UNDEFINED:
+                continue
+            named = onnx.AttributeProto()
+            named.CopyFrom(default)
+            named.name = name  # schema defaults may carry no name
+            holder = ir.Node("", "", [], [])
+            loader.attribute(named, holder)
+            if name in holder.attrs:
+                fn.attribute_defaults[name] = holder.attrs[name]
         body_opsets = dict(opsets)
         body_opsets.update(fn.opset_imports)
         return fn, body_opsets
