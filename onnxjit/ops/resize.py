@@ -1,0 +1,3 @@
+"""Resize and Upsample (in progress)."""
+
+from __future__ import annotations
