@@ -276,6 +276,15 @@ class _GraphChecker:
             node.since_version = schema.since_version
         label = f"{node.op_type}-{schema.since_version}"
         who = f"{prefix}{node.where} ({label})"
+        if schema.deprecated:
+            # onnx's checker refuses these too: the operator was withdrawn at that version.
+            instead = _REPLACEMENTS.get(node.op_type, "its replacement")
+            self.add(
+                f"{who}: operator {node.op_type!r} is deprecated since opset "
+                f"{schema.since_version} and the model imports {domain or 'ai.onnx'!r} "
+                f"{version}; use {instead} or import an opset below {schema.since_version}"
+            )
+            return schema
         self.check_arity(node, schema, who)
         self.check_attributes(node, schema, who)
         return schema
@@ -349,6 +358,14 @@ class _GraphChecker:
                     f"{who}: required attribute {name!r} "
                     f"({AttributeProto.AttributeType.Name(int(attr.type))}) is missing; set it"
                 )
+
+
+# What replaces each deprecated operator of the default domain.
+_REPLACEMENTS = {
+    "Scatter": "ScatterElements",
+    "Upsample": "Resize",
+    "GroupNormalization": "GroupNormalization at opset 21 (per-channel scale and bias)",
+}
 
 
 def _bound(n: int) -> str:

@@ -331,6 +331,11 @@ class _Loader:
                 f"tensor {t.name!r} is stored externally but has no 'location' key; "
                 "re-save the model with onnx.save(..., save_as_external_data=True)"
             )
+        if t.data_type == TensorProto.STRING:
+            raise ExternalDataError(
+                f"tensor {t.name!r}: STRING tensors cannot be stored as external data (the "
+                "spec allows only fixed-size types); store it inside the model"
+            )
         path = self.safe_external_path(t.name, location)
         offset = _parse_nonneg(t.name, "offset", info.get("offset", "0"))
         dtype = types.np_dtype(t.data_type)

@@ -116,6 +116,14 @@ def test_ir_version_in_range_accepted(version):
     assert_valid(make([identity()], ir_version=version), oracle=False)
 
 
+def test_ir_version_3_requires_initializers_to_be_inputs():
+    w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
+    model = make([identity("w", "y")], inputs=[], inits=[w], ir_version=3, opset=8)
+    assert_one_problem(model, "initializer 'w' is not a graph input", "IR version 3 (< 4)")
+    assert_valid(make([identity("w", "y")], inputs=[vi("w")], inits=[w], ir_version=3, opset=8))
+    assert_valid(make([identity("w", "y")], inputs=[], inits=[w], ir_version=4, opset=9))
+
+
 def test_opset_import_missing():
     model = make([identity()])
     del model.opset_import[:]
@@ -154,11 +162,17 @@ def test_operator_newer_than_the_opset():
     assert_valid(make([helper.make_node("Gelu", ["x"], ["y"])], opset=20))
 
 
-def test_operator_removed_in_the_opset():
-    # Upsample was deprecated at opset 10; at opset 10+ the schema is marked deprecated.
-    model = make([helper.make_node("Scatter", ["x", "i", "u"], ["y"])])
-    found = problems(model)
-    assert found and "Scatter" in found[0]
+@pytest.mark.parametrize(("op", "opset", "n_in"), [("Scatter", 11, 3), ("Upsample", 10, 2)])
+def test_operator_deprecated_at_the_opset(op, opset, n_in):
+    # Scatter was withdrawn at opset 11 (ScatterElements), Upsample at 10 (Resize).
+    ins = [vi("x"), vi("i", elem=TensorProto.INT64), vi("u")][:n_in]
+    if op == "Upsample":
+        ins[1] = vi("i", (2,))
+    node = helper.make_node(op, [v.name for v in ins], ["y"], name="old")
+    model = make([node], inputs=ins, opset=opset)
+    assert_one_problem(model, f"node 'old' ({op}-", "is deprecated since opset", "use ")
+    # One opset earlier the operator is valid.
+    assert problems(make([node], inputs=ins, opset=opset - 1)) == []
 
 
 def test_domain_not_imported():

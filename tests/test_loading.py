@@ -285,6 +285,15 @@ def test_external_data_from_bytes_needs_base_dir(tmp_path):
     np.testing.assert_array_equal(load_model(data, base_dir=tmp_path).graph.initializers["w"], W)
 
 
+def test_external_string_tensor_refused(tmp_path):
+    path = _hand_written(tmp_path, {"location": "data.bin"}, b"abc")
+    model = onnx.load(str(path), load_external_data=False)
+    model.graph.initializer[0].data_type = TensorProto.STRING
+    onnx.save(model, str(path))
+    with pytest.raises(ExternalDataError, match="tensor 'w': STRING tensors cannot be stored"):
+        load_model(path)
+
+
 def test_sha1_checksum_right(tmp_path):
     raw = W.tobytes()
     digest = hashlib.sha1(raw).hexdigest()
