@@ -565,6 +565,7 @@ TORCH_MODELS: dict[str, TorchSpec] = {
 
 # --------------------------------------------------------------------------------------------
 # Comparison and diagnosis
+# (EXPORT_RELEVANT_END: the export cache key hashes this file up to this line only.)
 # --------------------------------------------------------------------------------------------
 
 
@@ -624,17 +625,15 @@ def locate_divergence(
     wide = onnx.ModelProto()
     wide.CopyFrom(model)
     existing = {o.name for o in wide.graph.output}
-    extra = []
     for node in wide.graph.node:
         for out in node.output:
             if out and out not in existing and out in known:
                 vi = known[out]
-                if vi.type.WhichOneof("value") == "tensor_type":
-                    extra.append(out)
-                    t = onnx.ValueInfoProto()
-                    t.name = out
-                    t.type.tensor_type.elem_type = vi.type.tensor_type.elem_type
-                    wide.graph.output.append(t)
+                # Only tensors with a known rank: graph outputs need a rank in onnxjit.
+                if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField(
+                    "shape"
+                ):
+                    wide.graph.output.append(vi)
                     existing.add(out)
     names = [o.name for o in wide.graph.output]
     try:

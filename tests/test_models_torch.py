@@ -66,7 +66,9 @@ def _model_params() -> list[Any]:
 
 def _versions_key(name: str) -> str:
     h = hashlib.sha256()
-    h.update(Path(__file__).with_name("models.py").read_bytes())
+    source = Path(__file__).with_name("models.py").read_text()
+    # Only the builders and the export helper matter, not the diagnostics below the marker.
+    h.update(source.split("EXPORT_RELEVANT_END")[0].encode())
     for pkg in ("torch", "transformers", "onnxscript", "onnx"):
         try:
             h.update(f"{pkg}={importlib.metadata.version(pkg)};".encode())
