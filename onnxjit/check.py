@@ -14,6 +14,7 @@ messages name operators as ``Softmax-13``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 
 import onnx
@@ -277,14 +278,19 @@ class _GraphChecker:
         label = f"{node.op_type}-{schema.since_version}"
         who = f"{prefix}{node.where} ({label})"
         if schema.deprecated:
-            # onnx's checker refuses these too: the operator was withdrawn at that version.
+            # onnx's checker refuses deprecated operators. onnxjit warns instead of refusing:
+            # models exported at those opsets exist, and where an implementation serves the
+            # operator (GroupNormalization-18, Scatter-9) it runs; the registry reports the
+            # node when none does.
             instead = _REPLACEMENTS.get(node.op_type, "its replacement")
-            self.add(
+            warnings.warn(
                 f"{who}: operator {node.op_type!r} is deprecated since opset "
-                f"{schema.since_version} and the model imports {domain or 'ai.onnx'!r} "
-                f"{version}; use {instead} or import an opset below {schema.since_version}"
+                f"{schema.since_version} (the model imports {domain or 'ai.onnx'!r} {version}); "
+                f"onnx.checker refuses such models; use {instead} or import an opset below "
+                f"{schema.since_version}",
+                DeprecatedOperatorWarning,
+                stacklevel=2,
             )
-            return schema
         self.check_arity(node, schema, who)
         self.check_attributes(node, schema, who)
         return schema
@@ -358,6 +364,10 @@ class _GraphChecker:
                     f"{who}: required attribute {name!r} "
                     f"({AttributeProto.AttributeType.Name(int(attr.type))}) is missing; set it"
                 )
+
+
+class DeprecatedOperatorWarning(UserWarning):
+    """A node uses an operator that onnx deprecated at the model's opset."""
 
 
 # What replaces each deprecated operator of the default domain.
