@@ -193,6 +193,25 @@ def test_overriding_an_initializer():
             np.testing.assert_allclose(g, o)
 
 
+@pytest.mark.parametrize("level", [0, 99])
+def test_overridable_initializer_is_not_constant_folded(level):
+    # y = w + k reads only initializers; w can be fed, so no optimisation level may fold it.
+    w = numpy_helper.from_array(np.full((2, 3), 10, np.float32), "w")
+    k = numpy_helper.from_array(np.ones((2, 3), np.float32), "k")
+    model = model_of(
+        [helper.make_node("Add", ["w", "k"], ["y"])],
+        [helper.make_tensor_value_info("w", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+        inits=[w, k],
+    )
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = onnxjit.GraphOptimizationLevel(level)
+    sess, oracle = onnxjit.InferenceSession(model, so), ort_session(model)
+    fed = {"w": np.zeros((2, 3), np.float32)}
+    for feed in ({}, fed, {}):
+        np.testing.assert_array_equal(sess.run(None, feed)[0], oracle.run(None, feed)[0])
+
+
 def test_plain_initializer_cannot_be_fed():
     sess = onnxjit.InferenceSession(overridable_model())
     with pytest.raises(InvalidInputError, match="input 'k' is not an input of the model"):
