@@ -341,7 +341,8 @@ def transpose_1(ctx, data, *, perm=None):
     p = list(range(x.ndim))[::-1] if perm is None else [int(v) for v in perm]
     if sorted(p) != list(range(x.ndim)):
         raise ctx.error(f"perm {p} is not a permutation of the {x.ndim} axes of the input")
-    return np.ascontiguousarray(np.transpose(x, p))
+    # np.ascontiguousarray would turn a 0-d result into 1-d; copy(order="C") keeps the rank.
+    return np.transpose(x, p).copy(order="C")
 
 
 @onnx_op("Expand", since=8)
