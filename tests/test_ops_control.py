@@ -348,3 +348,27 @@ def test_scan_outer_scope_capture():
     feeds = {"s0": np.zeros(2, np.float32), "x0": np.arange(6, dtype=np.float32).reshape(3, 2),
              "w": np.array([2, -1], np.float32)}  # fmt: skip
     run_both(g, 16, feeds)
+
+
+def test_if_branch_returns_its_constant():
+    # A branch that returns its own initializer: the output must not alias it (checked by
+    # running twice with a consumer that could reuse the buffer).
+    k = helper.make_tensor("k", F, [3], [1.0, 2.0, 3.0])
+    then_g = helper.make_graph(
+        [helper.make_node("Identity", ["k"], ["t"])], "then", [], [vi("t", F, [3])], [k]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", F, [3])]
+    )
+    nodes = [
+        helper.make_node("If", ["c"], ["o"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Add", ["o", "x"], ["out"]),
+    ]
+    g = helper.make_graph(nodes, "g", [vi("c", BOOL, []), vi("x", F, [3])], [vi("out", F, [3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    feeds = {"c": np.array(True), "x": np.array([10, 20, 30], np.float32)}
+    want = reference_outputs(model, feeds)
+    for _ in range(3):
+        assert_close(sess.run(None, feeds)[0], want[0])

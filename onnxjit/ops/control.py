@@ -30,6 +30,24 @@ def _as_bool(ctx: NodeContext, value: Any, what: str) -> bool:
     return bool(arr.reshape(-1)[0])
 
 
+def _detach(sub: Any, values: list[Any]) -> list[Any]:
+    """Copy the arrays among ``values`` that share memory with the subgraph's initializers.
+
+    A body may return one of its constants as it is (Identity, or a view by Reshape); the
+    enclosing graph sees the node's output as a fresh value that it may overwrite in place,
+    which would corrupt the constant for later runs.
+    """
+    consts = [c for c in sub.graph.initializers.values() if isinstance(c, np.ndarray)]
+    if not consts:
+        return values
+    return [
+        v.copy()
+        if isinstance(v, np.ndarray) and any(np.may_share_memory(v, c) for c in consts)
+        else v
+        for v in values
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # If
 
@@ -45,7 +63,7 @@ def if_op(ctx, cond, *, else_branch=None, then_branch=None):
             f"the selected branch produced {len(outs)} outputs but the node has "
             f"{ctx.n_outputs}; both branches must have one output per node output"
         )
-    return tuple(outs)
+    return tuple(_detach(branch, outs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,7 +113,7 @@ def loop(ctx, M=None, cond=None, *v_initial, body=None):
             # Without a cond input the loop is a for loop and the body's cond is ignored.
             keep_going = _as_bool(ctx, outs[0], "the body's cond output")
         i += 1
-    results: list[Any] = list(carried)
+    results: list[Any] = _detach(body, carried)
     for k in range(n_scan):
         if scans[k]:
             try:
@@ -156,7 +174,7 @@ def _scan_core(
         states = list(outs[:n_state])
         for k in range(n_scan_out):
             per_out[k].append(np.asarray(outs[n_state + k]))
-    results: list[Any] = list(states)
+    results: list[Any] = _detach(body, states)
     for k in range(n_scan_out):
         vals = per_out[k]
         if out_dirs[k]:
