@@ -567,3 +567,26 @@ _CASES: dict[str, Callable[[], onnx.ModelProto]] = {
 def test_decision_matches_onnx_checker(case):
     model = _CASES[case]()
     assert (problems(model) == []) == onnx_accepts(model)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_reading_outer_scope_runs(cond):
+    # Accepted by the checker, the outer-scope read also runs (If-16 is registered).
+    from onnx.reference import ReferenceEvaluator
+
+    model = _if_model("nx")
+    feed = {"c": np.array(cond), "x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    want = ReferenceEvaluator(model).run(None, feed)[0]
+    np.testing.assert_array_equal(onnxjit.InferenceSession(model).run(None, feed)[0], want)
+
+
+def test_loop_reading_outer_scope_runs():
+    # onnxruntime is the oracle: onnx 1.23's ReferenceEvaluator returns x unchanged for this
+    # Loop (acc += step three times with step = -x from the outer scope; the answer is -2x).
+    import onnxruntime as ort
+
+    model = _loop_model("step")
+    feed = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feed)[0]
+    np.testing.assert_array_equal(want, -2 * feed["x"])
+    np.testing.assert_array_equal(onnxjit.InferenceSession(model).run(None, feed)[0], want)
