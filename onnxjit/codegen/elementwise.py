@@ -393,6 +393,43 @@ def _entry(exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]) -> _Ent
     return entry
 
 
+class _Plan:
+    """Everything a call needs for one (expressions, input shapes and dtypes)."""
+
+    __slots__ = ("out_shape", "sizes", "size", "entry")
+
+    def __init__(self, out_shape, sizes, size, entry):
+        self.out_shape = out_shape
+        self.sizes = sizes
+        self.size = size
+        self.entry = entry
+
+
+# (exprs, input shapes, input dtypes) -> _Plan; bounded, it only saves shape work.
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096
+
+
+def _plan(exprs: tuple[Expr, ...], arrays: list[np.ndarray], key: tuple) -> _Plan:
+    out_shape, sizes, masks = broadcast_layout([a.shape for a in arrays])
+    size = math.prod(out_shape)
+    entry = None
+    if size:
+        entry = _entry(exprs, masks)
+        if len(entry.in_dtypes) != len(arrays):
+            raise TypeError(
+                f"the expression reads {len(entry.in_dtypes)} inputs, {len(arrays)} were given"
+            )
+        for k, (a, dt) in enumerate(zip(arrays, entry.in_dtypes)):
+            if a.dtype != dt:
+                raise TypeError(f"input {k} is {a.dtype}, the expression reads it as {dt}")
+    plan = _Plan(out_shape, sizes, size, entry)
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+    return plan
+
+
 def apply_many(
     exprs: Sequence[Expr],
     inputs: Sequence[Any],
@@ -412,24 +449,26 @@ def apply_many(
             a = np.asarray(a)
         if a.dtype in NARROW_FLOATS:
             a = a.astype(F32)
+        elif not a.flags.c_contiguous or not a.flags.writeable:
+            # Numba types read-only arrays apart (one more compilation) and dispatches them
+            # through a slow path; a contiguous writable copy avoids both.
+            a = np.array(a, order="C")
         arrays.append(a)
     if not arrays:
         raise ValueError("an elementwise kernel needs at least one input")
-    out_shape, sizes, masks = broadcast_layout([a.shape for a in arrays])
-    outs = [np.empty(out_shape, dtype=e.dtype) for e in exprs]
-    if outs[0].size:
-        entry = _entry(exprs, masks)
-        for k, (a, dt) in enumerate(zip(arrays, entry.in_dtypes)):
-            if a.dtype != dt:
-                raise TypeError(f"input {k} is {a.dtype}, the expression reads it as {dt}")
-        flat = [
-            (a if a.flags.c_contiguous else np.ascontiguousarray(a)).reshape(-1) for a in arrays
-        ]
-        flat_out = [o.reshape(-1) for o in outs]
-        if sizes and outs[0].size > _jit.PARALLEL_THRESHOLD:
-            _jit.run_parallel(entry.module.kernel_par, *flat_out, *flat, *sizes)
+    key = (exprs, tuple([a.shape for a in arrays]), tuple([a.dtype for a in arrays]))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(exprs, arrays, key)
+    outs = [np.empty(plan.out_shape, dtype=e.dtype) for e in exprs]
+    if plan.size:
+        args = [o.reshape(-1) for o in outs]
+        args += [a.reshape(-1) for a in arrays]
+        args += plan.sizes
+        if plan.sizes and plan.size > _jit.PARALLEL_THRESHOLD:
+            _jit.run_parallel(plan.entry.module.kernel_par, *args)
         else:
-            entry.module.kernel(*flat_out, *flat, *sizes)
+            plan.entry.module.kernel(*args)
     if out_dtypes is not None:
         for j, dt in enumerate(out_dtypes):
             if dt is not None and outs[j].dtype != dt:
