@@ -9,6 +9,7 @@ The public API mirrors onnxruntime's so that ``import onnxjit as ort`` mostly wo
 
 from onnxjit import config as _config  # noqa: F401  (configures the kernel cache first)
 from onnxjit import ops as _ops  # noqa: F401  (registers every operator)
+from onnxjit.check import DeprecatedOperatorWarning
 from onnxjit.errors import (
     ExecutionError,
     ExternalDataError,
@@ -19,7 +20,13 @@ from onnxjit.errors import (
     OnnxJitError,
     UnsupportedOperatorError,
 )
-from onnxjit.options import ExecutionMode, GraphOptimizationLevel, RunOptions, SessionOptions
+from onnxjit.options import (
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    RunOptions,
+    SessionOptions,
+)
 from onnxjit.session import InferenceSession, ModelMetadata, NodeArg, SemVer
 
 __version__ = "0.1.0"
@@ -40,6 +47,8 @@ __all__ = [
     "RunOptions",
     "GraphOptimizationLevel",
     "ExecutionMode",
+    "ExecutionOrder",
+    "DeprecatedOperatorWarning",
     "NodeArg",
     "ModelMetadata",
     "SemVer",

@@ -49,7 +49,10 @@ def pytest_runtest_logreport(report):
         if report.failed or outcome == "xfailed":
             text = str(report.longrepr) if report.longrepr else ""
             lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
-            detail = lines[0][1:].strip() if lines else text.splitlines()[-1:][0] if text else ""
+            if lines:
+                detail = " ".join(ln[1:].strip() for ln in lines[:4])
+            else:
+                detail = text.splitlines()[-1] if text else ""
         _outcomes.setdefault(kind, {})[name] = outcome + ("\t" + detail[:300] if detail else "")
 
 
@@ -61,9 +64,9 @@ def pytest_terminal_summary(terminalreporter):
         passed = sum(1 for v in cases.values() if v.startswith("passed"))
         xfailed = sum(1 for v in cases.values() if v.startswith("xfailed"))
         failed = sum(1 for v in cases.values() if v.startswith("failed"))
+        run = passed + xfailed + failed
         terminalreporter.write_line(
-            f"{kind}: {passed} passed, {xfailed} expected failures, {failed} failed "
-            f"(of {len(cases)} run)"
+            f"{kind}: {passed} passed, {xfailed} expected failures, {failed} failed (of {run} run)"
         )
     record = os.environ.get("ONNXJIT_CONFORMANCE_RECORD")
     if record:
