@@ -7,10 +7,12 @@ do not depend on the file system.
 from onnxjit.ops import (  # noqa: F401
     control,
     elementwise,
+    misc,
     ml,
     nn,
     reduce,
     resize,
     rnn,
+    sequence,
     tensor,
 )

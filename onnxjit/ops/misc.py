@@ -1,0 +1,3 @@
+"""misc operators."""
+
+from __future__ import annotations

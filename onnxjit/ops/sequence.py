@@ -1,0 +1,3 @@
+"""sequence operators."""
+
+from __future__ import annotations
