@@ -284,7 +284,3 @@ def scan_8(
                 out[b, : r[k].shape[0]] = r[k]
         results.append(out)
     return tuple(results)
-
-
-# Resize/Upsample live in their own module; imported here until ops/__init__.py lists it.
-from onnxjit.ops import resize as _resize  # noqa: E402, F401
