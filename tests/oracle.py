@@ -88,6 +88,26 @@ def _fill_output_types(model: onnx.ModelProto) -> None:
             out.type.tensor_type.elem_type = TensorProto.UNDEFINED
 
 
+def declare_outputs_like(model: onnx.ModelProto, values: Sequence[Any]) -> None:
+    """Give outputs that shape inference left untyped the oracle's element type and rank.
+
+    onnxjit's checker requires typed, ranked main-graph outputs (IR spec); the dims are left as
+    unknown so the declaration says no more than the oracle showed.
+    """
+    for out, value in zip(model.graph.output, values):
+        tt = out.type.tensor_type
+        if not isinstance(value, np.ndarray):
+            continue
+        if out.type.WhichOneof("value") not in (None, "tensor_type"):
+            continue
+        if tt.elem_type == TensorProto.UNDEFINED:
+            tt.elem_type = types.onnx_elem_type(value.dtype)
+        if not tt.HasField("shape"):
+            tt.shape.SetInParent()
+            for _ in range(value.ndim):
+                tt.shape.dim.add()
+
+
 def reference_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[Any]:
     from onnx.reference import ReferenceEvaluator
 
@@ -161,6 +181,7 @@ def check_node(
     )
     feeds = {k: v for k, v in inputs.items() if v is not None and k not in const_inputs}
     want = reference_outputs(model, feeds) if oracle == "ref" else ort_outputs(model, feeds)
+    declare_outputs_like(model, want)
     sess = onnxjit.InferenceSession(model.SerializeToString())
     got = sess.run(None, feeds)
     assert len(got) == len(want)
