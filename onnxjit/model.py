@@ -291,6 +291,10 @@ class _Loader:
             arr = np.array([_decode_str(x) for x in arr.reshape(-1)], dtype=object).reshape(
                 arr.shape
             )
+        elif not arr.flags.writeable or not arr.flags.c_contiguous:
+            # to_array views the proto's bytes read-only; Numba types read-only arrays apart
+            # (another compile, slower dispatch), so own one contiguous copy from the start.
+            arr = np.ascontiguousarray(arr).copy()
         return arr
 
     def sparse_tensor(self, st: onnx.SparseTensorProto) -> np.ndarray:

@@ -96,6 +96,9 @@ class Program:
         self.output_slots = [self.slots[n] for n in self.output_names]
         self._compute_releases()
         self.n_slots = len(self.slots)
+        # Buffers of constants: an output that views one is copied before it is returned, so
+        # a caller writing into an output can never change the session's weights.
+        self.const_roots = {id(_root(v)) for _, v in self.const_values if isinstance(v, np.ndarray)}
 
     def _slot(self, name: str) -> int:
         if name not in self.slots:
@@ -209,7 +212,19 @@ class Program:
                         env[slot] = value
             for s in step.release:
                 env[s] = None
-        return [env[s] for s in self.output_slots]
+        outputs = [env[s] for s in self.output_slots]
+        for i, v in enumerate(outputs):
+            if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:
+                outputs[i] = v.copy()
+        return outputs
+
+
+def _root(a: np.ndarray) -> object:
+    """The object that owns an array's memory (follows .base)."""
+    obj: object = a
+    while isinstance(obj, np.ndarray) and obj.base is not None:
+        obj = obj.base
+    return obj
 
 
 def _describe_value(v: Any) -> str:
