@@ -7,6 +7,11 @@ The public API mirrors onnxruntime's so that ``import onnxjit as ort`` mostly wo
     outputs = sess.run(None, {"input": x})
 """
 
+# ruff: noqa: E402  (the import clock starts before the package's own imports)
+import time as _time
+
+_import_t0 = _time.perf_counter()
+
 from onnxjit import config as _config  # noqa: F401  (configures the kernel cache first)
 from onnxjit import ops as _ops  # noqa: F401  (registers every operator)
 from onnxjit.check import DeprecatedOperatorWarning
@@ -30,6 +35,8 @@ from onnxjit.options import (
 from onnxjit.session import InferenceSession, ModelMetadata, NodeArg, SemVer
 
 __version__ = "0.1.0"
+# How long `import onnxjit` took in this process (reported by the CLI).
+IMPORT_SECONDS = _time.perf_counter() - _import_t0
 
 
 def get_available_providers() -> list[str]:

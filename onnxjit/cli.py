@@ -9,7 +9,6 @@ shipped in the package.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -56,29 +55,11 @@ def _parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _startup_seconds() -> float | None:
-    """Seconds since this process started (Python start-up plus ``import onnxjit``).
-
-    The package is imported before this module runs, so timing the import here would measure
-    nothing; Linux's /proc gives the process start instead. None where that is unavailable.
-    """
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        start = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: starttime
-        return max(uptime - start, 0.0)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _run(args: argparse.Namespace) -> int:
     import onnxjit
     from onnxjit import types
     from onnxjit.demo import DEMO_PATH
 
-    t_startup = _startup_seconds()
     model = args.model or str(DEMO_PATH)
     files = _parse_pairs(args.input, "input")
     dims = {}
@@ -134,8 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     for arg, value in zip(sess.get_outputs(), outputs):
         print(f"output {arg.name}: {_summary(value)}")
-    if t_startup is not None:
-        print(f"process start-up:  {t_startup * 1e3:9.1f} ms (Python, import onnxjit)")
+    print(f"import onnxjit:     {onnxjit.IMPORT_SECONDS * 1e3:9.1f} ms")
     print(f"session creation:  {t_create * 1e3:9.1f} ms")
     print(f"first run:         {t_first * 1e3:9.1f} ms (includes compiling kernels not cached)")
     if times:
