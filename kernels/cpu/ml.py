@@ -37,8 +37,8 @@ def probit(v):
     x = 2.0 * v - 1.0
     sgn = -1.0 if x < 0 else 1.0
     x = (1.0 - x) * (1.0 + x)
-    if x == 0.0:
-        return 0.0
+    if x == 0.0:  # v = 0 or 1: -inf / +inf, as onnxruntime gives
+        return sgn * math.inf
     lg = math.log(x)
     a = 2.0 / (math.pi * 0.147) + 0.5 * lg
     b = lg / 0.147

@@ -105,6 +105,9 @@ class _TreeTable:
     w_value: np.ndarray
     n_features: int  # 1 + the largest feature id a branch reads
     n_targets: int  # 1 + the largest target id a leaf writes
+    # Scores are summed in float32 when every weight is a float32 attribute, as onnxruntime
+    # does: labels then break exact ties (e.g. 0.5 vs 0.5) the same way.
+    acc_dtype: Any = np.float64
 
     @property
     def n_trees(self) -> int:
@@ -165,6 +168,7 @@ def _build_legacy_table(
     w_ids: Any,
     w_values: np.ndarray | None,
     what: str,
+    w_float32: bool = True,
 ) -> _TreeTable:
     """Table of TreeEnsembleRegressor/Classifier 1 and 3 (nodes named by (tree id, node id))."""
     if treeids is None or nodeids is None or modes is None:
@@ -261,6 +265,7 @@ def _build_legacy_table(
         w_value=np.ascontiguousarray(wv[worder]),
         n_features=int(feat[branch].max()) + 1 if np.any(branch) else 0,
         n_targets=int(wi.max()) + 1 if wi.shape[0] else 0,
+        acc_dtype=np.float32 if w_float32 else np.float64,
     )
 
 
@@ -281,10 +286,10 @@ def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: 
             f"a leaf writes target/class {table.n_targets - 1} but there are only {n_targets}"
         )
     n = x.shape[0]
-    out = np.zeros((n, n_targets), dtype=np.float64)
+    out = np.zeros((n, n_targets), dtype=table.acc_dtype)
     has = np.zeros((n, n_targets), dtype=np.uint8)
     if n == 0 or table.n_trees == 0:
-        return out, has
+        return out.astype(np.float64), has
     args = (
         x,
         table.roots,
@@ -312,7 +317,7 @@ def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: 
             "a tree walk did not reach a leaf (the true/false node ids form a cycle); fix the "
             "nodes_truenodeids / nodes_falsenodeids attributes"
         )
-    return out, has
+    return out.astype(np.float64), has
 
 
 def _finish_regression(
@@ -329,9 +334,10 @@ def _finish_regression(
         out /= n_trees
     n_targets = out.shape[1]
     if base is not None and base.shape[0]:
-        if base.shape[0] == n_targets:
-            out += base
-        elif base.shape[0] == 1 and n_targets == 1:
+        if base.shape[0] == n_targets and n_targets > 1:
+            # onnxruntime adds a target's base value only where some leaf reached it
+            out += base * has
+        elif n_targets == 1:
             out += base[0]
         else:
             raise ctx.error(
@@ -464,6 +470,8 @@ def tree_ensemble_regressor_3(
             target_ids,
             weights,
             "target",
+            target_weights_as_tensor is None
+            or np.asarray(target_weights_as_tensor).dtype == np.float32,
         )
 
     table = _cached_table(
@@ -570,6 +578,10 @@ def _tree_classify(
             scores[nw, 0] = p[:, 0]
             scores[nw, 1] = 0.0
         elif binary_case and all_positive:
+            if post == kml.PT_LOGISTIC:
+                p = np.ascontiguousarray(v.reshape(-1, 1))
+                kml.post_transform(p, post)
+                v = p[:, 0]
             scores[nw, 0] = 1.0 - v
             scores[nw, 1] = v
         elif post == kml.PT_LOGISTIC:
@@ -682,6 +694,8 @@ def tree_ensemble_classifier_3(
             class_ids,
             weights,
             "class",
+            class_weights_as_tensor is None
+            or np.asarray(class_weights_as_tensor).dtype == np.float32,
         )
 
     table = _cached_table(
@@ -813,6 +827,7 @@ def _build_v5_table(
         w_value=np.ascontiguousarray(lw),
         n_features=int(feat.max()) + 1 if n else 0,
         n_targets=int(lt.max()) + 1 if nl else 0,
+        acc_dtype=np.float64 if np.asarray(leaf_weights).dtype == np.float64 else np.float32,
     )
 
 
@@ -971,6 +986,9 @@ def linear_classifier_1(
                 z = np.zeros((n, 2), dtype=np.float32)
                 z[:, 0] = _post32(s, code)[:, 0]
                 return y, z
+            if code == kml.PT_LOGISTIC:
+                both = np.ascontiguousarray(np.stack([-s[:, 0], s[:, 0]], axis=1))
+                return y, _post32(both, code)
             return y, np.stack([1.0 - s[:, 0], s[:, 0]], axis=1).astype(np.float32)
         return y, (_post32(s, code) if code == kml.PT_PROBIT else s)
     if labels.shape[0] != c:
