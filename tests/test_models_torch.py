@@ -130,6 +130,10 @@ def torch_model(request: pytest.FixtureRequest) -> Any:
                 tmp = cache_dir / f"{name}-{os.getpid()}.tmp.onnx"
                 spec.export(module, tmp)
                 os.replace(tmp, path)
+                # Drop exports of this model made by older builders or exporter versions.
+                for stale in cache_dir.glob(f"{name}-*.onnx"):
+                    if stale != path and stale.name.count("-") == path.name.count("-"):
+                        stale.unlink(missing_ok=True)
             done[name] = _Exported(name, module, str(path))
         return done[name]
 
