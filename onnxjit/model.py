@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +112,18 @@ class _Loader:
         opsets: dict[str, int] = {}
         for imp in proto.opset_import:
             dom = "" if imp.domain in ("", "ai.onnx") else imp.domain
-            if dom in opsets:
+            if dom in opsets and opsets[dom] != imp.version:
                 problems.append(
                     f"opset_import lists domain {imp.domain or 'ai.onnx'!r} more than once "
                     f"(versions {opsets[dom]} and {imp.version}); keep one entry per domain"
+                )
+            elif dom in opsets:
+                # skl2onnx writes such exact repeats; they are unambiguous, so accept them.
+                warnings.warn(
+                    f"opset_import lists domain {imp.domain or 'ai.onnx'!r} twice with the same "
+                    f"version {imp.version}; IR.md asks for one entry per domain",
+                    UserWarning,
+                    stacklevel=4,
                 )
             opsets[dom] = int(imp.version)
         functions: dict[tuple[str, str, str], ir.Function] = {}

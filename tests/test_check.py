@@ -140,6 +140,15 @@ def test_opset_import_domain_listed_twice():
     )
 
 
+def test_opset_import_exact_repeat_is_accepted_with_a_warning():
+    # skl2onnx writes the default domain twice with one version; that is unambiguous.
+    model = make([identity()], extra_opsets=[helper.make_opsetid("", 17)])
+    with pytest.warns(UserWarning, match="twice with the same version 17"):
+        sess = onnxjit.InferenceSession(model.SerializeToString())
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
+
+
 def test_opset_import_version_unknown():
     model = make([identity()], opset=onnx.defs.onnx_opset_version() + 5)
     # onnx's checker resolves unknown future versions to the newest schema; no oracle.

@@ -26,18 +26,6 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-def _dedupe_opsets(model: onnx.ModelProto) -> onnx.ModelProto:
-    # skl2onnx lists the default domain twice (same version); onnxjit's loader refuses
-    # duplicate opset_import entries (reported to the loader's owner), so keep the first.
-    seen: dict[str, int] = {}
-    for o in model.opset_import:
-        seen.setdefault(o.domain, o.version)
-    del model.opset_import[:]
-    for d, v in seen.items():
-        model.opset_import.add(domain=d, version=v)
-    return model
-
-
 def _run_onnxjit(model: onnx.ModelProto, feeds: dict) -> list:
     sess = onnxjit.InferenceSession(model.SerializeToString())
     return sess.run(None, feeds)
@@ -182,7 +170,7 @@ def _skl(model, x, ml_opset=3, zipmap=False):
         onx = skl2onnx.to_onnx(model, x[:1], target_opset={"": 17, ML: ml_opset}, options=opts)
     except (RuntimeError, NameError, TypeError):
         onx = skl2onnx.to_onnx(model, x[:1], target_opset={"": 17, ML: ml_opset})
-    return _dedupe_opsets(onx)
+    return onx
 
 
 SKL_MODELS = [
@@ -288,7 +276,7 @@ def test_sklearn_pipeline_with_zipmap():
         pytest.skip("skl2onnx's ZipMap output goes through Cast-13, not registered yet")
     x, y = _data("clf3")
     pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y)
-    onx = _dedupe_opsets(skl2onnx.to_onnx(pipe, x[:1], target_opset={"": 17, ML: 3}))
+    onx = skl2onnx.to_onnx(pipe, x[:1], target_opset={"": 17, ML: 3})
     _compare(onx, {onx.graph.input[0].name: x[:20]}, rtol=1e-4)
 
 
