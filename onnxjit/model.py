@@ -303,7 +303,7 @@ class _Loader:
         elif not arr.flags.writeable or not arr.flags.c_contiguous:
             # to_array views the proto's bytes read-only; Numba types read-only arrays apart
             # (another compile, slower dispatch), so own one contiguous copy from the start.
-            arr = np.ascontiguousarray(arr).copy()
+            arr = np.array(arr, order="C", copy=True)  # (ascontiguousarray makes 0-d 1-d)
         return arr
 
     def sparse_tensor(self, st: onnx.SparseTensorProto) -> np.ndarray:
