@@ -423,3 +423,25 @@ def test_small_external_initializer_is_copied(tmp_path):
     path = save_external(add_model(W), tmp_path)
     arr = load_model(path).graph.initializers["w"]
     assert not owning_mmap(arr)
+
+
+def test_initializers_keep_their_rank_and_are_owned_arrays():
+    # Regression: taking an owned copy of a 0-d initializer once turned it into shape [1].
+    scalar = numpy_helper.from_array(np.float32(2.5), "s")
+    vector = numpy_helper.from_array(np.arange(3, dtype=np.int64), "v")
+    model = load_model(
+        helper.make_model(
+            helper.make_graph(
+                [],
+                "g",
+                [],
+                [helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                initializer=[scalar, vector],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        )
+    )
+    s, v = model.graph.initializers["s"], model.graph.initializers["v"]
+    assert s.shape == () and s == np.float32(2.5)
+    np.testing.assert_array_equal(v, np.arange(3))
+    assert s.flags.writeable and v.flags.writeable and v.flags.c_contiguous
