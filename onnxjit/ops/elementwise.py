@@ -77,7 +77,7 @@ TYPE_ONLY_VERSIONS: dict[str, tuple[int, ...]] = {
         )
     },
     "LeakyRelu": (16,),
-    "PRelu": (7, 9, 16),
+    "PRelu": (9, 16),
     "Celu": (28,),
     "Clip": (12, 13),
     "Min": (12, 13),
@@ -238,6 +238,12 @@ def _pow_expr(x: E.Expr, y: E.Expr) -> E.Expr:
     return E.call("ipow", x, E.cast(y, np.int64) if y.dtype.kind == "u" else y, dtype=x.dtype)
 
 
+@onnx_op("Pow", since=1)
+def pow_1(ctx, x: np.ndarray, y: np.ndarray, *, axis=None, broadcast=0) -> np.ndarray:
+    """Opset 1: Y is broadcast onto X only with broadcast=1, aligned at ``axis``."""
+    return pow_7(x, _legacy_broadcast(ctx, x, y, broadcast, axis))
+
+
 @onnx_op("Pow", since=7)
 def pow_7(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """X ** Y with numpy broadcasting; the result has X's type (Y may differ from 12 on)."""
@@ -332,6 +338,18 @@ def leakyrelu_6(x: np.ndarray, *, alpha: float = 0.01) -> np.ndarray:
 
 @onnx_op("PRelu", since=6)
 def prelu_6(ctx, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """Opset 6: a slope of size 1 is shared; a 1-D slope of size C applies per channel (axis 1).
+
+    Exporters of that era (e.g. PyTorch's PReLU with num_parameters=C) rely on the channel
+    reading; numpy-style broadcasting arrived with PRelu-7.
+    """
+    if slope.ndim == 1 and slope.size > 1 and x.ndim >= 2 and slope.shape[0] == x.shape[1]:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    return prelu_7(ctx, x, slope)
+
+
+@onnx_op("PRelu", since=7)
+def prelu_7(ctx, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
     """x if x >= 0 else slope * x; slope broadcasts to X (unidirectionally)."""
     if slope.dtype != x.dtype:
         raise ctx.error(f"X is {x.dtype} but slope is {slope.dtype}; both must match")

@@ -1020,6 +1020,32 @@ def _no_training_outputs(ctx: NodeContext) -> None:
         )
 
 
+@onnx_op("BatchNormalization", since=1)
+@onnx_op("BatchNormalization", since=6)
+def batch_norm_6(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    *,
+    consumed_inputs: list[int] | None = None,
+    epsilon: float = _EPS,
+    is_test: int = 0,
+    momentum: float = _MOMENTUM,
+    spatial: int = 1,
+) -> np.ndarray:
+    """BatchNormalization-1/6, inference with the given statistics.
+
+    ``is_test=0`` asked old training frameworks to update the statistics; an inference runtime
+    only evaluates Y, so (like onnxruntime) both values normalise with ``mean``/``var``.
+    ``consumed_inputs`` (opset 1) described in-place buffer reuse and changes no value.
+    """
+    _no_training_outputs(ctx)
+    return _bn_inference(ctx, x, scale, b, mean, var, epsilon, spatial)
+
+
 @onnx_op("BatchNormalization", since=7)
 def batch_norm_7(
     ctx: NodeContext,
