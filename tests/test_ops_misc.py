@@ -625,3 +625,13 @@ def test_momentum_without_required_attributes_is_refused():
     )
     with pytest.raises(Exception, match="alpha|required"):
         onnxjit.InferenceSession(model.SerializeToString()).run(None, inputs)
+
+
+@pytest.mark.parametrize("op", ["RandomNormal", "RandomUniform"])
+def test_random_bfloat16_at_22(op):
+    """RandomNormal/RandomUniform-22 add bfloat16; the version-1 body serves it."""
+    model, sess = _session(op, {}, {"shape": [400, 50], "dtype": TensorProto.BFLOAT16}, 22)
+    (got,) = sess.run(None, {})
+    assert got.dtype == ml_dtypes.bfloat16 and got.shape == (400, 50)
+    v = got.astype(np.float64)
+    assert abs(v.mean() - (0.0 if op == "RandomNormal" else 0.5)) < 0.05

@@ -504,7 +504,8 @@ def _uniform(ctx, shape, dtype, low, high, seed) -> np.ndarray:
     out = (v * (high - low) + low).astype(dtype)
     # Rounding to a narrow type can land on ``high``: the interval is half-open.
     if np.dtype(dtype).kind == "f" and high > low:
-        np.minimum(out, np.nextafter(np.asarray(high, dtype=dtype), np.asarray(low, dtype)), out)
+        below = np.nextafter(np.asarray(high, dtype=dtype), np.asarray(low, dtype=dtype))
+        np.minimum(out, below, out=out)
     return out
 
 
