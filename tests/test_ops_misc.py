@@ -389,6 +389,15 @@ def test_nll_loss_other_float_types_and_int32_targets(dtype):
     check_node("NegativeLogLikelihoodLoss", inputs, {}, opset=13, rtol=2e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+@pytest.mark.parametrize("shape", [(0, 3), (2, 3, 0)], ids=["no_batch", "no_positions"])
+def test_nll_loss_empty(shape, reduction):
+    # The reference evaluator cannot reshape an empty batch (N=0): onnxruntime is the oracle.
+    t = np.zeros((shape[0], *shape[2:]), dtype=np.int64)
+    inputs = {"x": rand(shape), "t": t}
+    check_node("NegativeLogLikelihoodLoss", inputs, {"reduction": reduction}, 13, oracle="ort")
+
+
 def test_nll_loss_target_out_of_range_is_an_error():
     inputs = {"x": rand((2, 3)), "t": np.array([0, 3], dtype=np.int64)}
     model = make_node_model("NegativeLogLikelihoodLoss", inputs, {}, 13)

@@ -43,10 +43,6 @@ def ovi(name, inner: onnx.TypeProto):
     return helper.make_value_info(name, helper.make_optional_type_proto(inner))
 
 
-def untyped(name):
-    return helper.make_value_info(name, onnx.TypeProto())
-
-
 def build(nodes, inputs, outputs, feeds, opset=11, inits=()) -> onnx.ModelProto:
     inputs = [_with_feed_shape(v, feeds.get(v.name)) for v in inputs]
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))

@@ -418,8 +418,9 @@ def nll_loss(ctx, input, target, weight=None, *, ignore_index=None, reduction="m
             )
     low = _is_low_float(x.dtype)
     work = x.astype(np.float32) if low else x
-    x3 = np.ascontiguousarray(work).reshape(x.shape[0], n_class, -1)
-    t2 = np.ascontiguousarray(t64).reshape(x.shape[0], -1)
+    d = int(np.prod(x.shape[2:], dtype=np.int64))
+    x3 = np.ascontiguousarray(work).reshape(x.shape[0], n_class, d)
+    t2 = np.ascontiguousarray(t64).reshape(x.shape[0], d)
     if weight is not None:
         w = np.asarray(weight)
         if w.shape != (n_class,):
