@@ -509,3 +509,25 @@ def test_onnx_case_loop16_seq_none_values():
     got = sess.run(None, {v.name: x for v, x in zip(case.model.graph.input, inputs)})
     assert_close(got[0], outputs[0], what="seq_res")
     assert got[0][0].shape == ()
+
+
+def test_a_tuple_fed_as_a_sequence_is_accepted():
+    nodes = [helper.make_node("SequenceLength", ["s"], ["n"])]
+    sess = session_for(nodes, [svi("s")], [tvi("n", I64, [])], {})
+    assert int(sess.run(None, {"s": tuple(arrays((2,), (3,)))})[0]) == 2
+
+
+@pytest.mark.xfail(
+    reason="session._as_value passes sequence feeds through unchecked: elements are neither "
+    "converted to arrays nor checked against the declared element type (change requested in "
+    "onnxjit/session.py, which this module does not own)",
+    strict=False,
+)
+def test_sequence_feed_elements_are_converted_and_type_checked():
+    nodes = [helper.make_node("SequenceAt", ["s", "p"], ["y"])]
+    ins = [svi("s", F), tvi("p", I64, [])]
+    sess = session_for(nodes, ins, [tvr("y")], {})
+    (y,) = sess.run(None, {"s": [[1.0, 2.0]], "p": np.array(0)})
+    assert isinstance(y, np.ndarray) and y.dtype == np.float32
+    with pytest.raises(onnxjit.errors.InvalidInputError):
+        sess.run(None, {"s": [np.array([1, 2], dtype=np.int64)], "p": np.array(0)})

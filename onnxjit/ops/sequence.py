@@ -50,6 +50,9 @@ def _position(ctx: NodeContext, position: Any, n: int, allow_end: bool) -> int:
 
 
 def _as_sequence(ctx: NodeContext, value: Any, what: str) -> list[Any]:
+    """The value as a list; a tuple fed by a caller is accepted as a sequence too."""
+    if isinstance(value, tuple):
+        return list(value)
     if not isinstance(value, list):
         raise ctx.error(f"{what} must be a sequence (a Python list), found {type(value).__name__}")
     return value
@@ -204,6 +207,7 @@ def sequence_map(ctx, input_sequence, *additional_inputs, body=None):
     length); tensors are passed whole to every iteration.
     """
     seq = _as_sequence(ctx, input_sequence, "'input_sequence'")
+    additional_inputs = tuple(list(e) if isinstance(e, tuple) else e for e in additional_inputs)
     n = len(seq)
     n_in = 1 + len(additional_inputs)
     if len(body.input_names) != n_in:
