@@ -245,12 +245,9 @@ class InferenceSession:
                         "from the feed; add it to input_feed"
                     )
                 continue
-            value = _as_value(input_feed[vi.name], vi, problems)
-            if value is None:
-                continue
-            values[self._input_index[vi.name]] = value
-            if vi.is_tensor:
-                _check_tensor(vi, value, dim_values, problems)
+            ok, value = _convert_feed(input_feed[vi.name], vi, dim_values, problems)
+            if ok:
+                values[self._input_index[vi.name]] = value
         if problems:
             raise InvalidInputError("invalid input feed:\n  - " + "\n  - ".join(problems))
         return values
@@ -341,12 +338,61 @@ def _shape_str(v: ir.ValueInfo) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _as_value(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> Any:
-    """The feed as a C-contiguous array (tensors); other kinds of value pass through."""
-    if not vi.is_tensor:
-        return raw
+def _convert_feed(
+    raw: Any, vi: ir.ValueInfo, dim_values: dict[str, tuple[int, str]], problems: list[str]
+) -> tuple[bool, Any]:
+    """Convert and check one feed against its declared type; (False, None) on a problem.
+
+    Tensors become C-contiguous arrays checked for element type, rank and dimensions;
+    sequences must be lists or tuples whose elements are checked the same way (and come out as
+    a list); an optional input accepts None (no value) or a value of its element type.
+    """
+    kind = vi.type.WhichOneof("value") if vi.type is not None else None
+    if kind == "tensor_type":
+        arr = _as_array(raw, vi, problems)
+        if arr is None:
+            return False, None
+        n = len(problems)
+        _check_tensor(vi, arr, dim_values, problems)
+        return len(problems) == n, arr
+    if kind == "sequence_type":
+        if not isinstance(raw, (list, tuple)):
+            problems.append(
+                f"input {vi.name!r} is a sequence ({_type_str(vi)}); found "
+                f"{type(raw).__name__}, pass a list of arrays"
+            )
+            return False, None
+        elem_type = vi.type.sequence_type.elem_type
+        items = []
+        for i, item in enumerate(raw):
+            elem = ir.ValueInfo(f"{vi.name}[{i}]", elem_type)
+            ok, value = _convert_feed(item, elem, {}, problems)
+            if not ok:
+                return False, None
+            items.append(value)
+        return True, items
+    if kind == "optional_type":
+        if raw is None:
+            return True, None
+        inner = ir.ValueInfo(vi.name, vi.type.optional_type.elem_type)
+        return _convert_feed(raw, inner, dim_values, problems)
+    return True, raw  # maps and untyped values are passed as given
+
+
+def _from_python(raw: Any, vi: ir.ValueInfo) -> np.ndarray:
+    """Python scalars and lists take the declared element type when no precision is lost in
+    kind (int -> float, float64 -> float32); numpy arrays are never converted silently."""
+    arr = np.asarray(raw)
+    if vi.elem_type and vi.elem_type != onnx.TensorProto.STRING:
+        want = types.np_dtype(vi.elem_type)
+        if arr.dtype != want and np.can_cast(arr.dtype, want, casting="same_kind"):
+            arr = arr.astype(want)
+    return arr
+
+
+def _as_array(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> np.ndarray | None:
     try:
-        arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
+        arr = raw if isinstance(raw, np.ndarray) else _from_python(raw, vi)
     except Exception:
         problems.append(
             f"input {vi.name!r}: could not convert {type(raw).__name__} to an array; "

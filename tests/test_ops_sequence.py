@@ -517,12 +517,6 @@ def test_a_tuple_fed_as_a_sequence_is_accepted():
     assert int(sess.run(None, {"s": tuple(arrays((2,), (3,)))})[0]) == 2
 
 
-@pytest.mark.xfail(
-    reason="session._as_value passes sequence feeds through unchecked: elements are neither "
-    "converted to arrays nor checked against the declared element type (change requested in "
-    "onnxjit/session.py, which this module does not own)",
-    strict=False,
-)
 def test_sequence_feed_elements_are_converted_and_type_checked():
     nodes = [helper.make_node("SequenceAt", ["s", "p"], ["y"])]
     ins = [svi("s", F), tvi("p", I64, [])]

@@ -568,3 +568,12 @@ def test_warnings_are_not_printed(capsys):
         sess.run(None, {"x": X})
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
+
+
+def test_python_lists_take_the_declared_type_but_arrays_are_never_cast():
+    sess = onnxjit.InferenceSession(two_input_model().SerializeToString())
+    a2, _ = sess.run(None, {"a": [[1, 2, 3]], "b": [[0.5, 1.5, 2.5]]})
+    assert a2.dtype == np.float32 and a2.tolist() == [[1.0, 2.0, 3.0]]
+    expected = r"input 'a': expected element type tensor\(float\)"
+    with pytest.raises(InvalidInputError, match=expected):
+        sess.run(None, {"a": np.ones((1, 3), np.float64), "b": X[:1]})
