@@ -199,7 +199,7 @@ class _GraphChecker:
                     producers.setdefault(out, node.index)
         order_problem = False
         for node in graph.nodes:
-            schema = self.check_node(node, prefix, resolve)
+            self.check_node(node, prefix, resolve)
             for i, name in enumerate(node.inputs):
                 if not name:
                     continue
@@ -237,7 +237,6 @@ class _GraphChecker:
                         + "; every name must be assigned once (SSA), rename the output"
                     )
                 defined.add(out)
-            del schema
         if order_problem and _has_cycle(graph.nodes):
             self.add(
                 f"{prefix}the nodes form a cycle; an ONNX graph must be acyclic (use Loop or "
