@@ -12,6 +12,14 @@ import time as _time
 
 _import_t0 = _time.perf_counter()
 
+from pathlib import Path as _Path
+
+from onnxjit._source_checkout import register_checkout_kernels as _register_checkout_kernels
+
+_checkout_kernels = _register_checkout_kernels(_Path(__file__).resolve().parent)
+if _checkout_kernels is not None:
+    kernels = _checkout_kernels
+
 from onnxjit import config as _config  # noqa: F401  (configures the kernel cache first)
 from onnxjit import ops as _ops  # noqa: F401  (registers every operator)
 from onnxjit.check import DeprecatedOperatorWarning

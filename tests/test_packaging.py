@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import subprocess
 import sys
@@ -23,10 +24,12 @@ def test_kernels_live_in_the_onnxjit_namespace():
 
 
 def test_no_top_level_kernels_package_of_ours():
-    # A top-level `kernels` would collide with an unrelated PyPI package of that name.
-    spec = importlib.util.find_spec("kernels")
-    if spec is not None and spec.origin:
-        assert Path(spec.origin).resolve().parent != Path(onnxjit.kernels.__file__).parent
+    # A top-level `kernels` would collide with an unrelated PyPI package of that name; the
+    # installed distribution's file list must not carry one.
+    files = importlib.metadata.files("onnxjit") or []
+    top_level = {Path(str(f)).parts[0] for f in files}
+    assert "kernels" not in top_level
+    assert "onnxjit" in top_level or not INSTALLED
 
 
 @pytest.mark.skipif(
@@ -40,10 +43,28 @@ def test_installed_copy_carries_the_kernels():
     assert (PKG / "demo" / "demo.onnx").is_file()
 
 
-def test_import_is_clean_in_a_fresh_process():
-    code = "import onnxjit, warnings; print(onnxjit.__version__)"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("where", ["repository root", "elsewhere"])
+def test_import_is_clean_in_a_fresh_process(where, tmp_path):
+    # From the repository root the checkout shadows any installed copy (sys.path[0] is the
+    # working folder), so both the checkout and the installed copy must import on their own.
+    cwd = REPO if where == "repository root" else tmp_path
+    code = (
+        "import onnxjit, onnxjit.kernels._jit, warnings; "
+        "print(onnxjit.__version__, onnxjit.kernels.__name__, onnxjit.__file__)"
+    )
     out = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=False
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == onnxjit.__version__
+    version, kernels_name, origin = out.stdout.split()
+    assert version == onnxjit.__version__
+    assert kernels_name == "onnxjit.kernels"
+    if where == "repository root":
+        assert Path(origin).resolve().parent == REPO / "onnxjit"
