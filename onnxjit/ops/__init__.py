@@ -5,14 +5,20 @@ do not depend on the file system.
 """
 
 from onnxjit.ops import (  # noqa: F401
+    attention,
     control,
     elementwise,
+    image,
     misc,
     ml,
     nn,
+    quant,
     reduce,
     resize,
     rnn,
     sequence,
+    signal,
+    strings,
     tensor,
+    vision,
 )
