@@ -1,1 +1,586 @@
-"""Operators of this family (being written in this session)."""
+"""Quantization operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+QLinearMatMul, QLinearConv.
+
+The affine loops (scale broadcast per tensor / axis / block, round half to even, zero point,
+clamp) are the Numba kernels of ``onnxjit.kernels.cpu.quant``. They run in float32 (float64
+where the input or the requantization factor is float64) and produce floats holding the
+quantized values; the final conversion to the storage type (int8 ... int2, float8, float4,
+float6) is one numpy/ml_dtypes ``astype``, through Cast's ``_cast_array`` for the saturating
+float8 conversion.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from onnxjit import types as onnx_types
+from onnxjit.kernels import _jit
+from onnxjit.kernels._jit import run_parallel
+from onnxjit.kernels.cpu import quant as kq
+from onnxjit.ops.elementwise import _cast_array
+from onnxjit.ops.nn import conv_integer
+from onnxjit.registry import NodeContext, onnx_op
+
+# Integer storage types and their saturation ranges.
+_INT_RANGES: dict[np.dtype, tuple[int, int]] = {
+    np.dtype(np.uint8): (0, 255),
+    np.dtype(np.int8): (-128, 127),
+    np.dtype(np.uint16): (0, 65535),
+    np.dtype(np.int16): (-32768, 32767),
+    np.dtype(np.int32): (-(2**31), 2**31 - 1),
+    np.dtype(ml_dtypes.uint4): (0, 15),
+    np.dtype(ml_dtypes.int4): (-8, 7),
+}
+for _name, _rng in (("uint2", (0, 3)), ("int2", (-2, 1))):
+    if hasattr(ml_dtypes, _name):
+        _INT_RANGES[np.dtype(getattr(ml_dtypes, _name))] = _rng
+
+# Low-precision float storage types: quantized by a (saturating) float conversion.
+_FLOAT_Q_NAMES = ("float8", "float4", "float6")
+
+
+def _is_float_q(dt: np.dtype) -> bool:
+    return any(dt.name.startswith(p) for p in _FLOAT_Q_NAMES)
+
+
+def _to_float(a: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+    """Any numeric (incl. ml_dtypes) array as a contiguous float array of ``dtype``."""
+    # np.require keeps 0-d arrays 0-d (ascontiguousarray would make them 1-d).
+    return np.require(np.asarray(a).astype(dtype, copy=False), requirements="C")
+
+
+def _layout(
+    ctx: NodeContext,
+    shape: tuple[int, ...],
+    scale: np.ndarray,
+    zero: np.ndarray | None,
+    axis: int,
+    block_size: int,
+    what: str,
+) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+    """The canonical (outer, axis, inner) shape of the data, the 3-D shape of the scale and
+    the block length, from the scale's shape (per tensor / per axis / blocked)."""
+    # Shapes must agree; a scalar and a one-element 1-D tensor are both per-tensor.
+    if zero is not None and zero.shape != scale.shape and not (zero.size == scale.size == 1):
+        raise ctx.error(
+            f"the zero point has shape {zero.shape} but {what} has shape {scale.shape}; they must "
+            "have the same shape"
+        )
+    n = math.prod(shape)
+    if scale.size == 1 and (scale.ndim <= 1 or not block_size):
+        return (1, n, 1), (1, 1, 1), max(n, 1)
+    r = len(shape)
+    if not -r <= axis < r:
+        raise ctx.error(f"axis={axis} is out of range for an input of rank {r}")
+    ax = axis % r
+    outer = math.prod(shape[:ax])
+    inner = math.prod(shape[ax + 1 :])
+    d = shape[ax]
+    if block_size and block_size > 0:
+        if scale.ndim != r or any(scale.shape[k] != shape[k] for k in range(r) if k != ax):
+            raise ctx.error(
+                f"blocked quantization needs {what} of the input's shape {shape} except along "
+                f"axis {ax}, got {scale.shape}"
+            )
+        nb = scale.shape[ax]
+        if -(-d // block_size) != nb:
+            raise ctx.error(
+                f"block_size={block_size} along axis {ax} (length {d}) needs {-(-d // block_size)} "
+                f"blocks but {what} has {nb}"
+            )
+        return (outer, d, inner), (outer, nb, inner), block_size
+    if block_size and block_size < 0:
+        raise ctx.error(f"block_size must be positive, got {block_size}")
+    if scale.ndim != 1 or scale.shape[0] != d:
+        raise ctx.error(
+            f"per-axis quantization needs a 1-D {what} of length {d} (axis {ax} of input shape "
+            f"{shape}), got shape {scale.shape}; use a scalar for per-tensor quantization or "
+            "block_size for blocked quantization"
+        )
+    return (outer, d, inner), (1, d, 1), 1
+
+
+def _run_affine(
+    x3: np.ndarray,
+    s3: np.ndarray,
+    z3: np.ndarray,
+    block: int,
+    divide: bool,
+    do_round: bool,
+    lo: float,
+    hi: float,
+) -> np.ndarray:
+    """Call the quantize kernel (serial or parallel by size); all arrays share one dtype."""
+    out = np.empty(x3.shape, x3.dtype)
+    if out.size == 0:
+        return out
+    kern = kq.quantize_par if out.size >= _jit.PARALLEL_THRESHOLD else kq.quantize
+    args = (x3, s3, z3, np.int64(block), divide, do_round, float(lo), float(hi), out)
+    if kern is kq.quantize_par:
+        run_parallel(kern, *args)
+    else:
+        kern(*args)
+    return out
+
+
+def _store(ctx: NodeContext, q: np.ndarray, dst: np.dtype, saturate: int) -> np.ndarray:
+    """Float values (already rounded and clamped for integer targets) -> storage type."""
+    if dst in _INT_RANGES:
+        return q.astype(dst)
+    # float8 saturation (Cast-19 semantics); float4/float6 conversions always saturate.
+    return _cast_array(ctx, q, dst, saturate)
+
+
+def _quantize(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero: np.ndarray | None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    saturate: int = 1,
+    output_dtype: int = 0,
+    precision: int = 0,
+) -> np.ndarray:
+    if zero is not None:
+        dst = zero.dtype
+        if output_dtype and onnx_types.np_dtype(output_dtype) != dst:
+            raise ctx.error(
+                f"output_dtype={output_dtype} ({onnx_types.elem_type_name(output_dtype)}) "
+                f"differs from the zero point's type {dst}; they must agree"
+            )
+    elif output_dtype:
+        dst = onnx_types.np_dtype(output_dtype)
+    else:
+        dst = np.dtype(np.uint8)
+    if dst not in _INT_RANGES and not _is_float_q(dst):
+        raise ctx.error(f"{dst} is not a quantized type (int8/uint8/.../float8/float4)")
+    xs, ss, _bs = _layout(ctx, x.shape, scale, zero, axis, block_size, "y_scale")
+    # Division precision: the ``precision`` attribute, else the wider of x and the scale (as
+    # numpy promotes x / y_scale). Division is done in float32 (float64 for int32 or float64
+    # operands); a float16 / bfloat16 precision rounds the float32 quotient to that type, which
+    # equals the correctly rounded narrow division (float32 has > 2p+2 bits).
+    if precision:
+        prec = onnx_types.np_dtype(precision)
+    else:
+        prec = np.result_type(_promotable(x.dtype), _promotable(scale.dtype))
+    cdt = np.float64 if prec in (np.dtype(np.float64), np.dtype(np.int32)) else np.float32
+    x3 = _to_float(x.astype(prec, copy=False) if prec.kind == "f" else x, cdt).reshape(xs)
+    s3 = _to_float(scale.astype(prec, copy=False) if prec.kind == "f" else scale, cdt)
+    s3 = s3.reshape(ss)
+    z3 = np.zeros(ss, cdt) if zero is None else _to_float(zero, cdt).reshape(ss)
+    narrow = prec.kind == "f" and prec.itemsize < 4 or prec.name == "bfloat16"
+    is_int = dst in _INT_RANGES
+    lo, hi = _INT_RANGES[dst] if is_int else (-np.inf, np.inf)
+    if narrow:
+        q = _run_affine(x3, s3, np.zeros_like(z3), _bs, True, False, -np.inf, np.inf)
+        q = _to_float(q.astype(prec), cdt)
+        one = np.ones(ss, cdt)
+        q = _run_affine(q, one, z3, _bs, False, is_int, lo, hi)
+    else:
+        q = _run_affine(x3, s3, z3, _bs, True, is_int, lo, hi)
+    return _store(ctx, q.reshape(x.shape), dst, saturate)
+
+
+def _promotable(dt: np.dtype) -> np.dtype:
+    """bfloat16 does not take part in numpy promotion: treat it as float32 (exact)."""
+    return np.dtype(np.float32) if dt == np.dtype(ml_dtypes.bfloat16) else dt
+
+
+def _dequantize(
+    ctx: NodeContext,
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero: np.ndarray | None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> np.ndarray:
+    if zero is not None and zero.dtype != x.dtype:
+        raise ctx.error(f"x is {x.dtype} but x_zero_point is {zero.dtype}; they must agree")
+    dst = onnx_types.np_dtype(output_dtype) if output_dtype else scale.dtype
+    xs, ss, bs = _layout(ctx, x.shape, scale, zero, axis, block_size, "x_scale")
+    # Computed in float32 (as (x - zero) * scale); float16 / bfloat16 outputs are rounded
+    # from it.
+    x3 = _to_float(x).reshape(xs)
+    s3 = _to_float(scale).reshape(ss)
+    z3 = np.zeros(ss, np.float32) if zero is None else _to_float(zero).reshape(ss)
+    out = np.empty(xs, np.float32)
+    if out.size:
+        if out.size >= _jit.PARALLEL_THRESHOLD:
+            run_parallel(kq.dequantize_par, x3, s3, z3, np.int64(bs), out)
+        else:
+            kq.dequantize(x3, s3, z3, np.int64(bs), out)
+    out = out.reshape(x.shape)
+    return out if dst == out.dtype else out.astype(dst)
+
+
+# ---------------------------------------------------------------------------------------------
+# QuantizeLinear
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_scale_rank(ctx: NodeContext, scale: np.ndarray, name: str) -> None:
+    if scale.ndim > 1:
+        raise ctx.error(f"{name} must be a scalar or a 1-D tensor, got shape {scale.shape}")
+
+
+@onnx_op("QuantizeLinear", since=10)
+def quantizelinear_10(
+    ctx: NodeContext, x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray = None
+) -> np.ndarray:
+    """``saturate(round(x / y_scale) + y_zero_point)``, per-tensor; uint8 without a zero point."""
+    if y_scale.size != 1:
+        raise ctx.error(f"y_scale must be a scalar at this opset, got shape {y_scale.shape}")
+    return _quantize(ctx, x, y_scale, y_zero_point)
+
+
+@onnx_op("QuantizeLinear", since=13)
+def quantizelinear_13(
+    ctx: NodeContext,
+    x: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray = None,
+    *,
+    axis: int = 1,
+) -> np.ndarray:
+    """As 10, plus per-axis scales (1-D ``y_scale`` along ``axis``)."""
+    _check_scale_rank(ctx, y_scale, "y_scale")
+    return _quantize(ctx, x, y_scale, y_zero_point, axis=axis)
+
+
+@onnx_op("QuantizeLinear", since=19)
+def quantizelinear_19(
+    ctx: NodeContext,
+    x: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray = None,
+    *,
+    axis: int = 1,
+    saturate: int = 1,
+) -> np.ndarray:
+    """As 13, plus float8 outputs (``saturate`` clamps out-of-range values to +-max)."""
+    _check_scale_rank(ctx, y_scale, "y_scale")
+    return _quantize(ctx, x, y_scale, y_zero_point, axis=axis, saturate=saturate)
+
+
+@onnx_op("QuantizeLinear", since=21)
+def quantizelinear_21(
+    ctx: NodeContext,
+    x: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    saturate: int = 1,
+) -> np.ndarray:
+    """As 19, plus blocked scales (``block_size``), ``output_dtype``, int16/uint16/int4/uint4."""
+    return _quantize(
+        ctx,
+        x,
+        y_scale,
+        y_zero_point,
+        axis=axis,
+        block_size=block_size,
+        saturate=saturate,
+        output_dtype=output_dtype,
+    )
+
+
+@onnx_op("QuantizeLinear", since=23)
+@onnx_op("QuantizeLinear", since=24)
+@onnx_op("QuantizeLinear", since=25)
+@onnx_op("QuantizeLinear", since=28)
+def quantizelinear_23(
+    ctx: NodeContext,
+    x: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    precision: int = 0,
+    saturate: int = 1,
+) -> np.ndarray:
+    """As 21, plus ``precision`` (the type of the division) and float4e2m1 (23), float8e8m0
+    scales (24), int2/uint2 (25), float6e2m3/float6e3m2 (28)."""
+    return _quantize(
+        ctx,
+        x,
+        y_scale,
+        y_zero_point,
+        axis=axis,
+        block_size=block_size,
+        saturate=saturate,
+        output_dtype=output_dtype,
+        precision=precision,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# DequantizeLinear
+# ---------------------------------------------------------------------------------------------
+
+
+@onnx_op("DequantizeLinear", since=10)
+def dequantizelinear_10(
+    ctx: NodeContext, x: np.ndarray, x_scale: np.ndarray, x_zero_point: np.ndarray = None
+) -> np.ndarray:
+    """``(x - x_zero_point) * x_scale`` in float32, per-tensor."""
+    if x_scale.size != 1:
+        raise ctx.error(f"x_scale must be a scalar at this opset, got shape {x_scale.shape}")
+    return _dequantize(ctx, x, x_scale, x_zero_point)
+
+
+@onnx_op("DequantizeLinear", since=13)
+@onnx_op("DequantizeLinear", since=19)
+def dequantizelinear_13(
+    ctx: NodeContext,
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray = None,
+    *,
+    axis: int = 1,
+) -> np.ndarray:
+    """As 10, plus per-axis scales (13) and float8 inputs, float16/bfloat16 scales (19); the
+    output has the scale's type."""
+    _check_scale_rank(ctx, x_scale, "x_scale")
+    return _dequantize(ctx, x, x_scale, x_zero_point, axis=axis)
+
+
+@onnx_op("DequantizeLinear", since=21)
+def dequantizelinear_21(
+    ctx: NodeContext,
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+) -> np.ndarray:
+    """As 19, plus blocked scales and int16/uint16/int4/uint4 inputs."""
+    return _dequantize(ctx, x, x_scale, x_zero_point, axis=axis, block_size=block_size)
+
+
+@onnx_op("DequantizeLinear", since=23)
+@onnx_op("DequantizeLinear", since=24)
+@onnx_op("DequantizeLinear", since=25)
+@onnx_op("DequantizeLinear", since=28)
+def dequantizelinear_23(
+    ctx: NodeContext,
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> np.ndarray:
+    """As 21, plus ``output_dtype`` and float4e2m1 (23), float8e8m0 scales (24), int2/uint2
+    (25), float6 (28) inputs."""
+    return _dequantize(
+        ctx, x, x_scale, x_zero_point, axis=axis, block_size=block_size, output_dtype=output_dtype
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# DynamicQuantizeLinear
+# ---------------------------------------------------------------------------------------------
+
+
+@onnx_op("DynamicQuantizeLinear", since=11)
+def dynamicquantizelinear_11(
+    ctx: NodeContext, x: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """uint8 quantization with scale = (max(0, max x) - min(0, min x)) / 255 and zero point =
+    saturate(round(-min / scale)); returns (y, y_scale, y_zero_point)."""
+    xf = _to_float(x)
+    # min/max are numpy reductions (one pass each); range includes 0 so zero is exact.
+    mx = np.float32(max(0.0, float(xf.max()))) if xf.size else np.float32(0)
+    mn = np.float32(min(0.0, float(xf.min()))) if xf.size else np.float32(0)
+    rng = np.float32(mx - mn) if mx != mn else np.float32(1)
+    scale = np.float32(rng / np.float32(255))
+    zp = np.float32(np.rint(min(255.0, max(0.0, float(np.float32(0) - mn / scale)))))
+    q = _run_affine(
+        xf.reshape(1, -1, 1),
+        np.full((1, 1, 1), scale, np.float32),
+        np.full((1, 1, 1), zp, np.float32),
+        max(xf.size, 1),
+        True,
+        True,
+        0.0,
+        255.0,
+    )
+    return (
+        q.reshape(x.shape).astype(np.uint8),
+        np.array(scale, np.float32),
+        np.array(zp, np.float32).astype(np.uint8),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# QLinearMatMul, QLinearConv
+# ---------------------------------------------------------------------------------------------
+
+
+def _requantize(
+    ctx: NodeContext,
+    acc: np.ndarray,
+    factor: np.ndarray,
+    y_zero_point: np.ndarray,
+    trailing: tuple[int, ...],
+) -> np.ndarray:
+    """``saturate(round(acc * factor) + y_zero_point)`` into y_zero_point's type.
+
+    ``factor`` and ``y_zero_point`` broadcast against the trailing dims ``trailing`` of
+    ``acc`` (float64); integer targets round half to even and clamp, float8 ones saturate.
+    """
+    dst = y_zero_point.dtype
+    tsize = math.prod(trailing)
+    lead = acc.size // tsize if tsize else 0
+    f = np.ascontiguousarray(np.broadcast_to(_to_float(factor, np.float64), trailing))
+    z = np.ascontiguousarray(np.broadcast_to(_to_float(y_zero_point, np.float64), trailing))
+    a3 = np.ascontiguousarray(acc, dtype=np.float64).reshape(lead, tsize, 1)
+    is_int = dst in _INT_RANGES
+    lo, hi = _INT_RANGES[dst] if is_int else (-np.inf, np.inf)
+    q = _run_affine(a3, f.reshape(1, tsize, 1), z.reshape(1, tsize, 1), 1, False, is_int, lo, hi)
+    return _store(ctx, q.reshape(acc.shape), dst, 1)
+
+
+def _qlinear_operand(a: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    """float64 ``a - zp`` (exact for 8-bit integers; float8 values are exact in float64)."""
+    return _to_float(a, np.float64) - _to_float(zp, np.float64)
+
+
+@onnx_op("QLinearMatMul", since=10)
+@onnx_op("QLinearMatMul", since=21)
+def qlinearmatmul_10(
+    ctx: NodeContext,
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+) -> np.ndarray:
+    """Quantized matmul: ``(a - a_zp) @ (b - b_zp)`` requantized by ``a_scale * b_scale /
+    y_scale`` (computed in the scales' type) to y_zero_point's type. Scales and zero points
+    are scalars, or per row of A / per column of B (1-D). float8 operands from opset 21.
+
+    The contraction is float64 BLAS: exact for 8-bit integers (sums far below 2**53)."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ctx.error(f"inputs must have rank >= 1, got shapes {a.shape} and {b.shape}")
+    m = a.shape[-2] if a.ndim >= 2 else 1
+    n = b.shape[-1] if b.ndim >= 2 else 1
+
+    def _rows(v: np.ndarray, name: str) -> np.ndarray:
+        if v.size == 1:
+            return v.reshape(())
+        if v.size == m and a.ndim >= 2:
+            return v.reshape(m, 1)
+        raise ctx.error(f"{name} of shape {v.shape} must be a scalar or have one value per row")
+
+    def _cols(v: np.ndarray, name: str) -> np.ndarray:
+        if v.size == 1:
+            return v.reshape(())
+        if v.size == n and b.ndim >= 2:
+            return v.reshape(n)
+        raise ctx.error(f"{name} of shape {v.shape} must be a scalar or have one value per column")
+
+    af = _qlinear_operand(a, _rows(a_zero_point, "a_zero_point"))
+    bf = _qlinear_operand(b, _cols(b_zero_point, "b_zero_point"))
+    ka = af.shape[-1]
+    kb = bf.shape[-2] if bf.ndim >= 2 else bf.shape[0]
+    if ka != kb:
+        raise ctx.error(f"inner dimensions differ: A {a.shape} and B {b.shape}")
+    acc = np.asarray(np.matmul(af, bf))
+    sdt = np.result_type(*(_promotable(s.dtype) for s in (a_scale, b_scale, y_scale)))
+    fac = (
+        _rows(a_scale, "a_scale").astype(sdt)
+        * _cols(b_scale, "b_scale").astype(sdt)
+        / y_scale.reshape(()).astype(sdt)
+    )
+    if y_zero_point.size != 1:
+        raise ctx.error(f"y_zero_point must be a scalar, got shape {y_zero_point.shape}")
+    trailing = acc.shape[-2:] if acc.ndim >= 2 and fac.ndim else ()
+    return _requantize(ctx, acc, fac, y_zero_point.reshape(()), tuple(trailing))
+
+
+@onnx_op("QLinearConv", since=10)
+def qlinearconv_10(
+    ctx: NodeContext,
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    w_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+    B: np.ndarray = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """Quantized convolution: ConvInteger of the zero-point-shifted operands, plus the int32
+    bias ``B``, requantized by ``x_scale * w_scale / y_scale`` (w_scale scalar or one per
+    output channel) to y_zero_point's type."""
+    acc = conv_integer(
+        ctx,
+        x,
+        w,
+        x_zero_point,
+        w_zero_point,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    ).astype(np.float64)
+    m = w.shape[0]
+    if B is not None:
+        if B.size != m:
+            raise ctx.error(f"B has {B.size} values but there are {m} output channels")
+        acc += B.astype(np.float64).reshape(1, m, *([1] * (acc.ndim - 2)))
+    if w_scale.size not in (1, m):
+        raise ctx.error(
+            f"w_scale of shape {w_scale.shape} must be a scalar or one value per output channel "
+            f"({m})"
+        )
+    if y_zero_point.size != 1:
+        raise ctx.error(f"y_zero_point must be a scalar, got shape {y_zero_point.shape}")
+    sdt = np.result_type(*(_promotable(s.dtype) for s in (x_scale, w_scale, y_scale)))
+    fac = (
+        x_scale.reshape(()).astype(sdt)
+        * w_scale.reshape(-1).astype(sdt)
+        / y_scale.reshape(()).astype(sdt)
+    )
+    # Channel-wise factor: view acc as (N, M, spatial) so the factor indexes the middle axis.
+    n = acc.shape[0]
+    sp = math.prod(acc.shape[2:])
+    dst = y_zero_point.dtype
+    f3 = np.ascontiguousarray(np.broadcast_to(fac.astype(np.float64), (m,))).reshape(1, m, 1)
+    z3 = np.full((1, 1, 1), float(y_zero_point.reshape(())), np.float64)
+    is_int = dst in _INT_RANGES
+    lo, hi = _INT_RANGES[dst] if is_int else (-np.inf, np.inf)
+    a3 = np.ascontiguousarray(acc).reshape(n, m, sp)
+    # z3 must match f3's layout (per-channel) for the kernel's shared indexing.
+    z3 = np.broadcast_to(z3, (1, m, 1)).copy()
+    q = _run_affine(a3, f3, z3, 1, False, is_int, lo, hi)
+    return _store(ctx, q.reshape(acc.shape), dst, 1)
