@@ -1,1 +1,395 @@
-"""Operators of this family (being written in this session)."""
+"""Attention family: Attention (23, 24, 25), LinearAttention-27, CausalConvWithState-27.
+
+Attention: Q K^T and P V are batched BLAS matmuls (grouped-query heads are folded into the
+row dimension, so no K/V repetition is materialised); the additive bias (boolean/float mask,
+causal frontier, sliding window, padding from ``nonpad_kv_seqlen``) is built once with numpy
+at the mask's own broadcast shape; softcap, bias, softmax and the fully-masked-row guard run in
+one Numba kernel per row (kernels/cpu/attention.py).
+
+float16/bfloat16 are computed in float32, with intermediates rounded to the narrow type where
+the spec's dataflow holds them in that type (scaled Q and K, the scores, softmax in the input
+precision unless ``softmax_precision`` says otherwise, the probabilities before P V).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxjit.kernels import _jit
+from onnxjit.kernels._jit import run_parallel
+from onnxjit.kernels.cpu import attention as katt
+from onnxjit.registry import NodeContext, onnx_op
+
+_BF16 = "bfloat16"
+
+
+def _narrow_mode(dtype: np.dtype) -> int:
+    """Rounding mode of the kernels for an element type: 0 none, 1 float16, 2 bfloat16."""
+    if dtype == np.float16:
+        return 1
+    if dtype.name == _BF16:
+        return 2
+    return 0
+
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def _round_to(a: np.ndarray, dtype: np.dtype, cdt: np.dtype) -> np.ndarray:
+    """``a`` (compute type) rounded through ``dtype``: a numpy cast pair, one pass each."""
+    if _narrow_mode(dtype) == 0:
+        return a
+    return a.astype(dtype).astype(cdt)
+
+
+def _to_4d(x: np.ndarray, heads: int) -> np.ndarray:
+    """(B, S, H*D) -> (B, H, S, D) view."""
+    b, s, hidden = x.shape
+    return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+
+def _grouped_matmul(a: np.ndarray, b: np.ndarray, hkv: int) -> np.ndarray:
+    """(B, Hq, L, X) @ (B, Hkv, X, Y) with query head h reading kv head h // (Hq / Hkv)."""
+    nb, hq, n, x = a.shape
+    g = hq // hkv
+    a5 = np.ascontiguousarray(a).reshape(nb, hkv, g * n, x)
+    out = np.matmul(a5, b)  # batched BLAS over (B, Hkv)
+    return out.reshape(nb, hq, n, out.shape[-1])
+
+
+def _frontier(n_q: int, n_kv: int, offset: Any, left: int, right: int, causal: bool) -> np.ndarray:
+    """Boolean ``allowed`` (L, S) or (B, 1, L, S) for the causal and window constraints."""
+    i = np.arange(n_q).reshape(n_q, 1)
+    j = np.arange(n_kv).reshape(1, n_kv)
+    if np.ndim(offset) > 0:
+        pos = i + np.asarray(offset, dtype=np.int64).reshape(-1, 1, 1, 1)
+    else:
+        pos = i + int(offset)
+    allowed = np.ones(np.broadcast_shapes(np.shape(pos), j.shape), dtype=bool)
+    if causal:
+        allowed &= j <= pos
+    if left >= 0:
+        allowed &= pos - j <= left
+    if right >= 0:
+        allowed &= j - pos <= right
+    return allowed
+
+
+def _bias(
+    ctx: NodeContext,
+    mask: np.ndarray | None,
+    n_b: int,
+    n_h: int,
+    n_q: int,
+    n_kv: int,
+    past: int,
+    nonpad: np.ndarray | None,
+    causal: bool,
+    left: int,
+    right: int,
+    cdt: np.dtype,
+) -> np.ndarray:
+    """The additive bias, shape (1 or B, 1 or Hq, L, S), contiguous, in the compute type."""
+    bias = np.zeros((n_q, n_kv), dtype=cdt)
+    if mask is not None:
+        if mask.ndim == 0 or mask.ndim > 4:
+            raise ctx.error(f"attn_mask must have rank 1 to 4, got shape {mask.shape}")
+        pad = n_kv - mask.shape[-1]
+        if pad < 0:
+            raise ctx.error(
+                f"attn_mask's last dimension ({mask.shape[-1]}) exceeds the total sequence "
+                f"length ({n_kv})"
+            )
+        if mask.dtype == np.bool_:
+            add = np.where(mask, cdt.type(0), cdt.type(-np.inf))
+        else:
+            add = mask.astype(cdt)
+        if pad > 0:
+            widths = [(0, 0)] * (add.ndim - 1) + [(0, pad)]
+            add = np.pad(add, widths, constant_values=-np.inf)
+        try:
+            bias = bias + add
+        except ValueError:
+            raise ctx.error(
+                f"attn_mask of shape {mask.shape} does not broadcast to (batch, heads, "
+                f"{n_q}, {n_kv})"
+            ) from None
+    if nonpad is not None:
+        nonpad = np.asarray(nonpad, dtype=np.int64).reshape(-1)
+        offset: Any = nonpad - n_q
+    else:
+        offset = past
+    if causal or left >= 0 or right >= 0:
+        allowed = _frontier(n_q, n_kv, offset, left, right, causal)
+        bias = bias + np.where(allowed, cdt.type(0), cdt.type(-np.inf))
+    if nonpad is not None:
+        valid = np.arange(n_kv).reshape(1, n_kv) < nonpad.reshape(-1, 1)
+        pad_bias = np.where(valid, cdt.type(0), cdt.type(-np.inf))
+        bias = bias + pad_bias.reshape(-1, 1, 1, n_kv)
+    bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
+    bb, bh = bias.shape[:2]
+    if bb not in (1, n_b) or bh not in (1, n_h):
+        raise ctx.error(
+            f"attention bias of shape {bias.shape} does not broadcast to ({n_b}, {n_h}, "
+            f"{n_q}, {n_kv})"
+        )
+    return np.ascontiguousarray(np.broadcast_to(bias, (bb, bh, n_q, n_kv)))
+
+
+_PRECISION = {
+    onnx.TensorProto.FLOAT: np.dtype(np.float32),
+    onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+    onnx.TensorProto.FLOAT16: np.dtype(np.float16),
+}
+
+
+def _softmax_dtype(ctx: NodeContext, code: int | None, dtype: np.dtype) -> np.dtype:
+    if code is None:
+        return dtype
+    if code == onnx.TensorProto.BFLOAT16:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    if code not in _PRECISION:
+        raise ctx.unsupported(
+            f"softmax_precision={code}; supported: 1 (FLOAT), 10 (FLOAT16), 11 (DOUBLE), "
+            "16 (BFLOAT16)"
+        )
+    return _PRECISION[code]
+
+
+def _attention(
+    ctx: NodeContext,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None,
+    past_key: np.ndarray | None,
+    past_value: np.ndarray | None,
+    nonpad: np.ndarray | None,
+    *,
+    is_causal: int,
+    kv_num_heads: int | None,
+    q_num_heads: int | None,
+    qk_matmul_output_mode: int,
+    scale: float | None,
+    softcap: float,
+    softmax_precision: int | None,
+    left: int = -1,
+    right: int = -1,
+    strict_4d: bool = False,
+) -> tuple[np.ndarray, ...]:
+    dtype = q.dtype
+    if not (q.ndim == k.ndim == v.ndim) or q.ndim not in (3, 4):
+        raise ctx.error(
+            f"Q, K and V must all be 3-D or all be 4-D; got ranks {q.ndim}, {k.ndim}, {v.ndim}"
+        )
+    if (past_key is None) != (past_value is None):
+        raise ctx.error("past_key and past_value must be given together")
+    if nonpad is not None and past_key is not None:
+        raise ctx.error("nonpad_kv_seqlen cannot be combined with past_key/past_value")
+    if left < -1 or right < -1:
+        raise ctx.error(f"window sizes must be -1 or >= 0, got ({left}, {right})")
+    rank3 = q.ndim == 3
+    if rank3:
+        if not q_num_heads or not kv_num_heads:
+            raise ctx.error("3-D Q, K, V need the q_num_heads and kv_num_heads attributes")
+        for name, x, h in (("Q", q, q_num_heads), ("K", k, kv_num_heads), ("V", v, kv_num_heads)):
+            if x.shape[2] % h:
+                raise ctx.error(f"{name}'s hidden size {x.shape[2]} is not a multiple of {h}")
+        q, k, v = _to_4d(q, q_num_heads), _to_4d(k, kv_num_heads), _to_4d(v, kv_num_heads)
+    elif strict_4d and (q_num_heads is not None or kv_num_heads is not None):
+        raise ctx.error("q_num_heads and kv_num_heads must not be set for 4-D inputs")
+    n_b, hq, n_q, d = q.shape
+    hkv = k.shape[1]
+    if v.shape[1] != hkv or hq % hkv or k.shape[3] != d or k.shape[2] != v.shape[2]:
+        raise ctx.error(
+            f"incompatible shapes Q {q.shape}, K {k.shape}, V {v.shape} (after 3-D unpacking): "
+            "q heads must be a multiple of kv heads, K and V must share heads and length"
+        )
+    if past_key is not None:
+        present_k = np.concatenate((past_key.astype(dtype, copy=False), k), axis=2)
+        present_v = np.concatenate((past_value.astype(v.dtype, copy=False), v), axis=2)
+        past = past_key.shape[2]
+    else:
+        present_k, present_v, past = k, v, 0
+    n_kv = present_k.shape[2]
+
+    cdt = _compute_dtype(dtype)
+    sdt = _softmax_dtype(ctx, softmax_precision, dtype)
+    if sdt == np.float64:
+        cdt = np.dtype(np.float64)
+    tmode, smode = _narrow_mode(dtype), _narrow_mode(sdt)
+
+    # Scale Q and K by sqrt(scale) each, the factor held in the input type (as the spec's
+    # dataflow does); products of narrow types are rounded back to them.
+    sc = (1.0 / math.sqrt(d)) if scale is None else float(scale)
+    root = float(np.asarray(math.sqrt(sc)).astype(dtype).astype(np.float64))
+    qs = _round_to(q.astype(cdt) * cdt.type(root), dtype, cdt)
+    ks = _round_to(present_k.astype(cdt) * cdt.type(root), dtype, cdt)
+    scores = _grouped_matmul(qs, ks.transpose(0, 1, 3, 2), hkv)  # (B, Hq, L, S)
+    scores = np.ascontiguousarray(scores, dtype=cdt)
+
+    bias = _bias(
+        ctx, attn_mask, n_b, hq, n_q, n_kv, past, nonpad, bool(is_causal), left, right, cdt
+    )
+    bb, bh = bias.shape[:2]
+    rows = np.arange(n_b * hq * n_q, dtype=np.int64)
+    b_idx, h_idx, i_idx = rows // (hq * n_q), (rows // n_q) % hq, rows % n_q
+    bias_of_row = ((b_idx if bb > 1 else 0) * bh + (h_idx if bh > 1 else 0)) * n_q + i_idx
+
+    want_qk = ctx.n_outputs > 3 and ctx.outputs_used[3]
+    mode = int(qk_matmul_output_mode) if want_qk else -1
+    if want_qk and mode not in (0, 1, 2, 3):
+        raise ctx.unsupported(f"qk_matmul_output_mode={mode}; supported: 0, 1, 2, 3")
+    s2 = scores.reshape(-1, n_kv)
+    qk = np.empty_like(s2) if want_qk else np.empty((0, 0), dtype=cdt)
+    args = (
+        s2,
+        bias.reshape(-1, n_kv),
+        bias_of_row,
+        qk,
+        cdt.type(softcap or 0.0),
+        tmode,
+        smode,
+        mode,
+    )
+    if s2.size >= _jit.PARALLEL_THRESHOLD:
+        run_parallel(katt.softmax_rows_par, *args)
+    else:
+        katt.softmax_rows(*args)
+
+    y = _grouped_matmul(scores, present_v.astype(cdt), hkv)  # probabilities @ V
+    if rank3:
+        y = y.transpose(0, 2, 1, 3).reshape(n_b, n_q, -1)
+    y = np.ascontiguousarray(y).astype(dtype, copy=False)
+    outs: list[np.ndarray] = [y, present_k, present_v]
+    if ctx.n_outputs > 3:
+        outs.append(qk.reshape(n_b, hq, n_q, n_kv).astype(dtype) if want_qk else None)
+    return tuple(outs[: max(ctx.n_outputs, 1)])
+
+
+@onnx_op("Attention", since=23)
+def attention_23(
+    ctx: NodeContext,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None = None,
+    past_key: np.ndarray | None = None,
+    past_value: np.ndarray | None = None,
+    *,
+    is_causal: int = 0,
+    kv_num_heads: int | None = None,
+    q_num_heads: int | None = None,
+    qk_matmul_output_mode: int = 0,
+    scale: float | None = None,
+    softcap: float = 0.0,
+    softmax_precision: int | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Attention-23: scaled dot-product attention with KV cache, GQA, masks and softcap."""
+    return _attention(
+        ctx,
+        q,
+        k,
+        v,
+        attn_mask,
+        past_key,
+        past_value,
+        None,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+    )
+
+
+@onnx_op("Attention", since=24)
+def attention_24(
+    ctx: NodeContext,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None = None,
+    past_key: np.ndarray | None = None,
+    past_value: np.ndarray | None = None,
+    nonpad_kv_seqlen: np.ndarray | None = None,
+    *,
+    is_causal: int = 0,
+    kv_num_heads: int | None = None,
+    q_num_heads: int | None = None,
+    qk_matmul_output_mode: int = 0,
+    scale: float | None = None,
+    softcap: float = 0.0,
+    softmax_precision: int | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Attention-24: adds ``nonpad_kv_seqlen`` (external KV cache; per-batch causal offset)."""
+    return _attention(
+        ctx,
+        q,
+        k,
+        v,
+        attn_mask,
+        past_key,
+        past_value,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+    )
+
+
+@onnx_op("Attention", since=25)
+def attention_25(
+    ctx: NodeContext,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None = None,
+    past_key: np.ndarray | None = None,
+    past_value: np.ndarray | None = None,
+    nonpad_kv_seqlen: np.ndarray | None = None,
+    *,
+    is_causal: int = 0,
+    kv_num_heads: int | None = None,
+    left_window_size: int = -1,
+    q_num_heads: int | None = None,
+    qk_matmul_output_mode: int = 0,
+    right_window_size: int = -1,
+    scale: float | None = None,
+    softcap: float = 0.0,
+    softmax_precision: int | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Attention-25: adds sliding windows (left/right_window_size); 4-D inputs take no heads."""
+    return _attention(
+        ctx,
+        q,
+        k,
+        v,
+        attn_mask,
+        past_key,
+        past_value,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+        left=left_window_size,
+        right=right_window_size,
+        strict_4d=True,
+    )
