@@ -116,6 +116,7 @@ class InferenceSession:
         check.check_model(self._model)
         problems: list[str] = []
         passes.inline_functions(self._model)
+        passes.expand_gradients(self._model)
         registry.bind_graph(self._model.graph, self._model.opset_imports, problems)
         if problems:
             raise UnsupportedOperatorError(
