@@ -162,11 +162,12 @@ def linear_attention(q, k, v, state, decay, beta, group, rule, scale, out):
 
 
 @njit
-def causal_conv(x, w, bias, state, silu, out, new_state):
+def causal_conv(x, w, bias, state, silu, mode, out, new_state):
     """Depthwise causal conv over ``concat(state, x)`` on the last axis.
 
     x (B, C, L), w (C, k), bias (C,), state (B, C, k-1), out (B, C, L),
-    new_state (B, C, k-1) = the last k-1 positions of the concatenation.
+    new_state (B, C, k-1) = the last k-1 positions of the concatenation. The convolution sum
+    is rounded to the input's narrow type (``mode``) before the optional SiLU.
     """
     nb, nc, n = x.shape
     kw = w.shape[1]
@@ -182,6 +183,7 @@ def causal_conv(x, w, bias, state, silu, out, new_state):
                     else:
                         acc += w[c, j] * x[b, c, pos - p]
                 if silu:
+                    acc = _rnd(acc, mode)
                     acc = acc / (1.0 + math.exp(-acc))
                 out[b, c, t] = acc
             for j in range(p):

@@ -393,3 +393,136 @@ def attention_25(
         right=right_window_size,
         strict_4d=True,
     )
+
+
+_RULES = {"linear": 0, "gated": 1, "delta": 2, "gated_delta": 3}
+
+
+@onnx_op("LinearAttention", since=27)
+def linear_attention_27(
+    ctx: NodeContext,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    past_state: np.ndarray | None = None,
+    decay: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+    *,
+    chunk_size: int = 64,
+    kv_num_heads: int | None = None,
+    q_num_heads: int | None = None,
+    scale: float = 0.0,
+    update_rule: str = "gated_delta",
+) -> tuple[np.ndarray, np.ndarray]:
+    """LinearAttention-27: the token-by-token recurrence (linear, gated, delta, gated_delta).
+
+    ``chunk_size`` is a tuning hint with no effect on values; the recurrence runs sequentially
+    in float32 (a Numba kernel), which is exact to the definition.
+    """
+    if update_rule not in _RULES:
+        raise ctx.error(f"update_rule must be one of {sorted(_RULES)}, got {update_rule!r}")
+    rule = _RULES[update_rule]
+    if not q_num_heads or not kv_num_heads or q_num_heads <= 0 or kv_num_heads <= 0:
+        raise ctx.error("q_num_heads and kv_num_heads are required and must be positive")
+    if q_num_heads % kv_num_heads:
+        raise ctx.error(
+            f"q_num_heads ({q_num_heads}) must be a multiple of kv_num_heads ({kv_num_heads})"
+        )
+    gated, delta = rule in (1, 3), rule >= 2
+    if gated != (decay is not None):
+        raise ctx.error(f"update_rule {update_rule!r} {'needs' if gated else 'forbids'} decay")
+    if delta != (beta is not None):
+        raise ctx.error(f"update_rule {update_rule!r} {'needs' if delta else 'forbids'} beta")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.ndim != 3:
+            raise ctx.error(f"{name} must be rank 3 (B, T, H*D), got shape {x.shape}")
+    nb, nt, _ = query.shape
+    if query.shape[2] % q_num_heads or key.shape[2] % kv_num_heads:
+        raise ctx.error("query/key hidden sizes must be multiples of their head counts")
+    if value.shape[2] % kv_num_heads:
+        raise ctx.error("value's hidden size must be a multiple of kv_num_heads")
+    dk = query.shape[2] // q_num_heads
+    dv = value.shape[2] // kv_num_heads
+    if key.shape != (nb, nt, kv_num_heads * dk) or value.shape[:2] != (nb, nt):
+        raise ctx.error(f"key/value shapes {key.shape}, {value.shape} do not match query")
+    f32 = np.float32
+    q4 = np.ascontiguousarray(query.reshape(nb, nt, q_num_heads, dk), dtype=f32)
+    k4 = np.ascontiguousarray(key.reshape(nb, nt, kv_num_heads, dk), dtype=f32)
+    v4 = np.ascontiguousarray(value.reshape(nb, nt, kv_num_heads, dv), dtype=f32)
+    if decay is not None:
+        last = decay.shape[-1] if decay.ndim == 3 else -1
+        if last == kv_num_heads:
+            d4 = decay.reshape(nb, nt, kv_num_heads, 1)
+        elif last == kv_num_heads * dk:
+            d4 = decay.reshape(nb, nt, kv_num_heads, dk)
+        else:
+            raise ctx.error(
+                f"decay must be (B, T, {kv_num_heads}) or (B, T, {kv_num_heads * dk}), "
+                f"got {decay.shape}"
+            )
+        d4 = np.ascontiguousarray(np.broadcast_to(d4, (nb, nt, kv_num_heads, dk)), dtype=f32)
+    else:
+        d4 = np.zeros((0, 0, 0, 0), dtype=f32)
+    if beta is not None:
+        if beta.ndim != 3 or beta.shape[-1] not in (kv_num_heads, 1):
+            raise ctx.error(f"beta must be (B, T, {kv_num_heads}) or (B, T, 1), got {beta.shape}")
+        b3 = np.ascontiguousarray(np.broadcast_to(beta, (nb, nt, kv_num_heads)), dtype=f32)
+    else:
+        b3 = np.zeros((0, 0, 0), dtype=f32)
+    shape = (nb, kv_num_heads, dk, dv)
+    if past_state is not None:
+        if past_state.shape != shape:
+            raise ctx.error(f"past_state must have shape {shape}, got {past_state.shape}")
+        state = np.array(past_state, dtype=f32, order="C")  # a fresh copy, updated in place
+        state_dtype = past_state.dtype
+    else:
+        state = np.zeros(shape, dtype=f32)
+        state_dtype = query.dtype
+    sc = 1.0 / math.sqrt(dk) if not scale else float(scale)
+    out = np.empty((nb, nt, q_num_heads, dv), dtype=f32)
+    katt.linear_attention(
+        q4, k4, v4, state, d4, b3, q_num_heads // kv_num_heads, rule, f32(sc), out
+    )
+    y = out.reshape(nb, nt, q_num_heads * dv).astype(query.dtype, copy=False)
+    return y, state.astype(state_dtype, copy=False)
+
+
+@onnx_op("CausalConvWithState", since=27)
+def causal_conv_with_state_27(
+    ctx: NodeContext,
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    past_state: np.ndarray | None = None,
+    *,
+    activation: str = "none",
+) -> tuple[np.ndarray, np.ndarray]:
+    """CausalConvWithState-27: depthwise causal 1-D conv carrying the last k-1 inputs."""
+    if activation not in ("none", "silu", "swish"):
+        raise ctx.error(f"activation must be 'none', 'silu' or 'swish', got {activation!r}")
+    if x.ndim != 3 or weight.ndim != 3 or weight.shape[1] != 1:
+        raise ctx.error(
+            f"input must be (B, C, L) and weight (C, 1, k); got {x.shape} and {weight.shape}"
+        )
+    nb, nc, n = x.shape
+    kw = weight.shape[2]
+    if weight.shape[0] != nc or kw < 1:
+        raise ctx.error(f"weight {weight.shape} does not match {nc} channels")
+    dtype = x.dtype
+    cdt = _compute_dtype(dtype)
+    if bias is not None and bias.shape != (nc,):
+        raise ctx.error(f"bias must have shape ({nc},), got {bias.shape}")
+    if past_state is not None and past_state.shape != (nb, nc, kw - 1):
+        raise ctx.error(f"past_state must have shape {(nb, nc, kw - 1)}, got {past_state.shape}")
+    xc = np.ascontiguousarray(x, dtype=cdt)
+    w = np.ascontiguousarray(weight.reshape(nc, kw), dtype=cdt)
+    b = np.zeros(nc, dtype=cdt) if bias is None else np.ascontiguousarray(bias, dtype=cdt)
+    st = (
+        np.zeros((nb, nc, kw - 1), dtype=cdt)
+        if past_state is None
+        else np.ascontiguousarray(past_state, dtype=cdt)
+    )
+    out = np.empty_like(xc)
+    new_state = np.empty((nb, nc, kw - 1), dtype=cdt)
+    katt.causal_conv(xc, w, b, st, activation != "none", _narrow_mode(dtype), out, new_state)
+    return out.astype(dtype, copy=False), new_state.astype(dtype, copy=False)
