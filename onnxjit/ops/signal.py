@@ -133,14 +133,14 @@ def _dft(
 
 
 @onnx_op("DFT", since=17)
-def dft_17(ctx, input, dft_length=None, *, axis=1, inverse=0, onesided=0):  # noqa: A002
+def dft_17(ctx, input, dft_length=None, *, axis=1, inverse=0, onesided=0):
     """Discrete Fourier transform of ``input`` along the ``axis`` attribute (see the module
     docstring for the four modes and ``dft_length``)."""
     return _dft(ctx, input, dft_length, int(axis), inverse, onesided)
 
 
 @onnx_op("DFT", since=20)
-def dft_20(ctx, input, dft_length=None, axis=None, *, inverse=0, onesided=0):  # noqa: A002
+def dft_20(ctx, input, dft_length=None, axis=None, *, inverse=0, onesided=0):
     """DFT-17 with ``axis`` an optional scalar input (default -2, the last signal axis)."""
     a = -2 if axis is None else _scalar_int(ctx, axis, "'axis'")
     return _dft(ctx, input, dft_length, a, inverse, onesided)
@@ -264,10 +264,13 @@ def _cosine_window(ctx: NodeContext, size: Any, periodic: int, output_datatype: 
     phase = np.arange(n, dtype=np.float64) * (2.0 * np.pi)
     with np.errstate(divide="ignore", invalid="ignore"):
         phase /= denom
-    # Two or three cosine terms over a few values: plain numpy passes.
-    y = np.full(n, coefs[0], dtype=np.float64)
+    # Two or three cosine terms over a few values: plain numpy passes. The constant term is
+    # added last, so that values that are 1 in exact arithmetic (Blackman's centre) round to
+    # 1.0 and survive a cast to an integer output type.
+    y = np.zeros(n, dtype=np.float64)
     for k, c in enumerate(coefs[1:], start=1):
         y += c * np.cos(k * phase)
+    y += coefs[0]
     with np.errstate(invalid="ignore"):
         return y.astype(types.np_dtype(int(output_datatype)))
 
@@ -281,7 +284,7 @@ def hann_window_17(ctx, size, *, output_datatype=1, periodic=1):
 @onnx_op("HammingWindow", since=17)
 def hamming_window_17(ctx, size, *, output_datatype=1, periodic=1):
     """Hamming window ``25/46 - 21/46 cos(2 pi n / N)``."""
-    return _cosine_window(ctx, size, periodic, output_datatype, (25.0 / 46.0, -21.0 / 46.0))
+    return _cosine_window(ctx, size, periodic, output_datatype, (25.0 / 46.0, 25.0 / 46.0 - 1.0))
 
 
 @onnx_op("BlackmanWindow", since=17)
