@@ -161,20 +161,23 @@ def _quantize(
     if dst not in _INT_RANGES and not _is_float_q(dst):
         raise ctx.error(f"{dst} is not a quantized type (int8/uint8/.../float8/float4)")
     xs, ss, _bs = _layout(ctx, x.shape, scale, zero, axis, block_size, "y_scale")
-    # Division precision: the ``precision`` attribute, else the wider of x and the scale (as
-    # numpy promotes x / y_scale). Division is done in float32 (float64 for int32 or float64
-    # operands); a float16 / bfloat16 precision rounds the float32 quotient to that type, which
-    # equals the correctly rounded narrow division (float32 has > 2p+2 bits).
+    # Division precision: the ``precision`` attribute, else the scale's type when x has the
+    # same type, else the wider of the two (as numpy promotes x / y_scale). Division is done
+    # in float32 (float64 for int32 or float64 operands); a float16 / bfloat16 precision
+    # rounds the float32 quotient to that type, which equals the correctly rounded narrow
+    # division (float32 has more than 2p+2 bits).
     if precision:
         prec = onnx_types.np_dtype(precision)
+    elif x.dtype == scale.dtype:
+        prec = scale.dtype
     else:
         prec = np.result_type(_promotable(x.dtype), _promotable(scale.dtype))
+    narrow = prec in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
     cdt = np.float64 if prec in (np.dtype(np.float64), np.dtype(np.int32)) else np.float32
-    x3 = _to_float(x.astype(prec, copy=False) if prec.kind == "f" else x, cdt).reshape(xs)
-    s3 = _to_float(scale.astype(prec, copy=False) if prec.kind == "f" else scale, cdt)
+    x3 = _to_float(x.astype(prec, copy=False) if narrow else x, cdt).reshape(xs)
+    s3 = _to_float(scale.astype(prec, copy=False) if narrow else scale, cdt)
     s3 = s3.reshape(ss)
     z3 = np.zeros(ss, cdt) if zero is None else _to_float(zero, cdt).reshape(ss)
-    narrow = prec.kind == "f" and prec.itemsize < 4 or prec.name == "bfloat16"
     is_int = dst in _INT_RANGES
     lo, hi = _INT_RANGES[dst] if is_int else (-np.inf, np.inf)
     if narrow:
@@ -188,8 +191,9 @@ def _quantize(
 
 
 def _promotable(dt: np.dtype) -> np.dtype:
-    """bfloat16 does not take part in numpy promotion: treat it as float32 (exact)."""
-    return np.dtype(np.float32) if dt == np.dtype(ml_dtypes.bfloat16) else dt
+    """ml_dtypes types (bfloat16, float8e8m0 scales) do not take part in numpy promotion:
+    treat them as float32, which holds them exactly."""
+    return np.dtype(np.float32) if dt.kind == "V" else dt
 
 
 def _dequantize(
