@@ -526,3 +526,78 @@ def causal_conv_with_state_27(
     new_state = np.empty((nb, nc, kw - 1), dtype=cdt)
     katt.causal_conv(xc, w, b, st, activation != "none", _narrow_mode(dtype), out, new_state)
     return out.astype(dtype, copy=False), new_state.astype(dtype, copy=False)
+
+
+def _run_mod(ctx: NodeContext, graph: Any, x: np.ndarray, what: str) -> np.ndarray:
+    outs = ctx.run_subgraph(graph, [x])
+    if len(outs) != 1:
+        raise ctx.error(f"{what} must have exactly one output, it has {len(outs)}")
+    y = np.asarray(outs[0])
+    if y.shape != x.shape:
+        raise ctx.error(f"{what} must keep the shape {x.shape}, it returned {y.shape}")
+    return y
+
+
+@onnx_op("FlexAttention", since=1, domain="ai.onnx.preview")
+def flex_attention_1(
+    ctx: NodeContext,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    prob_mod: Any = None,
+    scale: float | None = None,
+    score_mod: Any = None,
+    softmax_precision: int | None = None,
+) -> np.ndarray:
+    """ai.onnx.preview FlexAttention-1: attention with score_mod / prob_mod subgraphs.
+
+    Scores are formed in the input type (sqrt(scale) applied to Q and K, as the function body
+    does), cast to the softmax precision (float32 for float16/bfloat16/float32 inputs, float64
+    for double, or ``softmax_precision``), passed through ``score_mod``, softmaxed, passed
+    through ``prob_mod`` and contracted with V in that precision; Y has V's type.
+    """
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ctx.error(f"Q, K, V must be rank 4, got {q.shape}, {k.shape}, {v.shape}")
+    n_b, hq, n_q, d = q.shape
+    hkv, n_kv = k.shape[1], k.shape[2]
+    if v.shape[1] != hkv or v.shape[2] != n_kv or k.shape[3] != d or hkv == 0 or hq % hkv:
+        raise ctx.error(
+            f"incompatible shapes Q {q.shape}, K {k.shape}, V {v.shape}: K and V must share "
+            "heads and length, Q and K the head size, and q heads be a multiple of kv heads"
+        )
+    dtype = q.dtype
+    if softmax_precision is None:
+        sdt = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+    else:
+        sdt = _softmax_dtype(ctx, softmax_precision, dtype)
+    cdt = np.dtype(np.float64) if np.float64 in (dtype, sdt) else np.dtype(np.float32)
+    sc = (1.0 / math.sqrt(d)) if scale is None else float(scale)
+    root = float(np.asarray(math.sqrt(np.float32(sc))).astype(dtype).astype(np.float64))
+    qs = _round_to(q.astype(cdt) * cdt.type(root), dtype, cdt)
+    ks = _round_to(k.astype(cdt) * cdt.type(root), dtype, cdt)
+    scores = _grouped_matmul(qs, ks.transpose(0, 1, 3, 2), hkv)
+    scores = _round_to(np.ascontiguousarray(scores, dtype=cdt), dtype, cdt)  # Q K^T in T
+    if score_mod is not None:
+        scores = _run_mod(ctx, score_mod, scores.astype(sdt), "score_mod")
+    scores = np.array(scores, dtype=cdt, order="C")  # fresh: the kernel writes in place
+    s2 = scores.reshape(-1, n_kv)
+    args = (
+        s2,
+        np.zeros((1, n_kv), dtype=cdt),
+        np.zeros(s2.shape[0], dtype=np.int64),
+        np.empty((0, 0), dtype=cdt),
+        cdt.type(0.0),
+        _narrow_mode(sdt),
+        _narrow_mode(sdt),
+        -1,
+    )
+    if s2.size >= _jit.PARALLEL_THRESHOLD:
+        run_parallel(katt.softmax_rows_par, *args)
+    else:
+        katt.softmax_rows(*args)
+    probs = scores
+    if prob_mod is not None:
+        probs = _run_mod(ctx, prob_mod, probs.astype(sdt), "prob_mod").astype(cdt)
+    y = _grouped_matmul(probs, v.astype(cdt), hkv)
+    return _round_to(y, sdt, cdt).astype(v.dtype)
