@@ -59,7 +59,7 @@ def zp(dtype, shape=(), seed=1):
 
 
 def scale(shape=(), dtype=F32, seed=2):
-    return rnd(shape, np.float64, seed, 0.05, 0.5).astype(dtype)
+    return np.asarray(rnd(shape, np.float64, seed, 0.05, 0.5).astype(dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,10 +309,10 @@ def test_dynamicquantizelinear_empty():
 def _qmm_inputs(a_shape, b_shape, ad, bd, yd, sd, seed=0):
     return {
         "a": _qdata(a_shape, ad, seed),
-        "a_scale": scale((), sd, seed + 1) * 0.1,
+        "a_scale": scale((), sd, seed + 1) * np.asarray(0.1, sd),
         "a_zero_point": zp(ad, (), seed + 2),
         "b": _qdata(b_shape, bd, seed + 3),
-        "b_scale": scale((), sd, seed + 4) * 0.1,
+        "b_scale": scale((), sd, seed + 4) * np.asarray(0.1, sd),
         "b_zero_point": zp(bd, (), seed + 5),
         "y_scale": scale((), sd, seed + 6),
         "y_zero_point": zp(yd, (), seed + 7),
@@ -338,35 +338,50 @@ def test_qlinearmatmul(opset, a_shape, b_shape, ad, bd, yd, sd):
     check_node("QLinearMatMul", _qmm_inputs(a_shape, b_shape, ad, bd, yd, sd), opset=opset)
 
 
+@pytest.mark.parametrize("oracle", ["ref", "ort"])
+@pytest.mark.parametrize("opset", [10, 21])
+def test_qlinearmatmul_per_column(opset, oracle):
+    # b_scale / b_zero_point with one value per column of B; onnxruntime agrees too.
+    inputs = {k: np.asarray(v) for k, v in _qmm_inputs((3, 4), (4, 5), U8, U8, U8, F32).items()}
+    inputs["b_scale"] = scale((5,), F32, 9) * np.float32(0.1)
+    inputs["b_zero_point"] = zp(U8, (5,), 10)
+    check_node("QLinearMatMul", inputs, opset=opset, oracle=oracle)
+
+
 # ---------------------------------------------------------------------------------------------
 # QLinearConv
 # ---------------------------------------------------------------------------------------------
 
 
+QCONV_CASES = [
+    (U8, U8, U8, (1, 1, 7, 7), (1, 1, 1, 1), False, False, {}),
+    (U8, I8, U8, (1, 2, 6, 6), (4, 2, 3, 3), True, True, {"pads": [1, 1, 1, 1]}),
+    (I8, I8, I8, (2, 4, 5, 5), (4, 2, 3, 3), True, False, {"group": 2, "strides": [2, 2]}),
+    (U8, U8, I8, (1, 3, 8), (2, 3, 3), False, True, {"dilations": [2]}),
+    (I8, U8, U8, (1, 2, 5, 5), (3, 2, 2, 2), False, True, {"auto_pad": "SAME_UPPER"}),
+]
+
+
+# Every case against the reference; onnxruntime as a second oracle where it has a kernel
+# (its CPU QLinearConv needs x and y of the same type).
 @pytest.mark.parametrize(
-    ("xd", "wd", "yd", "x_shape", "w_shape", "per_channel", "bias", "attrs"),
-    [
-        (U8, U8, U8, (1, 1, 7, 7), (1, 1, 1, 1), False, False, {}),
-        (U8, I8, U8, (1, 2, 6, 6), (4, 2, 3, 3), True, True, {"pads": [1, 1, 1, 1]}),
-        (I8, I8, I8, (2, 4, 5, 5), (4, 2, 3, 3), True, False, {"group": 2, "strides": [2, 2]}),
-        (U8, U8, I8, (1, 3, 8), (2, 3, 3), False, True, {"dilations": [2]}),
-        (I8, U8, U8, (1, 2, 5, 5), (3, 2, 2, 2), False, True, {"auto_pad": "SAME_UPPER"}),
-    ],
+    ("xd", "wd", "yd", "x_shape", "w_shape", "per_channel", "bias", "attrs", "oracle"),
+    [(*c, "ref") for c in QCONV_CASES] + [(*c, "ort") for c in QCONV_CASES if c[0] == c[2]],
 )
-def test_qlinearconv_10(xd, wd, yd, x_shape, w_shape, per_channel, bias, attrs):
+def test_qlinearconv_10(xd, wd, yd, x_shape, w_shape, per_channel, bias, attrs, oracle):
     m = w_shape[0]
     inputs = {
         "x": _qdata(x_shape, xd, 0),
-        "x_scale": scale((), F32, 1) * 0.1,
+        "x_scale": np.asarray(scale((), F32, 1) * np.float32(0.1)),
         "x_zero_point": zp(xd, (), 2),
         "w": _qdata(w_shape, wd, 3),
-        "w_scale": scale((m,) if per_channel else (), F32, 4) * 0.1,
+        "w_scale": np.asarray(scale((m,) if per_channel else (), F32, 4) * np.float32(0.1)),
         "w_zero_point": zp(wd, (m,) if per_channel else (), 5),
         "y_scale": scale((), F32, 6),
         "y_zero_point": zp(yd, (), 7),
         "B": rnd((m,), np.int64, 8, -500, 500).astype(I32) if bias else None,
     }
-    check_node("QLinearConv", inputs, attrs, opset=10)
+    check_node("QLinearConv", inputs, attrs, opset=10, oracle=oracle)
 
 
 # ---------------------------------------------------------------------------------------------
