@@ -11,9 +11,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto
+from onnx import numpy_helper as onnx_numpy_helper
 from oracle import check_node, make_node_model
 
 import onnxjit
+from onnxjit import types
 from onnxjit.errors import InvalidArgumentError
 
 F32, F16, BF16 = np.float32, np.float16, ml_dtypes.bfloat16
@@ -419,3 +421,54 @@ def _run(op, inputs, attrs, opset):
 def test_quantizelinear_errors(inputs, attrs, match):
     with pytest.raises(InvalidArgumentError, match=match):
         _run("QuantizeLinear", inputs, attrs, 21)
+
+
+@pytest.mark.parametrize("fd", [E4M3, E5M2])
+def test_qlinearmatmul_float8_21(fd):
+    # Neither the reference evaluator (it clamps with np.iinfo) nor onnxruntime's CPU provider
+    # runs float8 QLinearMatMul, so the oracle is the reference evaluator on the definition:
+    # QuantizeLinear(MatMul(DequantizeLinear(a), DequantizeLinear(b))) with the same scales.
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    a = _qdata((3, 4), fd, 0)
+    b = _qdata((4, 5), fd, 1)
+    sa, sb, sy = (np.asarray(v, F32) for v in (0.5, 0.25, 2.0))  # powers of two: exact
+    z = np.zeros((), fd)
+    feeds = {"a": a, "b": b}
+    inits = {"sa": sa, "za": z, "sb": sb, "zb": z, "sy": sy, "zy": z}
+
+    def graph(nodes):
+        return helper.make_model(
+            helper.make_graph(
+                nodes,
+                "g",
+                [
+                    helper.make_tensor_value_info(k, TensorProto.UNDEFINED, v.shape)
+                    for k, v in feeds.items()
+                ],
+                [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, (3, 5))],
+                [onnx_numpy_helper.from_array(v, k) for k, v in inits.items()],
+            ),
+            opset_imports=[helper.make_opsetid("", 21)],
+        )
+
+    ref_model = graph(
+        [
+            helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
+            helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
+            helper.make_node("MatMul", ["fa", "fb"], ["p"]),
+            helper.make_node("QuantizeLinear", ["p", "sy", "zy"], ["y"]),
+        ]
+    )
+    model = graph(
+        [helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])]
+    )
+    for vi in list(ref_model.graph.input) + list(model.graph.input):
+        vi.type.tensor_type.elem_type = types.onnx_elem_type(np.dtype(fd))
+    for m in (ref_model, model):
+        m.graph.output[0].type.tensor_type.elem_type = types.onnx_elem_type(np.dtype(fd))
+    (want,) = ReferenceEvaluator(ref_model).run(None, feeds)
+    (got,) = onnxjit.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.astype(F32), want.astype(F32))
