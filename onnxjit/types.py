@@ -38,6 +38,8 @@ for _name in (
     "FLOAT8E8M0",
     "UINT2",
     "INT2",
+    "FLOAT6E2M3",
+    "FLOAT6E3M2",
 ):
     if hasattr(TensorProto, _name):
         _TYPE_NAMES[getattr(TensorProto, _name)] = _name.lower()
