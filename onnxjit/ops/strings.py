@@ -50,17 +50,25 @@ def _str_list(values: Any) -> list[str]:
 _DOTTED_I_LANGS = ("tr", "az")
 _UPPER_TR = str.maketrans({"i": "\u0130"})
 _LOWER_TR = str.maketrans({"I": "\u0131", "\u0130": "i"})
+# The C/POSIX locale (without a UTF-8 codeset) maps ASCII letters only.
+_ASCII = "C"
+_UPPER_ASCII = str.maketrans({chr(c): chr(c - 32) for c in range(ord("a"), ord("z") + 1)})
+_LOWER_ASCII = str.maketrans({chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)})
 
 
 def _locale_language(ctx: Any, locale: str | None) -> str:
     """The language code of a locale name such as ``en_US``, ``tr-TR`` or ``de_DE.UTF-8``.
 
-    Every locale is honoured with Unicode's default case mapping (Python's ``str.upper`` and
-    ``str.lower``), which is what every locale except Turkish/Azerbaijani (dotted and dotless
-    i, handled here) and Lithuanian (refused) prescribes.
+    Every locale is honoured with Unicode's default full case mapping (Python's ``str.upper``
+    and ``str.lower``), which is what every locale except Turkish/Azerbaijani (dotted and
+    dotless i, handled here) and Lithuanian (refused) prescribes. ``C`` and ``POSIX`` map
+    ASCII letters only; ``C.UTF-8`` maps all of Unicode. (onnxruntime maps one code point at
+    a time, so it leaves e.g. "ß" unchanged by UPPER where this gives "SS".)
     """
     if not locale:
         return "en"
+    if locale in ("C", "POSIX"):
+        return _ASCII
     lang = re.split(r"[_\-.@]", locale, maxsplit=1)[0].lower()
     if lang in ("c", "posix"):
         return "en"
@@ -72,10 +80,14 @@ def _locale_language(ctx: Any, locale: str | None) -> str:
 
 
 def _upper(s: str, lang: str) -> str:
+    if lang == _ASCII:
+        return s.translate(_UPPER_ASCII)
     return s.translate(_UPPER_TR).upper() if lang in _DOTTED_I_LANGS else s.upper()
 
 
 def _lower(s: str, lang: str) -> str:
+    if lang == _ASCII:
+        return s.translate(_LOWER_ASCII)
     return s.translate(_LOWER_TR).lower() if lang in _DOTTED_I_LANGS else s.lower()
 
 
