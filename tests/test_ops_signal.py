@@ -2,9 +2,9 @@
 
 DFT-17 and DFT-20 (each at an opset that selects it), STFT-17, MelWeightMatrix-17 and the
 Hann/Hamming/Blackman windows (17, periodic and symmetric): one row per mode x dtype x shape
-class. The reference evaluator handles float16 and bfloat16 itself (it transforms in a wider
-type and casts back, or for the windows computes in the output type), so the low-precision
-rows compare with loose tolerances.
+class. The reference evaluator takes float16 and bfloat16 as they come (numpy.fft
+transforms them in a wider type; the windows are computed in the output type itself), and
+onnxjit transforms them in float32, so the low-precision rows compare with loose tolerances.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ DFT_CASES = [
     ((2, 6, 1), 1, 0, 1, 11),  # RFFT, padded to odd length
     ((2, 6, 2), 1, 1, 0, 8),  # inverse, padded
     ((0, 6, 1), 1, 0, 0, None),  # zero-size batch
+    ((2, 0, 3, 2), 2, 1, 0, None),  # zero-size outer axis, complex inverse
+    ((3, 0, 2), 1, 0, 0, 4),  # empty signal zero-padded to 4
     ((3, 1, 1), 1, 0, 0, None),  # length-1 transform
 ]
 
@@ -159,6 +161,7 @@ STFT_CASES = [
     ((2, 48, 2), 6, None, 12, 1),  # complex signal, one-sided: first bins
     ((3, 20, 1), 4, None, None, 1),  # frame_length = signal length: one frame
     ((0, 32, 1), 8, 16, None, 1),  # zero-size batch
+    ((0, 32, 2), 8, 16, None, 0),  # zero-size batch, complex
 ]
 
 
