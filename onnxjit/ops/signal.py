@@ -56,7 +56,7 @@ def _scalar_int(ctx: NodeContext, value: Any, what: str) -> int:
 
 def _scalar_float(ctx: NodeContext, value: Any, what: str) -> float:
     arr = np.asarray(value)
-    if arr.size != 1 or arr.dtype.kind not in "iuf" and arr.dtype.name != "bfloat16":
+    if arr.size != 1 or (arr.dtype.kind not in "iuf" and arr.dtype.name != "bfloat16"):
         raise ctx.error(
             f"{what} must be a single number, found {arr.dtype} of shape {list(arr.shape)}"
         )
