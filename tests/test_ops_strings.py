@@ -191,10 +191,18 @@ def test_regex_full_match_20_re2_semantics(case: str) -> None:
 
 @pytest.mark.parametrize(
     "pattern",
-    [r"(?=a)a", r"(?!b)a", r"(?<=a)b", r"(a)\1", r"a++", r"(?>a)", r"\p{L}", r"(?P=x)", "(a"],
+    [r"(?=a)a", r"(?!b)a", r"(?<=a)b", r"(a)\1", r"a++", r"(?>a)", r"(?P=x)", "(a", "a{1001}"],
 )
 def test_regex_full_match_20_rejects_non_re2(pattern: str) -> None:
     with pytest.raises(onnxjit.InvalidArgumentError, match="RE2"):
+        _run("RegexFullMatch", {"x": S("a")}, {"pattern": pattern}, 20)
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"\p{L}", r"\pN", r"(?U)a+", r"a(?i)b", r"[\W]", r"[[:^alpha:]]"]
+)
+def test_regex_full_match_20_refuses_re2_it_cannot_translate(pattern: str) -> None:
+    with pytest.raises(onnxjit.UnsupportedOperatorError, match="RE2 syntax"):
         _run("RegexFullMatch", {"x": S("a")}, {"pattern": pattern}, 20)
 
 

@@ -227,7 +227,15 @@ _REGEX_LOCK = threading.Lock()
 
 
 class _RE2Error(ValueError):
-    pass
+    """The pattern is not valid RE2."""
+
+
+class _RE2Unsupported(_RE2Error):
+    """Valid RE2 that onnxjit cannot express with Python's re."""
+
+
+# RE2 refuses counted repetitions above 1000.
+_RE2_MAX_REPEAT = 1000
 
 
 def _escape_at(p: str, i: int, in_class: bool) -> tuple[str, int]:
@@ -259,13 +267,13 @@ def _escape_at(p: str, i: int, in_class: bool) -> tuple[str, int]:
         if c in _PERL_IN_CLASS:
             return _PERL_IN_CLASS[c], i + 2
         if c in "DWS":
-            raise _RE2Error(f"negated class \\{c} inside [...] is not supported by onnxjit")
+            raise _RE2Unsupported(f"negated class \\{c} inside [...] is not supported")
     elif c in _PERL:
         return _PERL[c], i + 2
     if c in _SAME_ESCAPES:
         return p[i : i + 2], i + 2
     if c in ("p", "P"):
-        raise _RE2Error(f"Unicode class \\{c} is not supported by onnxjit (Python re lacks it)")
+        raise _RE2Unsupported(f"Unicode class \\{c} is not supported (Python's re lacks it)")
     if c == "Q":
         end = p.find("\\E", i + 2)
         lit = p[i + 2 :] if end < 0 else p[i + 2 : end]
@@ -310,7 +318,7 @@ def _translate_re2(p: str) -> str:
                     end = p.find(":]", j + 2)
                     name = p[j + 2 : end] if end > 0 else ""
                     if name.startswith("^"):
-                        raise _RE2Error(f"negated POSIX class [:{name}:] is not supported")
+                        raise _RE2Unsupported(f"negated POSIX class [:{name}:] is not supported")
                     if name not in _POSIX:
                         raise _RE2Error(f"unknown POSIX class [:{name}:]")
                     parts.append(_POSIX[name])
@@ -340,17 +348,21 @@ def _translate_re2(p: str) -> str:
                     if not m or set(m.group(1)) - set("imsU-"):
                         raise _RE2Error("unknown group flag")
                     if "U" in m.group(1):
-                        raise _RE2Error("the U (ungreedy) flag is not supported by onnxjit")
+                        raise _RE2Unsupported("the U (ungreedy) flag is not supported")
                     if m.group(2) == ")" and i != 0:
-                        raise _RE2Error(
+                        raise _RE2Unsupported(
                             "flags set mid-pattern are not supported by onnxjit; use a "
                             "(?flags:...) group or put them at the start"
                         )
             out.append(c)
             i += 1
         elif c == "{":
+            rep = re.match(r"\{(\d+)(?:,(\d*))?\}", p[i:])
             if p.startswith("{,", i):
+                # A literal in RE2; Python would read {,n} as {0,n}.
                 out.append("\\{")
+            elif rep and max(int(v) for v in rep.groups() if v) > _RE2_MAX_REPEAT:
+                raise _RE2Error(f"repetition count above {_RE2_MAX_REPEAT} in {rep.group(0)}")
             else:
                 out.append(c)
             i += 1
@@ -373,6 +385,11 @@ def _compile_re2(ctx: Any, pattern: str) -> re.Pattern[str]:
         return hit
     try:
         compiled = re.compile(_translate_re2(pattern))
+    except _RE2Unsupported as e:
+        raise ctx.unsupported(
+            f"pattern {pattern!r} uses RE2 syntax that onnxjit cannot run with Python's re: "
+            f"{e}; rewrite the pattern without it"
+        ) from None
     except (_RE2Error, re.error, ValueError, OverflowError) as e:
         raise ctx.error(
             f"pattern {pattern!r} is not RE2 syntax that onnxjit supports ({e}); rewrite it "
@@ -394,8 +411,9 @@ def regex_full_match_20(ctx: Any, x: np.ndarray, *, pattern: str | None = None) 
     the text, ``\\z``, ``\\Q...\\E``, ``\\x{...}`` and ``(?<name>...)`` are rewritten; flags
     i, m, s are passed through. Constructs that RE2 rejects (lookarounds, backreferences,
     possessive quantifiers, atomic groups) and RE2 features Python lacks (``\\p{...}``
-    classes, the U flag, negated Perl classes inside [...], flags set mid-pattern) are
-    refused with an error naming the node.
+    classes, the U flag, negated Perl or POSIX classes inside [...], flags set mid-pattern)
+    are refused with an error naming the node (UnsupportedOperatorError for the latter). RE2's
+    limit of 1000 on counted repetitions is kept.
     """
     x = _as_str_array(ctx, x, "X")
     if pattern is None:
