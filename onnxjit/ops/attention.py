@@ -573,7 +573,8 @@ def flex_attention_1(
         sdt = _softmax_dtype(ctx, softmax_precision, dtype)
     cdt = np.dtype(np.float64) if np.float64 in (dtype, sdt) else np.dtype(np.float32)
     sc = (1.0 / math.sqrt(d)) if scale is None else float(scale)
-    root = float(np.asarray(math.sqrt(np.float32(sc))).astype(dtype).astype(np.float64))
+    # sqrt(scale) is taken in float32 whatever the input type, as the function body does.
+    root = float(np.sqrt(np.float32(sc)).astype(dtype).astype(np.float64))
     qs = _round_to(q.astype(cdt) * cdt.type(root), dtype, cdt)
     ks = _round_to(k.astype(cdt) * cdt.type(root), dtype, cdt)
     scores = _grouped_matmul(qs, ks.transpose(0, 1, 3, 2), hkv)
