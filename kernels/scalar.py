@@ -543,3 +543,122 @@ def absval(x):
 def fpow(a, b):
     """Float Pow (same float type on both sides)."""
     return a**b
+
+
+# ---------------------------------------------------------------------------------------------
+# float16 / bfloat16 storage: bit conversions to and from float32
+# ---------------------------------------------------------------------------------------------
+# Numba cannot do float16 arithmetic on the CPU (and knows nothing of bfloat16), so generated
+# kernels see narrow tensors as uint16 arrays, widen each element to float32 in a register,
+# compute, and narrow on store. Every conversion is exact where it can be (widening) and rounds
+# to nearest, ties to even, where it cannot; NaN stays NaN (quiet, sign kept), infinities and
+# subnormals are handled, and finite values past the largest one round to infinity, as numpy
+# and ml_dtypes do. Only integer operators and scalar ``view`` are used (no libm calls), so
+# LLVM can vectorise the hot loops.
+
+
+@njit(inline="always")
+def f16_to_f32(h):
+    """float16 bits (uint16) -> float32, exact."""
+    u = np.uint32(h)
+    sign = (u & np.uint32(0x8000)) << np.uint32(16)
+    em = u & np.uint32(0x7FFF)
+    e = em >> np.uint32(10)
+    if e == np.uint32(0x1F):
+        # inf / NaN: all-ones exponent, mantissa moved up (a NaN is made quiet)
+        m = (em & np.uint32(0x3FF)) << np.uint32(13)
+        if m != np.uint32(0):
+            m |= np.uint32(0x400000)
+        bits = sign | np.uint32(0x7F800000) | m
+        return np.uint32(bits).view(np.float32)
+    if e == np.uint32(0):
+        # zero or subnormal: mantissa * 2^-24, exact in float32
+        mag = np.float32(em) * np.float32(5.960464477539063e-08)
+        return -mag if sign else mag
+    # normal: rebias the exponent by 127 - 15 = 112
+    bits = sign | ((em << np.uint32(13)) + np.uint32(0x38000000))
+    return np.uint32(bits).view(np.float32)
+
+
+@njit(inline="always")
+def f32_to_f16(x):
+    """float32 -> float16 bits (uint16), round to nearest even."""
+    u = np.float32(x).view(np.uint32)
+    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
+    a = u & np.uint32(0x7FFFFFFF)
+    if a >= np.uint32(0x477FF000):
+        # inf, NaN, or a finite value >= 65520 (which rounds to inf)
+        if a > np.uint32(0x7F800000):
+            return np.uint16(sign | np.uint32(0x7E00) | ((a >> np.uint32(13)) & np.uint32(0x3FF)))
+        return np.uint16(sign | np.uint32(0x7C00))
+    if a >= np.uint32(0x38800000):
+        # normal in float16 (>= 2^-14): add the rounding bias (ties go to the even result),
+        # drop 13 mantissa bits and rebias the exponent; a mantissa carry bumps the exponent.
+        r = (a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))) >> np.uint32(13)
+        return np.uint16(sign | (r - np.uint32(0x1C000)))
+    if a <= np.uint32(0x33000000):
+        # |x| <= 2^-25 (half the smallest subnormal): rounds to zero (the tie goes to even 0)
+        return np.uint16(sign)
+    # float16 subnormal: mantissa with its implicit bit, shifted to units of 2^-24
+    m = (a & np.uint32(0x7FFFFF)) | np.uint32(0x800000)
+    shift = np.uint32(126) - (a >> np.uint32(23))
+    r = m >> shift
+    rem = m & ((np.uint32(1) << shift) - np.uint32(1))
+    half = np.uint32(1) << (shift - np.uint32(1))
+    if rem > half or (rem == half and (r & np.uint32(1)) != np.uint32(0)):
+        r += np.uint32(1)
+    return np.uint16(sign | r)
+
+
+@njit(inline="always")
+def bf16_to_f32(h):
+    """bfloat16 bits (uint16) -> float32: the top half of the float32 bits, exact."""
+    return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+
+
+@njit(inline="always")
+def f32_to_bf16(x):
+    """float32 -> bfloat16 bits (uint16), round to nearest even; NaN -> quiet NaN."""
+    u = np.float32(x).view(np.uint32)
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((u >> np.uint32(16)) | np.uint32(0x40))
+    # finite values that round past the largest bfloat16 carry into the inf pattern
+    return np.uint16(
+        (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    )
+
+
+@njit(inline="always")
+def f64_to_f32_odd(x):
+    """float64 -> float32 rounded to odd (truncate, then set the last bit if inexact).
+
+    Rounding to odd first and to nearest even second equals one direct rounding when the
+    intermediate has at least 2p + 2 bits (24 >= 2*11 + 2 for float16, 2*8 + 2 for
+    bfloat16), so float64 -> narrow goes through this without double-rounding errors.
+    """
+    f = np.float32(x)
+    if f != f:
+        return f
+    # rounded away from zero (maybe to inf): step the magnitude back by one unit. Written
+    # without reassignment: Numba's inliner rejects a variable defined twice.
+    t = np.uint32(f.view(np.uint32) - np.uint32(abs(np.float64(f)) > abs(x)))
+    odd = np.uint32(np.float64(t.view(np.float32)) != x)
+    return np.uint32(t | odd).view(np.float32)
+
+
+@njit(inline="always")
+def f64_to_f16(x):
+    """float64 -> float16 bits (uint16), round to nearest even."""
+    return f32_to_f16(f64_to_f32_odd(x))
+
+
+@njit(inline="always")
+def f64_to_bf16(x):
+    """float64 -> bfloat16 bits (uint16) the way ml_dtypes and onnxruntime do it.
+
+    They round to float32 first and then to bfloat16 (both to nearest even), which differs
+    from one direct rounding for about 1 value in 150 that lies just off a bfloat16 midpoint.
+    We match them, since they are the reference implementations ONNX models are checked
+    against; ``f32_to_bf16(f64_to_f32_odd(x))`` would be the single correctly rounded result.
+    """
+    return f32_to_bf16(np.float32(x))

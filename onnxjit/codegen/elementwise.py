@@ -42,9 +42,15 @@ from onnxjit.codegen.expr import BINARY, UNARY, Const, Expr, Input, Op, input_dt
 from onnxjit.kernels import _jit
 from onnxjit.kernels import scalar as _scalar
 
-# Storage dtypes Numba cannot load: computed in float32 (converted before and after the kernel).
+# Storage dtypes Numba cannot load: computed in float32, passed to kernels as their uint16
+# bits and converted element by element on load and store (kernels/scalar.py helpers).
 NARROW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+_NARROW_KIND: dict[np.dtype, str] = {
+    np.dtype(np.float16): "f16",
+    np.dtype(ml_dtypes.bfloat16): "bf16",
+}
 F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
 # ast.FunctionDef grew a type_params field in Python 3.12.
 _TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
 
@@ -128,14 +134,32 @@ def _literal(c: Const) -> ast.expr:
 
 
 class _Emitter:
-    """Builds the kernel module for one specialisation."""
+    """Builds the kernel module for one specialisation.
 
-    def __init__(self, exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]):
+    ``loads[k]`` / ``stores[j]`` name the narrow storage of input k / output j (``"f16"``,
+    ``"bf16"``) or are ``""`` for a dtype the kernel reads and writes directly. Narrow arrays
+    arrive viewed as uint16: each element is widened to float32 by a scalar helper on load
+    and narrowed (round to nearest even) on store, so no separate conversion pass runs.
+    """
+
+    def __init__(
+        self,
+        exprs: tuple[Expr, ...],
+        masks: tuple[tuple[bool, ...], ...],
+        loads: tuple[str, ...] = (),
+        stores: tuple[str, ...] = (),
+    ):
         self.exprs = exprs
         self.masks = masks
         self.rank = len(masks[0]) if masks else 0
         self.n_in = len(masks)
+        self.loads = loads or ("",) * self.n_in
+        self.stores = stores or ("",) * len(exprs)
         self.helpers: set[str] = set()
+
+    def _helper_call(self, fn: str, arg: ast.expr) -> ast.Call:
+        self.helpers.add(fn)
+        return ast.Call(func=_name(fn), args=[arg], keywords=[])
 
     # present dims of input k, and the loop level at which its load can happen
     def _present(self, k: int) -> list[int]:
@@ -178,9 +202,10 @@ class _Emitter:
             present = self._present(k)
             idx = offsets(f"o{k}", present)
             lvl = present[-1] + 1 if present else 0
-            levels[lvl].append(
-                _assign(f"v{k}", ast.Subscript(value=_name(f"x{k}"), slice=idx, ctx=ast.Load()))
-            )
+            load: ast.expr = ast.Subscript(value=_name(f"x{k}"), slice=idx, ctx=ast.Load())
+            if self.loads[k]:
+                load = self._helper_call(f"{self.loads[k]}_to_f32", load)
+            levels[lvl].append(_assign(f"v{k}", load))
         n_tmp = 0
         n_const = 0
         for node in walk(self.exprs):
@@ -204,10 +229,14 @@ class _Emitter:
             node_level[node] = lvl
             names[node] = var
         for j, e in enumerate(self.exprs):
+            value: ast.expr = _name(names[e])
+            if self.stores[j]:
+                src = "f64" if e.dtype == np.float64 else "f32"
+                value = self._helper_call(f"{src}_to_{self.stores[j]}", value)
             levels[r].append(
                 ast.Assign(
                     targets=[ast.Subscript(value=_name(f"y{j}"), slice=out_index, ctx=ast.Store())],
-                    value=_name(names[e]),
+                    value=value,
                     lineno=0,
                 )
             )
@@ -298,19 +327,27 @@ class _Emitter:
         header = (
             f'"""onnxjit generated elementwise kernel (scalar helpers {_SCALAR_HASH}).\n\n'
             f"rank {self.rank}, broadcast masks {self.masks}\n"
+            f"narrow loads {self.loads}, narrow stores {self.stores}\n"
             + "\n".join(f"y{j} = {e!r}" for j, e in enumerate(self.exprs))
             + '\n"""\n'
         )
         return header + ast.unparse(mod) + "\n"
 
 
-def generate_source(exprs: Sequence[Expr], masks: Sequence[Sequence[bool]]) -> str:
+def generate_source(
+    exprs: Sequence[Expr],
+    masks: Sequence[Sequence[bool]],
+    loads: Sequence[str] = (),
+    stores: Sequence[str] = (),
+) -> str:
     """Source of the kernel module for ``exprs`` with per-input broadcast ``masks``.
 
     ``masks[k][d]`` is True where input k is present (not broadcast) in collapsed dim d.
+    ``loads[k]`` / ``stores[j]`` are ``"f16"`` or ``"bf16"`` where input k / output j is
+    stored narrow (and passed as a uint16 view), else ``""`` (the default for all).
     """
     m = tuple(tuple(bool(b) for b in mk) for mk in masks)
-    e = _Emitter(tuple(exprs), m)
+    e = _Emitter(tuple(exprs), m, tuple(loads), tuple(stores))
     # the function body has to be generated first to know which helpers to import
     return e.module()
 
@@ -382,11 +419,16 @@ def broadcast_layout(
     return tuple(out), tuple(sizes), per_input
 
 
-def _entry(exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]) -> _Entry:
-    key = (exprs, masks)
+def _entry(
+    exprs: tuple[Expr, ...],
+    masks: tuple[tuple[bool, ...], ...],
+    loads: tuple[str, ...],
+    stores: tuple[str, ...],
+) -> _Entry:
+    key = (exprs, masks, loads, stores)
     entry = _KERNELS.get(key)
     if entry is None:
-        src = generate_source(exprs, masks)
+        src = generate_source(exprs, masks, loads, stores)
         mod = modcache.load(src)
         entry = _Entry(mod, input_dtypes(exprs), str(modcache.path_for(src)))
         _KERNELS[key] = entry
@@ -394,36 +436,71 @@ def _entry(exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]) -> _Ent
 
 
 class _Plan:
-    """Everything a call needs for one (expressions, input shapes and dtypes)."""
+    """Everything a call needs for one (expressions, input shapes and dtypes, output dtypes).
 
-    __slots__ = ("out_shape", "sizes", "size", "entry")
+    ``alloc[j]`` is the dtype output j is allocated with (its stored dtype, also when the
+    kernel narrows it on store); ``post[j]`` is a dtype to convert output j to after the
+    kernel (a stored dtype the kernel cannot write), else None.
+    """
 
-    def __init__(self, out_shape, sizes, size, entry):
+    __slots__ = ("out_shape", "sizes", "size", "entry", "alloc", "post")
+
+    def __init__(self, out_shape, sizes, size, entry, alloc, post):
         self.out_shape = out_shape
         self.sizes = sizes
         self.size = size
         self.entry = entry
+        self.alloc = alloc
+        self.post = post
 
 
-# (exprs, input shapes, input dtypes) -> _Plan; bounded, it only saves shape work.
+# (exprs, input shapes, input dtypes, output dtypes) -> _Plan; bounded, it only saves shape
+# work.
 _PLANS: dict[tuple, _Plan] = {}
 _MAX_PLANS = 4096
 
 
-def _plan(exprs: tuple[Expr, ...], arrays: list[np.ndarray], key: tuple) -> _Plan:
+def _plan(
+    exprs: tuple[Expr, ...],
+    arrays: list[np.ndarray],
+    out_dtypes: tuple[np.dtype | None, ...],
+    key: tuple,
+) -> _Plan:
     out_shape, sizes, masks = broadcast_layout([a.shape for a in arrays])
     size = math.prod(out_shape)
+    loads = tuple(_NARROW_KIND.get(a.dtype, "") for a in arrays)
+    alloc: list[np.dtype] = []
+    post: list[np.dtype | None] = []
+    stores: list[str] = []
+    for e, dt in zip(exprs, out_dtypes):
+        if dt is None or dt == e.dtype:
+            alloc.append(e.dtype)
+            post.append(None)
+            stores.append("")
+        elif dt in _NARROW_KIND and e.dtype in (F32, F64):
+            # narrowed on store inside the kernel
+            alloc.append(dt)
+            post.append(None)
+            stores.append(_NARROW_KIND[dt])
+        else:
+            alloc.append(e.dtype)
+            post.append(dt)
+            stores.append("")
     entry = None
     if size:
-        entry = _entry(exprs, masks)
+        entry = _entry(exprs, masks, loads, tuple(stores))
         if len(entry.in_dtypes) != len(arrays):
             raise TypeError(
                 f"the expression reads {len(entry.in_dtypes)} inputs, {len(arrays)} were given"
             )
         for k, (a, dt) in enumerate(zip(arrays, entry.in_dtypes)):
-            if a.dtype != dt:
+            if compute_dtype(a.dtype) != dt:
                 raise TypeError(f"input {k} is {a.dtype}, the expression reads it as {dt}")
-    plan = _Plan(out_shape, sizes, size, entry)
+    else:
+        # nothing runs: allocate the stored dtypes directly
+        alloc = [e.dtype if dt is None else dt for e, dt in zip(exprs, out_dtypes)]
+        post = [None] * len(exprs)
+    plan = _Plan(out_shape, sizes, size, entry, tuple(alloc), tuple(post))
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = plan
@@ -437,9 +514,11 @@ def apply_many(
 ) -> list[np.ndarray]:
     """Evaluate several output expressions over broadcast ``inputs`` in one loop nest.
 
-    ``inputs[k]`` feeds ``Input(k, dtype)``; its dtype must equal that compute dtype after
-    float16/bfloat16 are widened to float32. ``out_dtypes[j]`` (default: ``exprs[j].dtype``) is
-    the stored dtype of output j; a narrow float output is computed in float32 and converted.
+    ``inputs[k]`` feeds ``Input(k, dtype)``; its dtype must equal that compute dtype, where a
+    float16/bfloat16 array is read as float32 (widened element by element inside the
+    kernel). ``out_dtypes[j]`` (default: ``exprs[j].dtype``) is the stored dtype of output j;
+    a float16/bfloat16 output of a float32 (or float64) expression is narrowed on store with
+    round to nearest even, other dtype changes are converted after the kernel.
     Returns fresh arrays of the broadcast shape (empty arrays when the shape has a zero).
     """
     exprs = tuple(exprs)
@@ -447,31 +526,33 @@ def apply_many(
     for a in inputs:
         if type(a) is not np.ndarray:
             a = np.asarray(a)
-        if a.dtype in NARROW_FLOATS:
-            a = a.astype(F32)
-        elif not a.flags.c_contiguous or not a.flags.writeable:
+        if not a.flags.c_contiguous or not a.flags.writeable:
             # Numba types read-only arrays apart (one more compilation) and dispatches them
             # through a slow path; a contiguous writable copy avoids both.
             a = np.array(a, order="C")
         arrays.append(a)
     if not arrays:
         raise ValueError("an elementwise kernel needs at least one input")
-    key = (exprs, tuple([a.shape for a in arrays]), tuple([a.dtype for a in arrays]))
+    if out_dtypes is None:
+        outd: tuple[np.dtype | None, ...] = (None,) * len(exprs)
+    else:
+        outd = tuple(None if dt is None else np.dtype(dt) for dt in out_dtypes)
+    key = (exprs, tuple([a.shape for a in arrays]), tuple([a.dtype for a in arrays]), outd)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _plan(exprs, arrays, key)
-    outs = [np.empty(plan.out_shape, dtype=e.dtype) for e in exprs]
+        plan = _plan(exprs, arrays, outd, key)
+    outs = [np.empty(plan.out_shape, dtype=dt) for dt in plan.alloc]
     if plan.size:
-        args = [o.reshape(-1) for o in outs]
-        args += [a.reshape(-1) for a in arrays]
+        # narrow arrays travel as their uint16 bits
+        args = [(o.view(np.uint16) if o.dtype in _NARROW_KIND else o).reshape(-1) for o in outs]
+        args += [(a.view(np.uint16) if a.dtype in _NARROW_KIND else a).reshape(-1) for a in arrays]
         args += plan.sizes
         if plan.sizes and plan.size > _jit.PARALLEL_THRESHOLD:
             _jit.run_parallel(plan.entry.module.kernel_par, *args)
         else:
             plan.entry.module.kernel(*args)
-    if out_dtypes is not None:
-        for j, dt in enumerate(out_dtypes):
-            if dt is not None and outs[j].dtype != dt:
+        for j, dt in enumerate(plan.post):
+            if dt is not None:
                 outs[j] = outs[j].astype(dt)
     return outs
 
