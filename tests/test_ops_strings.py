@@ -351,6 +351,23 @@ def test_tfidf_vectorizer_9(case: str) -> None:
     check_node("TfIdfVectorizer", {"x": x}, attrs=attrs, opset=9, oracle=oracle)
 
 
+@pytest.mark.parametrize("mode", ["IDF", "TFIDF"])
+def test_tfidf_vectorizer_9_weights_follow_pool_ngrams(mode: str) -> None:
+    # weights[k] is the weight of the k-th pool n-gram (spec), which lands in column
+    # ngram_indexes[k]; the reference evaluator indexes weights by output column instead, so
+    # onnxruntime (which follows the spec) is the oracle.
+    attrs = _tfidf_attrs(
+        mode,
+        1,
+        2,
+        2,
+        ngram_indexes=[6, 0, 5, 1, 4, 2, 3],
+        weights=[1.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0],
+    )
+    x = np.array(SEQ, np.int64).reshape(2, 6)
+    check_node("TfIdfVectorizer", {"x": x}, attrs=attrs, opset=9, oracle="ort")
+
+
 def test_tfidf_vectorizer_9_strings() -> None:
     words = S("the", "cat", "sat", "on", "the", "mat", "the", "cat", "ran", "unknown")
     attrs = {
@@ -384,3 +401,5 @@ def test_tfidf_vectorizer_9_rejects_bad_pools() -> None:
         _run("TfIdfVectorizer", {"x": x}, _tfidf_attrs("TF", 1, 2, 0, ngram_counts=[0, 5]), 9)
     with pytest.raises(onnxjit.InvalidArgumentError, match="string"):
         _run("TfIdfVectorizer", {"x": S("a")}, _tfidf_attrs("TF", 1, 2, 0), 9)
+    with pytest.raises(onnxjit.InvalidArgumentError, match="weights"):
+        _run("TfIdfVectorizer", {"x": x}, _tfidf_attrs("IDF", 1, 2, 0, weights=[1.0]), 9)

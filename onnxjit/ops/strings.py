@@ -437,14 +437,15 @@ class _NgramTable:
         child_key: np.ndarray,
         child_node: np.ndarray,
         node_col: np.ndarray,
-        n_out: int,
+        columns: np.ndarray,
         vocab: dict[str, int] | None,
     ) -> None:
         self.child_start = child_start
         self.child_key = child_key
         self.child_node = child_node
         self.node_col = node_col
-        self.n_out = n_out
+        self.columns = columns  # output column of each pool n-gram (ngram_indexes)
+        self.n_out = int(columns.max()) + 1 if columns.size else 0
         self.vocab = vocab
 
 
@@ -526,7 +527,7 @@ def _build_table(
         np.asarray(child_key, dtype=np.int64),
         np.asarray(child_node, dtype=np.int64),
         node_col,
-        max(indexes) + 1 if indexes else 0,
+        np.asarray(indexes, dtype=np.int64),
         vocab,
     )
 
@@ -567,7 +568,10 @@ def tfidf_vectorizer_9(
     Output [max(ngram_indexes) + 1] or [N, that], float32. An n-gram of length n >= 2 is
     counted once per gap 0..max_skip_count between its items; unigrams once. Only lengths in
     [min_gram_length, max_gram_length] count. mode TF: the counts; IDF: weights (or 1) where
-    the count is positive; TFIDF: counts times weights (weights indexed by output column).
+    the count is positive; TFIDF: counts times weights. ``weights[k]`` is the weight of the
+    k-th pool n-gram, applied to its column ``ngram_indexes[k]`` (as the spec and onnxruntime
+    say; the reference evaluator indexes weights by output column, which agrees when
+    ngram_indexes is 0, 1, 2, ...).
     """
     for name, value in (
         ("max_gram_length", max_gram_length),
@@ -626,12 +630,15 @@ def tfidf_vectorizer_9(
     if mode != "TF":
         w = None
         if weights:
-            w = np.asarray(weights, dtype=np.float32)
-            if w.shape[0] < table.n_out:
+            # weights[k] belongs to the k-th pool n-gram (spec, onnxruntime), so it scales
+            # that n-gram's column ngram_indexes[k].
+            if len(weights) != table.columns.shape[0]:
                 raise ctx.error(
-                    f"weights has {w.shape[0]} entries, fewer than the {table.n_out} outputs"
+                    f"weights has {len(weights)} entries; it needs one per pool n-gram "
+                    f"({table.columns.shape[0]}, the length of ngram_indexes)"
                 )
-            w = w[: table.n_out]
+            w = np.zeros(table.n_out, dtype=np.float32)
+            w[table.columns] = np.asarray(weights, dtype=np.float32)
         if mode == "IDF":
             counts = (counts > 0).astype(np.float32)
             if w is not None:
