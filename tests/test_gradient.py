@@ -259,6 +259,40 @@ def test_reduce_axes_input(op, opset, axes, keepdims):
     check_gradient([node], {"x": _r(2, 3, 4)}, ["x"], "y", opset=opset, inits=inits)
 
 
+@pytest.mark.parametrize(("op", "opset"), [("ReduceSum", 13), ("ReduceMean", 18)])
+def test_reduce_noop_without_axes(op, opset):
+    # No axes input with noop_with_empty_axes=1: the reduction is the identity.
+    node = _n(op, ["x"], keepdims=0, noop_with_empty_axes=1)
+    check_gradient([node], {"x": _r(2, 3)}, ["x"], "y", opset=opset)
+
+
+def test_pow():
+    a = _r(3, 4, low=0.5, high=2.0)
+    check_gradient([_n("Pow", ["a", "b"])], {"a": a, "b": _r(4)}, ["a", "b"], "y")
+
+
+def test_pow_integer_exponent():
+    inputs = {"a": _r(3, 4), "b": np.array(3, dtype=np.int64)}
+    check_gradient([_n("Pow", ["a", "b"])], inputs, ["a"], "y", zs=["b"])
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_softmax(op, axis):
+    # Multiplied by a second input so that the seed is not uniform along the axis (the
+    # gradient of sum(softmax) alone is zero).
+    nodes = [_n(op, ["x"], "s", axis=axis), _n("Mul", ["s", "w"], "y")]
+    check_gradient(nodes, {"x": _r(3, 4), "w": _r(3, 4)}, ["x"], "y", opset=13)
+
+
+def test_softmax_before_13_is_refused():
+    nodes = [_n("Softmax", ["x"], "y", axis=1)]
+    grad = helper.make_node("Gradient", ["x"], ["d_x"], domain=TRAINING, xs=["x"], y="y")
+    model = _model(nodes + [grad], {"x": _r(2, 3)}, ["d_x"], 12)
+    with pytest.raises(UnsupportedOperatorError, match="opset 13"):
+        onnxjit.InferenceSession(model.SerializeToString())
+
+
 def test_reduce_dynamic_axes():
     # axes computed at run time (a graph input): the kept shape is found at run time.
     inputs = {"x": _r(2, 3, 4), "axes": np.array([1], dtype=np.int64)}
@@ -352,10 +386,10 @@ def test_skipped_output():
 
 
 def test_unsupported_operator_is_named():
-    nodes = [_n("Softmax", ["a"], "s"), _n("Exp", ["s"], "y")]
+    nodes = [_n("Hardmax", ["a"], "s"), _n("Exp", ["s"], "y")]
     grad = helper.make_node("Gradient", ["a"], ["d_a"], domain=TRAINING, xs=["a"], y="y")
     model = _model(nodes + [grad], {"a": _r(3)}, ["d_a"], 18)
-    with pytest.raises(UnsupportedOperatorError, match="Softmax"):
+    with pytest.raises(UnsupportedOperatorError, match="Hardmax"):
         onnxjit.InferenceSession(model.SerializeToString())
 
 

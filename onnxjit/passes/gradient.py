@@ -15,12 +15,13 @@ Contract:
   inputs, values that do not depend on a leaf) is a constant. When the Gradient node's inputs are
   the very tensors named in ``xs``/``zs`` the forward values are reused; otherwise the forward
   nodes are cloned and evaluated at the Gradient node's inputs, as the specification allows.
-* Differentiable operators: Add, Sub, Mul, Div, Neg, Abs, Sqrt, MatMul, Gemm, Relu, Sigmoid,
-  Tanh, Exp, Log, Sum, Identity, Cast, CastLike, Reshape, Flatten, Squeeze, Unsqueeze,
-  Expand, Transpose, ReduceSum and ReduceMean (every version). Operators whose outputs receive
-  no gradient (shape computations, comparisons) may appear anywhere. A gradient reaching an
-  operator outside this set is an :class:`UnsupportedOperatorError` naming it, as is a forward
-  node carrying a subgraph (If, Loop, Scan).
+* Differentiable operators: Add, Sub, Mul, Div, Pow, Neg, Abs, Sqrt, MatMul, Gemm, Relu,
+  Sigmoid, Tanh, Exp, Log, Sum, Identity, Cast, CastLike, Reshape, Flatten, Squeeze, Unsqueeze,
+  Expand, Transpose, ReduceSum and ReduceMean (every version), Softmax and LogSoftmax (13+).
+  Operators whose outputs receive no gradient (shape computations, comparisons) may appear
+  anywhere. A gradient reaching an operator outside this set is an
+  :class:`UnsupportedOperatorError` naming it, as is a forward node carrying a subgraph (If,
+  Loop, Scan).
 * Broadcasting (Add, Sub, Mul, Div, Sum, Gemm's C, MatMul's batch dimensions, Expand) is undone
   by summing the gradient over the broadcast axes, found at run time from the two shapes
   (Shape, Equal, NonZero, then ReduceSum with ``noop_with_empty_axes`` and a Reshape to the
@@ -580,6 +581,50 @@ def _matmul(e, n, ins, outs, gs, want):
     return [ga, gb]
 
 
+@_rule("Pow")
+def _pow(e, n, ins, outs, gs, want):
+    # d(a**b)/da = b * a**(b-1); d(a**b)/db = a**b * log(a) (a > 0). The exponent may have an
+    # integer type: it is cast to the gradient's type where it multiplies.
+    g = gs[0]
+    a, b = ins
+    ga = gb = None
+    if want[0]:
+        one = e.op("CastLike", e.const(np.array(1.0, np.float32), "one"), b)
+        da = e.op("Mul", e.op("CastLike", b, g), e.op("Pow", a, e.op("Sub", b, one)))
+        ga = e.unbroadcast(e.op("Mul", g, da), a)
+    if want[1]:
+        gb = e.unbroadcast(e.op("Mul", g, e.op("Mul", outs[0], e.op("Log", a))), b)
+    return [ga, gb]
+
+
+def _softmax_axis(e, n) -> int:
+    if e.version(n) < 13:
+        # Before opset 13 Softmax and LogSoftmax flatten to 2-D around the axis.
+        raise UnsupportedOperatorError(
+            f"cannot differentiate through {n.describe()}: the gradient of {n.op_type} is "
+            "implemented for opset 13 and later only (earlier versions coerce to 2-D); "
+            "export the model at opset 13 or later"
+        )
+    return int(n.attrs.get("axis", -1))
+
+
+@_rule("Softmax")
+def _softmax(e, n, ins, outs, gs, want):
+    # dx = y * (g - sum(g * y, axis)).
+    axis = e.const(np.array([_softmax_axis(e, n)], np.int64), "axis")
+    y = outs[0]
+    s = e.op("ReduceSum", e.op("Mul", gs[0], y), axis, keepdims=1)
+    return [e.op("Mul", y, e.op("Sub", gs[0], s))]
+
+
+@_rule("LogSoftmax")
+def _log_softmax(e, n, ins, outs, gs, want):
+    # dx = g - softmax(x) * sum(g, axis), softmax(x) = exp(y).
+    axis = e.const(np.array([_softmax_axis(e, n)], np.int64), "axis")
+    s = e.op("ReduceSum", gs[0], axis, keepdims=1)
+    return [e.op("Sub", gs[0], e.op("Mul", e.op("Exp", outs[0]), s))]
+
+
 @_rule("Gemm")
 def _gemm(e, n, ins, outs, gs, want):
     # Y = alpha * A' @ B' + beta * C with A' = A or A^T (transA), B' = B or B^T (transB).
@@ -623,10 +668,10 @@ def _reduce_back(e, n, ins, g, axes_input: bool) -> str:
     else:
         axes = n.attrs.get("axes")
         dynamic = False
-    if not dynamic and axes is not None and len(np.atleast_1d(axes)) == 0:
+    if not dynamic and (axes is None or len(np.atleast_1d(axes)) == 0):
         if noop:
-            return g  # reducing no axis is the identity
-        axes = None
+            return g  # no axes with noop_with_empty_axes: the reduction is the identity
+        axes = None  # no axes: every axis is reduced
     sx = e.op("Shape", x)
     if keepdims or (not dynamic and axes is None):
         # keepdims: the reduced axes are there with size 1; all axes reduced: g is a scalar.
