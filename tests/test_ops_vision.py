@@ -16,6 +16,7 @@ The oracle is onnx's ReferenceEvaluator, except (each case says so again):
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from oracle import (
@@ -27,6 +28,7 @@ from oracle import (
 )
 
 import onnxjit
+from onnxjit.errors import InvalidArgumentError
 
 
 def data(shape, dtype=np.float32, seed=0):
@@ -393,3 +395,94 @@ def test_deformconv22(dtype):
     # float64: the reference samples through GridSample, which holds coordinates in float32.
     tol = 2e-2 if dtype == np.float16 else 1e-5
     check_node("DeformConv", inputs, attrs, opset=22, rtol=tol, atol=tol)
+
+
+# --------------------------------------------------------------------------------------------
+# Other element types (bfloat16 from opset 22; GridSample and Col2Im take every numeric type)
+
+
+def test_gridsample22_complex_linear():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((1, 2, 4, 5)) + 1j * rng.standard_normal((1, 2, 4, 5))).astype(
+        np.complex64
+    )
+    grid = grid_of((1, 3, 3, 2))
+    check_node("GridSample", {"X": x, "grid": grid}, {}, opset=22, rtol=1e-4, atol=1e-5)
+
+
+def test_gridsample22_bool_nearest():
+    x = data((1, 2, 4, 5)) > 0
+    grid = grid_of((1, 3, 3, 2))
+    check_node("GridSample", {"X": x, "grid": grid}, {"mode": "nearest"}, opset=22)
+
+
+def test_gridsample22_bfloat16():
+    x = data((1, 2, 4, 5)).astype(ml_dtypes.bfloat16)
+    grid = grid_of((1, 3, 3, 2)).astype(ml_dtypes.bfloat16)
+    check_node("GridSample", {"X": x, "grid": grid}, {}, opset=22, rtol=2e-2, atol=2e-2)
+
+
+def test_roialign22_bfloat16():
+    inputs = roi_inputs()
+    inputs["X"] = inputs["X"].astype(ml_dtypes.bfloat16)
+    inputs["rois"] = inputs["rois"].astype(ml_dtypes.bfloat16)
+    attrs = {"output_height": 2, "output_width": 3}
+    check_node("RoiAlign", inputs, attrs, opset=22, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [np.complex128, np.int8, "bfloat16"])
+def test_col2im18_more_types(dtype):
+    image, block = [4, 4], [2, 2]
+    if dtype == np.complex128:
+        rng = np.random.default_rng(6)
+        x = (rng.standard_normal((1, 4, 9)) + 1j * rng.standard_normal((1, 4, 9))).astype(dtype)
+    elif dtype == "bfloat16":
+        x = data((1, 4, 9)).astype(ml_dtypes.bfloat16)
+    else:
+        x = (data((1, 4, 9), np.int32) - 50).astype(dtype)
+    tol = 2e-2 if dtype == "bfloat16" else 1e-6
+    col2im(x, image, block, rtol=tol, atol=tol)
+
+
+def test_deformconv22_bfloat16():
+    inputs, attrs = deform_inputs(c=2, oc=2, mask=True, bias=True)
+    for k, v in inputs.items():
+        if v is not None:
+            inputs[k] = v.astype(ml_dtypes.bfloat16)
+    check_node("DeformConv", inputs, attrs, opset=22, rtol=5e-2, atol=5e-2)
+
+
+# --------------------------------------------------------------------------------------------
+# Invalid inputs raise errors that name the node
+
+
+FLOAT_4D = np.zeros((0, 0, 0, 0), np.float32)
+
+
+def run_invalid(op, inputs, attrs, opset, const_inputs=(), out=FLOAT_4D):
+    model = make_node_model(op, inputs, attrs, opset, "", 1, None, const_inputs)
+    declare_outputs_like(model, [out])  # the output's type and rank; no oracle runs here
+    feeds = {k: v for k, v in inputs.items() if v is not None and k not in const_inputs}
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    with pytest.raises(InvalidArgumentError):
+        sess.run(None, feeds)
+
+
+def test_invalid_inputs():
+    inputs = roi_inputs()
+    inputs["batch_indices"] = np.array([0, 1, 2, 0, 1], np.int64)  # X has 2 batch items
+    run_invalid("RoiAlign", inputs, {}, 16)
+    boxes, scores = nms_inputs()
+    nms = {"boxes": boxes, "scores": scores[:, :, :5]}
+    run_invalid("NonMaxSuppression", nms, {}, 11, out=np.zeros((0, 3), np.int64))
+    col = {
+        "input": data((1, 4, 8)),  # 9 columns expected for a 4x4 image and 2x2 blocks
+        "image_shape": np.array([4, 4], np.int64),
+        "block_shape": np.array([2, 2], np.int64),
+    }
+    run_invalid("Col2Im", col, {}, 18, const_inputs=("image_shape", "block_shape"))
+    grid = grid_of((2, 3, 3, 3))  # 3 coordinates for a 2-D image
+    run_invalid("GridSample", {"X": data((2, 1, 4, 4)), "grid": grid}, {}, 20)
+    d_in, d_attrs = deform_inputs()
+    d_in["offset"] = d_in["offset"][:, :4]
+    run_invalid("DeformConv", d_in, d_attrs, 19)
