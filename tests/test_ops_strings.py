@@ -163,7 +163,9 @@ def test_regex_full_match_20_2d_and_empty() -> None:
 # Where RE2 and Python's re differ (Perl classes are ASCII in RE2, $ is the end of the text,
 # POSIX classes, \Q...\E, \z, \x{...}, (?<name>...)): the reference evaluator runs Python's re
 # unchanged, so onnxruntime (which runs RE2) is the oracle.
-RE2_INPUT = S("café", "cafe", "a1", "١٢٣", "a\n", "a", "x.y", "b\u00a0c", "b c", "A_9", "é")
+RE2_INPUT = S(
+    "café", "cafe", "a1", "١٢٣", "a\n", "a", "x.y", "b\u00a0c", "b c", "A_9", "é", "Ωμέγα", "½€"
+)
 RE2_CASES = {
     "word_is_ascii": r"\w+",
     "digit_is_ascii": r"\d+",
@@ -181,6 +183,12 @@ RE2_CASES = {
     "class_with_perl": r"[\w.]+",
     "dot_no_newline": r"a.",
     "dotall": r"(?s)a.",
+    "unicode_letters": r"\pL+",
+    "unicode_category_braces": r"\p{Lu}\p{Ll}*",
+    "unicode_negated": r"\PN+",
+    "unicode_caret_negated": r"\p{^L}+",
+    "unicode_in_class": r"[\pN\p{Sc}\d]+",
+    "unicode_any": r"\p{Any}*",
 }
 
 
@@ -199,7 +207,7 @@ def test_regex_full_match_20_rejects_non_re2(pattern: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"\p{L}", r"\pN", r"(?U)a+", r"a(?i)b", r"[\W]", r"[[:^alpha:]]"]
+    "pattern", [r"\p{Greek}", r"[\PN]", r"(?U)a+", r"a(?i)b", r"[\W]", r"[[:^alpha:]]"]
 )
 def test_regex_full_match_20_refuses_re2_it_cannot_translate(pattern: str) -> None:
     with pytest.raises(onnxjit.UnsupportedOperatorError, match="RE2 syntax"):

@@ -11,7 +11,9 @@ tokens to int64 on the host side and counts n-grams in a Numba kernel
 from __future__ import annotations
 
 import re
+import sys
 import threading
+import unicodedata
 from typing import Any
 
 import numpy as np
@@ -222,6 +224,9 @@ _POSIX = {
 }
 # Escapes that mean the same single character in RE2 and Python.
 _SAME_ESCAPES = set("afnrtv")
+# Unicode general categories as class bodies (code point ranges), built on first use.
+_CATEGORY_RANGES: dict[str, str] = {}
+_CATEGORY_LOCK = threading.Lock()
 _REGEX_CACHE: dict[str, re.Pattern[str]] = {}
 _REGEX_LOCK = threading.Lock()
 
@@ -236,6 +241,57 @@ class _RE2Unsupported(_RE2Error):
 
 # RE2 refuses counted repetitions above 1000.
 _RE2_MAX_REPEAT = 1000
+
+
+def _category_body(name: str) -> str | None:
+    """The class body (``\\Uxxxxxxxx-\\Uyyyyyyyy`` ranges) of a Unicode general category
+    (``L``, ``Lu``, ...) or ``Any``, from Python's unicodedata; None for other names."""
+    with _CATEGORY_LOCK:
+        if not _CATEGORY_RANGES:
+            ranges: dict[str, list[list[int]]] = {}
+            for cp in range(sys.maxunicode + 1):
+                cat = unicodedata.category(chr(cp))
+                if cat == "Cn":
+                    continue  # unassigned: in no RE2 category
+                for key in (cat, cat[0]):
+                    rs = ranges.setdefault(key, [])
+                    if rs and rs[-1][1] == cp - 1:
+                        rs[-1][1] = cp
+                    else:
+                        rs.append([cp, cp])
+            for key, rs in ranges.items():
+                _CATEGORY_RANGES[key] = "".join(
+                    f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in rs
+                )
+            _CATEGORY_RANGES["Any"] = "\\U00000000-\\U0010ffff"
+    return _CATEGORY_RANGES.get(name)
+
+
+def _unicode_class(p: str, i: int, in_class: bool) -> tuple[str, int]:
+    """Translate ``\\pX``, ``\\p{Name}``, ``\\PX``, ``\\p{^Name}`` at ``p[i]``."""
+    negate = p[i + 1] == "P"
+    if i + 2 >= len(p):
+        raise _RE2Error("missing Unicode class name after \\p")
+    if p[i + 2] == "{":
+        end = p.find("}", i + 3)
+        if end < 0:
+            raise _RE2Error("unterminated \\p{...}")
+        name, nxt = p[i + 3 : end], end + 1
+    else:
+        name, nxt = p[i + 2], i + 3
+    if name.startswith("^"):
+        negate, name = not negate, name[1:]
+    body = _category_body(name)
+    if body is None:
+        raise _RE2Unsupported(
+            f"Unicode class {name!r} is not supported (general categories such as L, Lu, N "
+            "and Any are; scripts are not)"
+        )
+    if in_class:
+        if negate:
+            raise _RE2Unsupported("a negated Unicode class inside [...] is not supported")
+        return body, nxt
+    return ("[^" if negate else "[") + body + "]", nxt
 
 
 def _escape_at(p: str, i: int, in_class: bool) -> tuple[str, int]:
@@ -273,7 +329,7 @@ def _escape_at(p: str, i: int, in_class: bool) -> tuple[str, int]:
     if c in _SAME_ESCAPES:
         return p[i : i + 2], i + 2
     if c in ("p", "P"):
-        raise _RE2Unsupported(f"Unicode class \\{c} is not supported (Python's re lacks it)")
+        return _unicode_class(p, i, in_class)
     if c == "Q":
         end = p.find("\\E", i + 2)
         lit = p[i + 2 :] if end < 0 else p[i + 2 : end]
@@ -409,11 +465,13 @@ def regex_full_match_20(ctx: Any, x: np.ndarray, *, pattern: str | None = None) 
     RE2 is run with Python's ``re`` after a translation that keeps RE2's meaning: ``\\d \\w
     \\s \\b \\B`` and POSIX classes ``[[:alpha:]]`` are ASCII as in RE2, ``$`` is the end of
     the text, ``\\z``, ``\\Q...\\E``, ``\\x{...}`` and ``(?<name>...)`` are rewritten; flags
-    i, m, s are passed through. Constructs that RE2 rejects (lookarounds, backreferences,
-    possessive quantifiers, atomic groups) and RE2 features Python lacks (``\\p{...}``
-    classes, the U flag, negated Perl or POSIX classes inside [...], flags set mid-pattern)
-    are refused with an error naming the node (UnsupportedOperatorError for the latter). RE2's
-    limit of 1000 on counted repetitions is kept.
+    i, m, s are passed through; Unicode general categories (``\\pL``, ``\\p{Lu}``,
+    ``\\PN``, ``\\p{^L}``, ``\\p{Any}``) become code point classes from Python's
+    unicodedata. Constructs that RE2 rejects (lookarounds, backreferences, possessive
+    quantifiers, atomic groups) and RE2 features Python lacks (Unicode script classes such
+    as ``\\p{Greek}``, the U flag, negated Perl, POSIX or Unicode classes inside [...], flags
+    set mid-pattern) are refused with an error naming the node (UnsupportedOperatorError for
+    the latter). RE2's limit of 1000 on counted repetitions is kept.
     """
     x = _as_str_array(ctx, x, "X")
     if pattern is None:
