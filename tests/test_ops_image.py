@@ -90,6 +90,17 @@ def test_other_stored_modes_are_converted(mode, fmt, pixel_format):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(("pixel_format", "channels"), [("RGB", 3), ("BGR", 3), ("Grayscale", 1)])
+def test_16_bit_grey_keeps_the_high_byte(pixel_format, channels):
+    # Pillow's convert would clip to 255 (and the reference evaluator returns uint16); the
+    # operator outputs uint8, so the high byte is kept (OpenCV's scaling of 16-bit images).
+    grey = (np.arange(12 * 17).reshape(12, 17) * 300).astype(np.uint16)
+    data = _encode(PIL_Image.fromarray(grey), "PNG")
+    (got,) = _session(pixel_format).run(None, {"data": data})
+    want = np.repeat((grey >> 8).astype(np.uint8)[:, :, None], channels, axis=2)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize(("pixel_format", "channels"), [("RGB", 3), ("Grayscale", 1)])
 @pytest.mark.parametrize(
     "data",

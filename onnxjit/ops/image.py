@@ -15,7 +15,9 @@ Contract (ONNX ImageDecoder-20):
   ``(H, W, 1)`` for ``"Grayscale"``. Images stored with another mode (palette, grey, alpha,
   CMYK, 16-bit) are converted with Pillow's ``Image.convert``; Grayscale uses Pillow's "L"
   conversion (ITU-R 601-2 luma, L = R*299/1000 + G*587/1000 + B*114/1000), which is what the
-  ONNX reference evaluator and the ONNX conformance data use;
+  ONNX reference evaluator and the ONNX conformance data use. 16-bit grey images (Pillow modes
+  ``I;16*``) keep their high byte (value >> 8), as OpenCV's decoder does, where Pillow's
+  conversion would clip every value above 255;
 * a stream that cannot be decoded gives an empty ``(0, 0, C)`` output, as the operator's
   specification says ("it will return an empty matrix").
 
@@ -69,6 +71,12 @@ def image_decoder_20(ctx: NodeContext, encoded_stream: np.ndarray, *, pixel_form
     try:
         img = image_mod.open(io.BytesIO(data.tobytes()))
         img.load()
+        if img.mode.startswith("I;16"):
+            # 16-bit grey: Pillow's convert clips to 255; keep the high byte instead (the
+            # scaling OpenCV's imdecode applies), then replicate to the requested channels.
+            # numpy one-pass array operations.
+            high = (np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8)
+            return np.ascontiguousarray(np.repeat(high[:, :, np.newaxis], channels, axis=2))
         if pixel_format == "Grayscale":
             arr = np.asarray(img.convert("L") if img.mode != "L" else img)
         else:
