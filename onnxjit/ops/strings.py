@@ -246,6 +246,8 @@ _RE2_MAX_REPEAT = 1000
 def _category_body(name: str) -> str | None:
     """The class body (``\\Uxxxxxxxx-\\Uyyyyyyyy`` ranges) of a Unicode general category
     (``L``, ``Lu``, ...) or ``Any``, from Python's unicodedata; None for other names."""
+    if name == "Any":
+        return "\\U00000000-\\U0010ffff"
     with _CATEGORY_LOCK:
         if not _CATEGORY_RANGES:
             ranges: dict[str, list[list[int]]] = {}
@@ -263,7 +265,6 @@ def _category_body(name: str) -> str | None:
                 _CATEGORY_RANGES[key] = "".join(
                     f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in rs
                 )
-            _CATEGORY_RANGES["Any"] = "\\U00000000-\\U0010ffff"
     return _CATEGORY_RANGES.get(name)
 
 
