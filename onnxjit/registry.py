@@ -28,6 +28,7 @@ Resolution follows the spec: the model's opset import for the node's domain pick
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,16 +196,159 @@ def bind_graph(graph: Any, opsets: dict[str, int], problems: list[str]) -> None:
         node.impl = impl
 
 
+# Element types in the order the README lists them; sub-byte and 8-bit float kinds are grouped.
+_FLOAT_TYPES = ("float16", "float", "double", "bfloat16")
+_NARROW_FLOATS = (
+    ("float8", ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "e8m0")),
+    ("float6", ("e2m3", "e3m2")),
+    ("float4", ("e2m1",)),
+)
+_INT_WIDTHS = ("8", "16", "32", "64")
+_OTHER_TYPES = ("int4", "int2", "uint4", "uint2", "bool", "string", "complex64", "complex128")
+_CONTAINERS = (("seq(", "sequences"), ("optional(", "optionals"), ("map(", "maps"))
+
+
+def _schema_history(domain: str, op_type: str) -> dict[int, onnx.defs.OpSchema]:
+    return {
+        s.since_version: s
+        for s in onnx.defs.get_all_schemas_with_history()
+        if s.name == op_type and normalize_domain(s.domain) == domain
+    }
+
+
+def served_schema(impl: OpImpl) -> onnx.defs.OpSchema | None:
+    """The newest schema version that resolves to ``impl`` (None if onnx has none)."""
+    later = [
+        i.since for i in _REGISTRY.get((impl.domain, impl.op_type), ()) if i.since > impl.since
+    ]
+    stop = min(later, default=None)
+    history = _schema_history(impl.domain, impl.op_type)
+    served = [v for v in history if v >= impl.since and (stop is None or v < stop)]
+    return history[max(served)] if served else None
+
+
+def _type_names(type_strs: set[str] | list[str]) -> set[str]:
+    """Element type names inside type strings (``seq(tensor(float))`` -> ``float``)."""
+    elems: set[str] = set()
+    for t in type_strs:
+        elems.update(re.findall(r"tensor\((\w+)\)", t))
+        elems.update(re.findall(r"map\((\w+),", t))
+    return elems
+
+
+def _type_list(elems: set[str]) -> list[str]:
+    """Element type names in README order, with int widths and narrow floats grouped."""
+    parts = [t for t in _FLOAT_TYPES if t in elems]
+    for prefix, kinds in _NARROW_FLOATS:
+        have = [k for k in kinds if prefix + k in elems]
+        if len(have) == 1:
+            parts.append(prefix + have[0])
+        elif have:
+            parts.append(f"{prefix} ({', '.join(have)})")
+    for prefix in ("int", "uint"):
+        widths = [w for w in _INT_WIDTHS if prefix + w in elems]
+        first = _INT_WIDTHS.index(widths[0]) if widths else 0
+        if len(widths) >= 3 and list(_INT_WIDTHS[first : first + len(widths)]) == widths:
+            parts.append(f"{prefix}{widths[0]}-{widths[-1]}")
+        else:
+            parts.extend(prefix + w for w in widths)
+    parts.extend(t for t in _OTHER_TYPES if t in elems)
+    return parts
+
+
+_ALL_TYPES: set[str] = set()
+
+
+def _summarise_types(type_strs: set[str]) -> str:
+    """``{"tensor(float)", "seq(tensor(int64))", ...}`` -> ``"float, int64; sequences"``.
+
+    A set missing at most two groups of the element types onnx defines reads "all" or
+    "all but ...".
+    """
+    if not _ALL_TYPES:
+        _ALL_TYPES.update(
+            _type_names(
+                [
+                    t
+                    for s in onnx.defs.get_all_schemas_with_history()
+                    for tc in s.type_constraints
+                    for t in tc.allowed_type_strs
+                ]
+            )
+        )
+    elems = _type_names(type_strs)
+    missing = _type_list(_ALL_TYPES - elems)
+    if not missing:
+        text = "all"
+    elif len(missing) <= 2 and len(elems) > len(_ALL_TYPES) // 2:
+        text = "all but " + ", ".join(missing)
+    else:
+        text = ", ".join(_type_list(elems))
+    containers = [label for start, label in _CONTAINERS if any(start in t for t in type_strs)]
+    if containers:
+        text = f"{text}; {', '.join(containers)}" if text else ", ".join(containers)
+    return text
+
+
+def _type_difference(old: set[str], new: set[str]) -> str:
+    """How an older registration's types differ from the newest one's, briefly."""
+    lost, gained = _type_names(new) - _type_names(old), _type_names(old) - _type_names(new)
+    if gained or not lost:
+        return _summarise_types(old)
+    return "no " + ", ".join(_type_list(lost))
+
+
+def _served_type_strs(impl: OpImpl) -> set[str]:
+    schema = served_schema(impl)
+    if schema is None:
+        return set()
+    types = {t for tc in schema.type_constraints for t in tc.allowed_type_strs}
+    # Schemas without type constraints spell their types on the inputs and outputs
+    # (StringNormalizer's tensor(string), NonMaxSuppression's float and int64).
+    return types or {t for p in (*schema.inputs, *schema.outputs) for t in p.types}
+
+
+def element_types(impl: OpImpl) -> str:
+    """The element types ``impl`` accepts, summarised for the README.
+
+    The union of the type constraints of the newest schema version the registration serves
+    (its inputs' and outputs' fixed types where it has no constraint). No implementation
+    declares types it refuses today, so none are subtracted.
+    """
+    return _summarise_types(_served_type_strs(impl))
+
+
 def supported_ops_markdown() -> str:
     """The supported-operator table of the README, generated from the registrations.
 
-    One row per (domain, operator): the registered since-versions. The README embeds this text
-    between ``<!-- ops-table -->`` markers; a test fails when the two differ.
+    One row per (domain, operator): the registered since-versions and the element types of the
+    newest registration (the union of its schema's type constraints, see
+    :func:`element_types`).
+    Where older registrations serve other types, the difference follows in parentheses, e.g.
+    ``(1, 7: no bfloat16)``.
+    The README embeds this text between ``<!-- ops-table -->`` markers; a test fails when the
+    two differ.
     """
-    rows = ["| domain | operator | implemented versions |", "|---|---|---|"]
+    rows = [
+        "| domain | operator | implemented versions | element types |",
+        "|---|---|---|---|",
+    ]
     for (domain, op), versions in sorted(_REGISTRY.items()):
         if domain.startswith("test."):
             continue
         since = ", ".join(str(v.since) for v in versions)
-        rows.append(f"| {domain or 'ai.onnx'} | {op} | {since} |")
+        newest = _served_type_strs(versions[-1])
+        notes: dict[str, list[int]] = {}
+        for impl in versions[:-1]:
+            old = _served_type_strs(impl)
+            if old and old != newest:
+                notes.setdefault(_type_difference(old, newest), []).append(impl.since)
+        types = _summarise_types(newest)
+        if notes:
+            older = "; ".join(
+                f"{', '.join(map(str, v))}: {text}"
+                for text, v in sorted(notes.items(), key=lambda kv: kv[1])
+            )
+            types += f" ({older})"
+        rows.append(f"| {domain or 'ai.onnx'} | {op} | {since} | {types} |")
     return "\n".join(rows) + "\n"
