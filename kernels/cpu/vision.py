@@ -224,8 +224,8 @@ def _roi_one(x, height, width, start, binsz, grid, bidx, is_max, out, r):
                 y = start[r, 0] + ph * binsz[r, 0] + (iy + 0.5) * binsz[r, 0] / gh
                 for ix in range(gw):
                     xx = start[r, 1] + pw * binsz[r, 1] + (ix + 0.5) * binsz[r, 1] / gw
-                    if y < -1.0 or y > height or xx < -1.0 or xx > width:
-                        s += 1  # outside the map: zero weights
+                    if not (-1.0 <= y <= height and -1.0 <= xx <= width):
+                        s += 1  # outside the map (or NaN): zero weights
                         continue
                     yy = max(y, 0.0)
                     xv = max(xx, 0.0)
