@@ -91,7 +91,11 @@ def _softmax_row(s, bias, qk, r, br, softcap, tmode, smode, qk_mode):
     for j in range(n):
         e = _rnd(math.exp(_rnd(s[r, j] - m, smode)), smode)
         s[r, j] = e
-        tot += e
+        if smode == 2:
+            # bfloat16 sums accumulate in bfloat16 (sequentially, as a bfloat16 reduction does)
+            tot = _rnd(s.dtype.type(tot + e), smode)
+        else:
+            tot += e
     tot = _rnd(s.dtype.type(tot), smode)
     if tot == 0.0:
         tot = 1.0
