@@ -400,3 +400,20 @@ def test_no_gradient_node_is_untouched():
     before = [(n.op_type, n.inputs, n.outputs) for n in model.graph.nodes]
     expand_gradients(model)
     assert [(n.op_type, n.inputs, n.outputs) for n in model.graph.nodes] == before
+
+
+@pytest.mark.parametrize(("sb", "undone"), [((2, 3), False), ((3,), True)])
+def test_broadcast_undone_only_where_shapes_differ(sb, undone):
+    # Declared equal shapes need no reduction; a broadcast operand does (found at run time).
+    from onnxjit.model import load_model
+
+    nodes = [_n("Add", ["a", "b"], "y")]
+    grad = helper.make_node(
+        "Gradient", ["a", "b"], ["d_a", "d_b"], domain=TRAINING, xs=["a", "b"], y="y"
+    )
+    inputs = {"a": _r(2, 3), "b": _r(*sb)}
+    model = load_model(_model(nodes + [grad], inputs, ["d_a", "d_b"], 18).SerializeToString())
+    expand_gradients(model)
+    ops = [n.op_type for n in model.graph.nodes]
+    assert ops.count("ReduceSum") == (1 if undone else 0)
+    check_gradient(nodes, inputs, ["a", "b"], "y")

@@ -153,7 +153,8 @@ class _Expander:
         self.model = model
         self.names = names
         self.counter = itertools.count()
-        self._ranks: dict[str, int] | None = None
+        self._shapes: dict[str, tuple] | None = None
+        self.reuse = True
 
     # -- naming and emission -------------------------------------------------------------
 
@@ -269,7 +270,8 @@ class _Expander:
                     active.update(o for o in n.outputs if o and o not in leaves)
         # Evaluate at the Gradient's inputs: clone the forward nodes unless they are the tensors.
         rename: dict[str, str] = {}
-        if list(gnode.inputs) != leaves:
+        self.reuse = list(gnode.inputs) == leaves
+        if not self.reuse:
             rename = dict(zip(leaves, gnode.inputs, strict=True))
             for n in fwd:
                 if _subgraphs(n):
@@ -353,8 +355,14 @@ class _Expander:
 
     # -- helpers for rules -----------------------------------------------------------------
 
-    def unbroadcast(self, g: str, x: str) -> str:
-        """``g`` summed over the axes along which ``x`` was broadcast, reshaped to x's shape."""
+    def unbroadcast(self, g: str, x: str, like: str | None = None) -> str:
+        """``g`` summed over the axes along which ``x`` was broadcast, reshaped to x's shape.
+
+        ``like`` names the forward value whose shape ``g`` has; when it and ``x`` are declared
+        with the same shape there is nothing to undo and ``g`` is returned as it is.
+        """
+        if like is not None and self.same_static_shape(x, like):
+            return g
         sx = self.op("Shape", x)
         sg = self.op("Shape", g)
         n_pad = self.op("Sub", self.op("Size", sg), self.op("Size", sx))
@@ -381,32 +389,48 @@ class _Expander:
         return schema.since_version if schema is not None else 1
 
     def rank(self, name: str) -> int | None:
-        """The static rank of a value when the model says it (value infos, shape inference)."""
-        if self._ranks is None:
-            self._ranks = {}
-            self._collect_ranks(self.model.graph)
+        """The static rank of a value (original name) when the model says it."""
+        shape = self.shapes().get(name)
+        return None if shape is None else len(shape)
+
+    def same_static_shape(self, a: str, b: str) -> bool:
+        """Whether two values of the forward graph are declared with one and the same shape.
+
+        Only when the forward values are reused (not cloned at other inputs, whose shapes may
+        differ), and only for fully declared shapes (ints or the same dimension names).
+        """
+        if not self.reuse:
+            return False
+        sa, sb = self.shapes().get(a), self.shapes().get(b)
+        return sa is not None and sa == sb and all(d is not None for d in sa)
+
+    def shapes(self) -> dict[str, tuple]:
+        """Declared and inferred shapes of the model's values (value infos, shape inference)."""
+        if self._shapes is None:
+            self._shapes = {}
+            self._collect_shapes(self.model.graph)
             proto = getattr(self.model, "proto", None)
             if proto is not None:
                 try:
                     inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-                except Exception:  # noqa: BLE001 - ranks are only an optimisation hint
+                except Exception:  # noqa: BLE001 - shapes are only hints here
                     inferred = None
                 if inferred is not None:
-                    for v in list(inferred.graph.value_info) + list(inferred.graph.input):
-                        tt = v.type.tensor_type
-                        if v.type.HasField("tensor_type") and tt.HasField("shape"):
-                            self._ranks.setdefault(v.name, len(tt.shape.dim))
-        return self._ranks.get(name)
+                    for v in inferred.graph.value_info:
+                        shape = ir.ValueInfo(v.name, v.type).shape
+                        if shape is not None:
+                            self._shapes.setdefault(v.name, shape)
+        return self._shapes
 
-    def _collect_ranks(self, graph: ir.Graph) -> None:
-        for name, arr in graph.initializers.items():
-            self._ranks[name] = np.ndim(arr)
+    def _collect_shapes(self, graph: ir.Graph) -> None:
         for v in graph.inputs + graph.outputs + list(graph.value_info.values()):
             if v.shape is not None:
-                self._ranks[v.name] = len(v.shape)
+                self._shapes[v.name] = v.shape
+        for name, arr in graph.initializers.items():
+            self._shapes[name] = tuple(np.shape(arr))
         for n in graph.nodes:
             for g in _subgraphs(n):
-                self._collect_ranks(g)
+                self._collect_shapes(g)
 
 
 def _attr_type(value: Any) -> int:
@@ -443,8 +467,8 @@ def _rule(*ops: str) -> Callable[[Rule], Rule]:
 def _add(e, n, ins, outs, gs, want):
     g = gs[0]
     return [
-        e.unbroadcast(g, ins[0]) if want[0] else None,
-        e.unbroadcast(g, ins[1]) if want[1] else None,
+        e.unbroadcast(g, ins[0], outs[0]) if want[0] else None,
+        e.unbroadcast(g, ins[1], outs[0]) if want[1] else None,
     ]
 
 
@@ -452,8 +476,8 @@ def _add(e, n, ins, outs, gs, want):
 def _sub(e, n, ins, outs, gs, want):
     g = gs[0]
     return [
-        e.unbroadcast(g, ins[0]) if want[0] else None,
-        e.unbroadcast(e.op("Neg", g), ins[1]) if want[1] else None,
+        e.unbroadcast(g, ins[0], outs[0]) if want[0] else None,
+        e.unbroadcast(e.op("Neg", g), ins[1], outs[0]) if want[1] else None,
     ]
 
 
@@ -462,8 +486,8 @@ def _mul(e, n, ins, outs, gs, want):
     g = gs[0]
     a, b = ins
     return [
-        e.unbroadcast(e.op("Mul", g, b), a) if want[0] else None,
-        e.unbroadcast(e.op("Mul", g, a), b) if want[1] else None,
+        e.unbroadcast(e.op("Mul", g, b), a, outs[0]) if want[0] else None,
+        e.unbroadcast(e.op("Mul", g, a), b, outs[0]) if want[1] else None,
     ]
 
 
@@ -474,9 +498,9 @@ def _div(e, n, ins, outs, gs, want):
     a, b = ins
     ga = gb = None
     if want[0]:
-        ga = e.unbroadcast(e.op("Div", g, b), a)
+        ga = e.unbroadcast(e.op("Div", g, b), a, outs[0])
     if want[1]:
-        gb = e.unbroadcast(e.op("Neg", e.op("Mul", g, e.op("Div", outs[0], b))), b)
+        gb = e.unbroadcast(e.op("Neg", e.op("Mul", g, e.op("Div", outs[0], b))), b, outs[0])
     return [ga, gb]
 
 
@@ -531,7 +555,7 @@ def _log(e, n, ins, outs, gs, want):
 
 @_rule("Sum")
 def _sum(e, n, ins, outs, gs, want):
-    return [e.unbroadcast(gs[0], x) if w else None for x, w in zip(ins, want, strict=True)]
+    return [e.unbroadcast(gs[0], x, outs[0]) if w else None for x, w in zip(ins, want, strict=True)]
 
 
 @_rule("Cast", "CastLike")
@@ -546,7 +570,7 @@ def _reshape(e, n, ins, outs, gs, want):
 
 @_rule("Expand")
 def _expand(e, n, ins, outs, gs, want):
-    return [e.unbroadcast(gs[0], ins[0]), None]
+    return [e.unbroadcast(gs[0], ins[0], outs[0]), None]
 
 
 @_rule("Transpose")
@@ -591,9 +615,9 @@ def _pow(e, n, ins, outs, gs, want):
     if want[0]:
         one = e.op("CastLike", e.const(np.array(1.0, np.float32), "one"), b)
         da = e.op("Mul", e.op("CastLike", b, g), e.op("Pow", a, e.op("Sub", b, one)))
-        ga = e.unbroadcast(e.op("Mul", g, da), a)
+        ga = e.unbroadcast(e.op("Mul", g, da), a, outs[0])
     if want[1]:
-        gb = e.unbroadcast(e.op("Mul", g, e.op("Mul", outs[0], e.op("Log", a))), b)
+        gb = e.unbroadcast(e.op("Mul", g, e.op("Mul", outs[0], e.op("Log", a))), b, outs[0])
     return [ga, gb]
 
 
@@ -649,7 +673,7 @@ def _gemm(e, n, ins, outs, gs, want):
         gc = g
         if beta != 1.0:
             gc = e.op("Mul", g, e.op("CastLike", e.const(np.array(beta, np.float64), "beta"), g))
-        res[2] = e.unbroadcast(gc, ins[2])
+        res[2] = e.unbroadcast(gc, ins[2], outs[0])
     return res
 
 
