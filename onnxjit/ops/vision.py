@@ -20,7 +20,12 @@ Semantics follow the spec and, where it is loose, onnx's reference evaluator: Gr
 nearest mode rounds half to even; coordinates are denormalised in the grid's precision and
 held in float32; RoiAlign's max mode takes the maximum of the weighted corner values of each
 sample (as onnxruntime does); NonMaxSuppression compares IoU in float32 and orders equal scores
-by box index.
+by box index. GridSample's border and reflection modes first bring an out-of-range coordinate
+inside (as the reference and the conformance cases do; onnxruntime and PyTorch clamp each cubic
+tap instead, which differs near the border). GridSample on integer or bool inputs is exact in
+nearest mode; linear and cubic modes interpolate in float64, round half to even and saturate
+(the spec says nothing about it; the reference computes integer weights). Col2Im sums bool
+inputs as a logical or, and other types in their own type.
 """
 
 from __future__ import annotations
