@@ -196,3 +196,32 @@ def causal_conv(x, w, bias, state, silu, mode, out, new_state):
                     new_state[b, c, j] = state[b, c, pos]
                 else:
                     new_state[b, c, j] = x[b, c, pos - p]
+
+
+@njit
+def rotary(x, cos, sin, pos, rot, interleaved, mode, out):
+    """Rotary embedding on x (B, H, S, D) into out (same shape).
+
+    cos/sin (P, rot/2) are indexed by pos (B, S); the first ``rot`` features of each head are
+    rotated as pairs (i, i + rot/2), or (2i, 2i + 1) when ``interleaved``; the rest are copied.
+    Products and sums are rounded to the narrow type ``mode`` as an evaluation in that type does.
+    """
+    nb, nh, ns, nd = x.shape
+    half = rot // 2
+    for b in range(nb):
+        for h in range(nh):
+            for s in range(ns):
+                p = pos[b, s]
+                for i in range(half):
+                    if interleaved:
+                        i1, i2 = 2 * i, 2 * i + 1
+                    else:
+                        i1, i2 = i, i + half
+                    c = cos[p, i]
+                    sn = sin[p, i]
+                    x1 = x[b, h, s, i1]
+                    x2 = x[b, h, s, i2]
+                    out[b, h, s, i1] = _rnd(_rnd(c * x1, mode) - _rnd(sn * x2, mode), mode)
+                    out[b, h, s, i2] = _rnd(_rnd(sn * x1, mode) + _rnd(c * x2, mode), mode)
+                for j in range(rot, nd):
+                    out[b, h, s, j] = x[b, h, s, j]

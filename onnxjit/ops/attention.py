@@ -602,3 +602,79 @@ def flex_attention_1(
         probs = _run_mod(ctx, prob_mod, probs.astype(sdt), "prob_mod").astype(cdt)
     y = _grouped_matmul(probs, v.astype(cdt), hkv)
     return _round_to(y, sdt, cdt).astype(v.dtype)
+
+
+@onnx_op("RotaryEmbedding", since=23)
+def rotary_embedding_23(
+    ctx: NodeContext,
+    x: np.ndarray,
+    cos_cache: np.ndarray,
+    sin_cache: np.ndarray,
+    position_ids: np.ndarray | None = None,
+    *,
+    interleaved: int = 0,
+    num_heads: int | None = None,
+    rotary_embedding_dim: int = 0,
+) -> np.ndarray:
+    """RotaryEmbedding-23 (RoPE) on 4-D (B, H, S, D) or 3-D (B, S, H*D) input.
+
+    Caches are (max_position + 1, rot/2) indexed by ``position_ids`` (B, S), or (B, S, rot/2)
+    without them. float16/bfloat16 run in float32 with each product and sum rounded to the
+    input type.
+    """
+    dtype = x.dtype
+    if x.ndim == 4:
+        x4 = x
+    elif x.ndim == 3:
+        if not num_heads or x.shape[2] % num_heads:
+            raise ctx.error(
+                f"3-D input needs num_heads dividing its hidden size {x.shape[2]}, "
+                f"got num_heads={num_heads}"
+            )
+        x4 = _to_4d(x, num_heads)
+    else:
+        raise ctx.error(f"X must be 3-D or 4-D, got shape {x.shape}")
+    nb, _, ns, nd = x4.shape
+    rot = rotary_embedding_dim or nd
+    if rot % 2 or rot > nd:
+        raise ctx.error(f"rotary_embedding_dim {rot} must be even and at most head size {nd}")
+    half = rot // 2
+    if position_ids is not None:
+        if cos_cache.ndim != 2 or sin_cache.shape != cos_cache.shape:
+            raise ctx.error("with position_ids, cos_cache and sin_cache must be 2-D and alike")
+        pos = np.asarray(position_ids, dtype=np.int64)
+        if pos.shape != (nb, ns):
+            raise ctx.error(f"position_ids must have shape {(nb, ns)}, got {pos.shape}")
+        if pos.size and (pos.min() < 0 or pos.max() >= cos_cache.shape[0]):
+            raise ctx.error(
+                f"position_ids must lie in [0, {cos_cache.shape[0]}), found "
+                f"[{pos.min()}, {pos.max()}]"
+            )
+        cos2, sin2 = cos_cache, sin_cache
+    else:
+        if cos_cache.shape != (nb, ns, cos_cache.shape[-1]) or sin_cache.shape != cos_cache.shape:
+            raise ctx.error(
+                f"without position_ids the caches must be (B, S, rot/2) = ({nb}, {ns}, {half}); "
+                f"got {cos_cache.shape} and {sin_cache.shape}"
+            )
+        cos2 = cos_cache.reshape(nb * ns, -1)
+        sin2 = sin_cache.reshape(nb * ns, -1)
+        pos = np.arange(nb * ns, dtype=np.int64).reshape(nb, ns)
+    if cos2.shape[1] != half:
+        raise ctx.error(f"the caches' last dimension {cos2.shape[1]} must be rot/2 = {half}")
+    cdt = _compute_dtype(dtype)
+    xc = np.ascontiguousarray(x4, dtype=cdt)
+    out = np.empty_like(xc)
+    katt.rotary(
+        xc,
+        np.ascontiguousarray(cos2, dtype=cdt),
+        np.ascontiguousarray(sin2, dtype=cdt),
+        pos,
+        rot,
+        bool(interleaved),
+        _narrow_mode(dtype),
+        out,
+    )
+    if x.ndim == 3:
+        out = out.transpose(0, 2, 1, 3).reshape(x.shape)
+    return np.ascontiguousarray(out).astype(dtype, copy=False)
