@@ -27,6 +27,7 @@ Resolution follows the spec: the model's opset import for the node's domain pick
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -208,12 +209,17 @@ _OTHER_TYPES = ("int4", "int2", "uint4", "uint2", "bool", "string", "complex64",
 _CONTAINERS = (("seq(", "sequences"), ("optional(", "optionals"), ("map(", "maps"))
 
 
+@functools.cache
+def _all_schema_history() -> dict[tuple[str, str], dict[int, onnx.defs.OpSchema]]:
+    # onnx rebuilds the whole schema list on every call (about 0.1 s): index it once.
+    history: dict[tuple[str, str], dict[int, onnx.defs.OpSchema]] = {}
+    for s in onnx.defs.get_all_schemas_with_history():
+        history.setdefault((normalize_domain(s.domain), s.name), {})[s.since_version] = s
+    return history
+
+
 def _schema_history(domain: str, op_type: str) -> dict[int, onnx.defs.OpSchema]:
-    return {
-        s.since_version: s
-        for s in onnx.defs.get_all_schemas_with_history()
-        if s.name == op_type and normalize_domain(s.domain) == domain
-    }
+    return _all_schema_history().get((domain, op_type), {})
 
 
 def served_schema(impl: OpImpl) -> onnx.defs.OpSchema | None:
@@ -270,8 +276,9 @@ def _summarise_types(type_strs: set[str]) -> str:
             _type_names(
                 [
                     t
-                    for s in onnx.defs.get_all_schemas_with_history()
-                    for tc in s.type_constraints
+                    for versions in _all_schema_history().values()
+                    for schema in versions.values()
+                    for tc in schema.type_constraints
                     for t in tc.allowed_type_strs
                 ]
             )

@@ -25,6 +25,24 @@ def test_ops_table_is_current():
     )
 
 
+def test_ops_table_lists_versions_and_element_types():
+    """Every row names its versions and a non-empty element-type summary from the schemas."""
+    rows = [r for r in supported_ops_markdown().splitlines()[2:] if r]
+    cells = {}
+    for row in rows:
+        domain, op, versions, types = (c.strip() for c in row.strip("|").split("|"))
+        assert versions and types, f"row without versions or types: {row}"
+        cells[(domain, op)] = (versions, types)
+    # Spot checks against onnx's schemas: Add-14 allows every int width and bfloat16; Add-6
+    # allowed only float16/float/double and 32/64-bit ints; StringNormalizer has no type
+    # constraint, only tensor(string).
+    versions, types = cells[("ai.onnx", "Add")]
+    assert versions.startswith("6, 7") and "int8-64" in types and "bfloat16" in types
+    assert "(6: no bfloat16, int8, int16, uint8, uint16)" in types
+    assert cells[("ai.onnx", "StringNormalizer")][1] == "string"
+    assert "maps" in cells[("ai.onnx.ml", "ZipMap")][1]
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (README.parent / ".ci" / "run").read_text()
     assert "test-command" in ci
