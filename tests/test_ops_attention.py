@@ -361,3 +361,53 @@ def test_flex_attention_1(case):
     }
     tol = TOL[np.dtype(dtype)] if np.dtype(dtype) != np.float32 else F32
     check_node("FlexAttention", ins, attrs, 1, domain="ai.onnx.preview", **tol)
+
+
+# --- RotaryEmbedding-23 --------------------------------------------------------------------
+
+ROPE = [
+    # id, rank, interleaved, rotary dim, with position ids
+    ("4d_pos", 4, 0, 0, True),
+    ("4d_interleaved_partial", 4, 1, 4, True),
+    ("3d_no_pos", 3, 0, 0, False),
+    ("3d_no_pos_interleaved_partial", 3, 1, 6, False),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("case", ROPE, ids=[c[0] for c in ROPE])
+def test_rotary_embedding_23(case, dtype):
+    _, rank, inter, rot, with_pos = case
+    rng = np.random.default_rng(15)
+    b, h, s, d = 2, 3, 4, 8
+    half = (rot or d) // 2
+    x = rng.standard_normal((b, h, s, d) if rank == 4 else (b, s, h * d)).astype(dtype)
+    if with_pos:
+        angles = rng.random((10, half)) * 3
+        pos = rng.integers(0, 10, (b, s)).astype(np.int64)
+    else:
+        angles = rng.random((b, s, half)) * 3
+        pos = None
+    ins = {
+        "X": x,
+        "cos_cache": np.cos(angles).astype(dtype),
+        "sin_cache": np.sin(angles).astype(dtype),
+        "position_ids": pos,
+    }
+    attrs = {"interleaved": inter, "rotary_embedding_dim": rot}
+    if rank == 3:
+        attrs["num_heads"] = h
+    tol = TOL[np.dtype(dtype)] if np.dtype(dtype) != np.float32 else F32
+    check_node("RotaryEmbedding", ins, attrs, 23, **tol)
+
+
+def test_rotary_embedding_23_position_out_of_range():
+    rng = np.random.default_rng(16)
+    ins = {
+        "X": rng.standard_normal((1, 2, 3, 4)).astype(np.float32),
+        "cos_cache": np.ones((3, 2), np.float32),
+        "sin_cache": np.zeros((3, 2), np.float32),
+        "position_ids": np.array([[0, 1, 3]], dtype=np.int64),
+    }
+    with pytest.raises(InvalidArgumentError, match="position_ids"):
+        run_jit("RotaryEmbedding", ins, {}, 23)
