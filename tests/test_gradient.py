@@ -417,3 +417,44 @@ def test_broadcast_undone_only_where_shapes_differ(sb, undone):
     ops = [n.op_type for n in model.graph.nodes]
     assert ops.count("ReduceSum") == (1 if undone else 0)
     check_gradient(nodes, inputs, ["a", "b"], "y")
+
+
+def _first_then_second(nodes, inputs, x, y, opset=18):
+    g1 = helper.make_node("Gradient", [x], ["g1"], domain=TRAINING, xs=[x], y=y, name="g1")
+    g2 = helper.make_node("Gradient", [x], ["g2"], domain=TRAINING, xs=[x], y="g1", name="g2")
+    model = _model(nodes + [g1, g2], inputs, ["g1", "g2"], opset)
+    model.graph.output[0].CopyFrom(_vi("g1", inputs[x]))
+    model.graph.output[1].CopyFrom(_vi("g2", inputs[x]))
+    return onnxjit.InferenceSession(model.SerializeToString()).run(None, inputs)
+
+
+def test_second_order_polynomial():
+    # y = x**3 elementwise: dy/dx = 3x**2, and the gradient of sum(3x**2) is 6x.
+    nodes = [_n("Mul", ["x", "x"], "s"), _n("Mul", ["s", "x"], "y")]
+    inputs = {"x": _r(2, 3)}
+    g1, g2 = _first_then_second(nodes, inputs, "x", "y")
+    np.testing.assert_allclose(g1, 3 * inputs["x"] ** 2, rtol=1e-12)
+    np.testing.assert_allclose(g2, 6 * inputs["x"], rtol=1e-12)
+
+
+def test_second_order_through_matmul_and_tanh():
+    # The second gradient is checked against finite differences of sum(first gradient), the
+    # first gradient being checked against finite differences by the tests above.
+    nodes = [_n("MatMul", ["w", "x"], "h"), _n("Tanh", ["h"], "y")]
+    inputs = {"w": _r(3, 4), "x": _r(4, 2)}
+    first = helper.make_node("Gradient", ["x"], ["g1"], domain=TRAINING, xs=["x"], y="y")
+    m1 = _model(nodes + [first], inputs, ["g1"], 18)
+    m1.graph.output[0].CopyFrom(_vi("g1", inputs["x"]))
+    s1 = onnxjit.InferenceSession(m1.SerializeToString())
+    eps = 1e-6
+    want = np.zeros_like(inputs["x"])
+    for i in range(inputs["x"].size):
+        hi, lo = dict(inputs), dict(inputs)
+        hi["x"] = inputs["x"].copy()
+        lo["x"] = inputs["x"].copy()
+        hi["x"].reshape(-1)[i] += eps
+        lo["x"].reshape(-1)[i] -= eps
+        d = np.sum(s1.run(None, hi)[0]) - np.sum(s1.run(None, lo)[0])
+        want.reshape(-1)[i] = d / (2 * eps)
+    _, g2 = _first_then_second(nodes, inputs, "x", "y")
+    np.testing.assert_allclose(g2, want, rtol=1e-5, atol=1e-6)

@@ -17,7 +17,9 @@ Contract:
   nodes are cloned and evaluated at the Gradient node's inputs, as the specification allows.
 * Differentiable operators: Add, Sub, Mul, Div, Pow, Neg, Abs, Sqrt, MatMul, Gemm, Relu,
   Sigmoid, Tanh, Exp, Log, Sum, Identity, Cast, CastLike, Reshape, Flatten, Squeeze, Unsqueeze,
-  Expand, Transpose, ReduceSum and ReduceMean (every version), Softmax and LogSoftmax (13+).
+  Expand, Transpose, ReduceSum and ReduceMean (every version), Softmax and LogSoftmax (13+),
+  Sign, and two-operand Einsum (the ops the expansion itself emits, so that a Gradient of a
+  Gradient's output, the specification's higher-order example, expands too).
   Operators whose outputs receive no gradient (shape computations, comparisons) may appear
   anywhere. A gradient reaching an operator outside this set is an
   :class:`UnsupportedOperatorError` naming it, as is a forward node carrying a subgraph (If,
@@ -647,6 +649,44 @@ def _log_softmax(e, n, ins, outs, gs, want):
     axis = e.const(np.array([_softmax_axis(e, n)], np.int64), "axis")
     s = e.op("ReduceSum", gs[0], axis, keepdims=1)
     return [e.op("Sub", gs[0], e.op("Mul", e.op("Exp", outs[0]), s))]
+
+
+@_rule("Sign")
+def _sign(e, n, ins, outs, gs, want):
+    # Piecewise constant: zero derivative (a Relu gradient differentiated again uses it).
+    return [None]
+
+
+@_rule("Einsum")
+def _einsum(e, n, ins, outs, gs, want):
+    # For "A,B->C" without repeated letters in a term, dA = einsum("C,B->A", g, b): every
+    # letter of A must appear in B or C (a letter summed away in A alone would need an
+    # Expand). Ellipses broadcast; the summed batch axes are undone by unbroadcast. This is
+    # what the MatMul rule emits, so Gradient nodes can be differentiated again.
+    eq = str(n.attrs.get("equation", "")).replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if not arrow or len(terms) != len(ins) or len(terms) > 2:
+        raise UnsupportedOperatorError(
+            f"cannot differentiate through {n.describe()}: the Einsum gradient needs an "
+            f"explicit output ('->') and one or two operands, found {eq!r}"
+        )
+    res: list[str | None] = [None] * len(ins)
+    for k, term in enumerate(terms):
+        if not want[k]:
+            continue
+        others = [t for j, t in enumerate(terms) if j != k]
+        letters = list(term.replace("...", ""))
+        known = set(out + "".join(others))
+        if len(set(letters)) != len(letters) or not set(letters) <= known:
+            raise UnsupportedOperatorError(
+                f"cannot differentiate through {n.describe()}: equation {eq!r} repeats a "
+                "letter in an operand or sums a letter of one operand alone"
+            )
+        operands = [gs[0]] + [ins[j] for j in range(len(ins)) if j != k]
+        grad = e.op("Einsum", *operands, equation=",".join([out, *others]) + "->" + term)
+        res[k] = e.unbroadcast(grad, ins[k])
+    return res
 
 
 @_rule("Gemm")
