@@ -6,8 +6,10 @@ Each op builds a scalar expression (:mod:`onnxjit.codegen.expr`) over its inputs
 (alpha, beta...) are passed as 0-d inputs rather than baked into the code, so a new attribute
 value never compiles a new kernel.
 
-float16/bfloat16 are computed in float32 and stored back in the narrow type; float8 inputs of
-IsNaN/IsInf are widened to float32 too. Strings (Equal, Where, Cast) use numpy.
+float16/bfloat16 are computed in float32 and stored back in the narrow type: the generated
+kernel widens each element on load and rounds it (to nearest even) on store, so no separate
+conversion pass runs over memory. float8 inputs of IsNaN/IsInf are widened to float32 with
+numpy first (ml_dtypes conversions). Strings (Equal, Where, Cast) use numpy.
 
 Registered versions are the ones whose semantics, attributes or inputs changed; the others
 only widened the type lists and resolve to the previous registration
