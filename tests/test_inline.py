@@ -322,18 +322,22 @@ def test_function_defined_twice():
 
 
 def test_schema_function_body_context_independent():
-    # HammingWindow has no kernel; its schema's function body (Range, Cos, ...) runs instead.
-    size = np.array(10, np.int64)
+    # AffineGrid has no kernel; its schema's function body (a context-independent one) runs.
+    theta = np.random.default_rng(2).standard_normal((2, 2, 3)).astype(np.float32)
+    size = np.array([2, 3, 4, 5], np.int64)
     graph = helper.make_graph(
-        [helper.make_node("HammingWindow", ["n"], ["w"], periodic=0)],
+        [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0)],
         "g",
-        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
-        [helper.make_tensor_value_info("w", F, [None])],
+        [
+            helper.make_tensor_value_info("theta", F, [2, 2, 3]),
+            helper.make_tensor_value_info("size", TensorProto.INT64, [4]),
+        ],
+        [helper.make_tensor_value_info("grid", F, [None, None, None, None])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    sess = compare(model, {"n": size})
-    assert "HammingWindow" not in _ops(sess)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    sess = compare(model, {"theta": theta, "size": size}, rtol=1e-5, atol=1e-5)
+    assert "AffineGrid" not in _ops(sess)
 
 
 def test_schema_function_body_context_dependent():
