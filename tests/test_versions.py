@@ -50,7 +50,9 @@ from onnxjit import registry
 
 TESTS = Path(__file__).resolve().parent
 MAX_CASES = 3
-CASE_CACHE = Path(tempfile.gettempdir()) / f"onnxjit-node-cases-{onnx.__version__}.pkl"
+CASE_CACHE = (
+    Path(tempfile.gettempdir()) / f"onnxjit-node-cases-{onnx.__version__}-{os.getuid()}.pkl"
+)
 
 # Operators whose outputs are random: only element type and shape are compared.
 RANDOM_OPS = {
@@ -235,7 +237,8 @@ REVIEWED_SCHEMA_CHANGES: dict[tuple[str, str, int], str] = {
 
 def _load_node_cases() -> list[tuple[str, bytes, list, float, float]]:
     """onnx's generated node cases as ``(name, model bytes, data sets, rtol, atol)``."""
-    if CASE_CACHE.exists():
+    # Only a cache this user wrote is read (pickle runs code; the directory is shared).
+    if CASE_CACHE.exists() and CASE_CACHE.stat().st_uid == os.getuid():
         with contextlib.suppress(Exception), CASE_CACHE.open("rb") as f:
             return pickle.load(f)
     from onnx.backend.test.case import node
