@@ -4,11 +4,14 @@ onnx's node conformance cases mostly exercise the newest version of each operato
 registration ``(domain, op_type, since)`` of onnxjit's registry gets its own test:
 
 * derived cases: onnx's node test cases of that operator (``collect_testcases``) are rewritten
-  to the smallest opset at which this registration is the one selected; a case is kept when the
-  model is valid there (``onnx.checker.check_model(full_check=True)``: attributes, input
-  types, shape inference) and onnxjit is compared with ``onnx.reference.ReferenceEvaluator``
-  on the case's inputs (the reference, not the stored outputs: semantics changed across
-  versions). At most :data:`MAX_CASES` cases per registration.
+  to the smallest opset at which this registration is the one selected (its own
+  since-version; a later schema version it serves only when no case is valid there); a case
+  is kept when the model is valid there (``onnx.checker.check_model(full_check=True)``:
+  attributes, input types, shape inference) and onnxjit is compared with
+  ``onnx.reference.ReferenceEvaluator`` on the case's inputs (the reference, not the stored
+  outputs: semantics changed across versions). Single-node cases are preferred; multi-node
+  ones (function expansions) only serve operators with no valid single-node case. At most
+  :data:`MAX_CASES` cases per registration; random operators compare dtype and shape only.
 * hand-written tests: :data:`HAND_WRITTEN` names, for registrations no case can be derived
   for (or that the reference evaluator cannot run, :data:`REFERENCE_LACKS`), the test that
   covers them with another oracle (a test of another file, or one at the end of this file).
