@@ -147,56 +147,78 @@ def _gs_combine(dims, k_n, tidx, tw, off, wt):
 
 
 @njit(inline="always")
-def _gs_block(x, coords, dims, mode, padding, align, zero, out, p_start, p_stop):
-    n_n, c_n, _ = x.shape
+def _gs_taps_block(coords, dims, mode, padding, align, off, wt, cnt, q_start, q_stop):
     d_n = dims.shape[0]
     k_n = 1 if mode == 0 else (2 if mode == 1 else 4)
-    total = 1
-    for _ in range(d_n):
-        total *= k_n
     tidx = np.empty((d_n, k_n), np.int64)
     tw = np.empty((d_n, k_n), np.float64)
-    off = np.empty(total, np.int64)
-    wt = np.empty(total, np.float64)
     n_p = coords.shape[1]
-    for q in range(p_start, p_stop):
+    for q in range(q_start, q_stop):
         n = q // n_p
         p = q - n * n_p
         _gs_point(coords, n, p, dims, mode, padding, align, k_n, tidx, tw)
-        m = _gs_combine(dims, k_n, tidx, tw, off, wt)
-        if mode == 0:
-            for c in range(c_n):
-                if m == 0:
-                    out[n, c, p] = 0
-                else:
-                    out[n, c, p] = x[n, c, off[0]]
-        else:
-            for c in range(c_n):
-                acc = zero
-                for k in range(m):
-                    acc += wt[k] * x[n, c, off[k]]
-                out[n, c, p] = acc
+        cnt[q] = _gs_combine(dims, k_n, tidx, tw, off[q], wt[q])
 
 
 @njit
-def grid_sample(x, coords, dims, mode, padding, align, zero, out):
-    """Serial GridSample over every (batch, output point); zero: the accumulator's zero."""
-    _gs_block(
-        x, coords, dims, mode, padding, align, zero, out, 0, coords.shape[0] * coords.shape[1]
-    )
+def grid_sample_taps(coords, dims, mode, padding, align, off, wt, cnt):
+    """Flat source offsets, weights and tap count of every (batch, output point) q = n*P + p.
+
+    Independent of X's element type (coords are float32), so it compiles once; off and wt
+    are (N*P, K**D) with K = 1, 2, 4 for nearest, linear, cubic.
+    """
+    _gs_taps_block(coords, dims, mode, padding, align, off, wt, cnt, 0, cnt.shape[0])
 
 
 @pjit
-def grid_sample_parallel(x, coords, dims, mode, padding, align, zero, out):
-    """Parallel twin of :func:`grid_sample` over blocks of output points."""
-    total = coords.shape[0] * coords.shape[1]
+def grid_sample_taps_parallel(coords, dims, mode, padding, align, off, wt, cnt):
+    """Parallel twin of :func:`grid_sample_taps` over blocks of output points."""
+    total = cnt.shape[0]
     n_blocks = 64
     step = (total + n_blocks - 1) // n_blocks
     for b in numba.prange(n_blocks):
         start = b * step
         stop = min(total, start + step)
         if start < stop:
-            _gs_block(x, coords, dims, mode, padding, align, zero, out, start, stop)
+            _gs_taps_block(coords, dims, mode, padding, align, off, wt, cnt, start, stop)
+
+
+@njit(inline="always")
+def _gs_apply_one(x, off, wt, cnt, nearest, zero, out, q):
+    c_n = x.shape[1]
+    n_p = out.shape[2]
+    n = q // n_p
+    p = q - n * n_p
+    m = cnt[q]
+    if nearest:  # a gather: exact in every type
+        for c in range(c_n):
+            if m == 0:
+                out[n, c, p] = zero
+            else:
+                out[n, c, p] = x[n, c, off[q, 0]]
+        return
+    for c in range(c_n):
+        acc = zero
+        for k in range(m):
+            acc += wt[q, k] * x[n, c, off[q, k]]
+        out[n, c, p] = acc
+
+
+@njit
+def grid_sample_apply(x, off, wt, cnt, nearest, zero, out):
+    """out[n, c, p] = sum_k wt[q, k] * x[n, c, off[q, k]] over the cnt[q] taps (q = n*P + p).
+
+    x (N, C, S) and out (N, C, P) share a type; zero is that type's zero.
+    """
+    for q in range(cnt.shape[0]):
+        _gs_apply_one(x, off, wt, cnt, nearest, zero, out, q)
+
+
+@pjit
+def grid_sample_apply_parallel(x, off, wt, cnt, nearest, zero, out):
+    """Parallel twin of :func:`grid_sample_apply` over output points."""
+    for q in numba.prange(cnt.shape[0]):
+        _gs_apply_one(x, off, wt, cnt, nearest, zero, out, q)
 
 
 # --------------------------------------------------------------------------------------------

@@ -102,26 +102,36 @@ def _grid_sample(
 
     dt = x.dtype
     back = None
-    if dt.kind == "c":
-        xs, zero = np.ascontiguousarray(x), 0j
-    elif dt in _NATIVE_FLOATS:
-        xs, zero = np.ascontiguousarray(x), 0.0
+    if dt.kind == "c" or dt in _NATIVE_FLOATS:
+        xs = np.ascontiguousarray(x)
     elif dt.kind in "iub":
         if mode == 0:  # nearest is a gather: exact in the input's own type
             xs = np.ascontiguousarray(x, dtype=np.uint8 if dt.kind == "b" else dt)
         else:  # interpolate in float64, round half to even, saturate
             xs = np.ascontiguousarray(x, dtype=np.float64)
             back = "int"
-        zero = 0.0
     else:  # float16, bfloat16
-        xs, zero = np.ascontiguousarray(x, dtype=np.float32), 0.0
+        xs = np.ascontiguousarray(x, dtype=np.float32)
     xs = xs.reshape(n, c, -1)
-    out = np.empty((n, c, coords.shape[1]), xs.dtype)
-    args = (xs, coords, dims, mode, _GS_PADDING[padding], int(bool(align)), zero, out)
-    if out.size >= _jit.PARALLEL_THRESHOLD:
-        run_parallel(K.grid_sample_parallel, *args)
+    zero = xs.dtype.type(0)
+    # Taps and weights per output point (one compilation: coordinates are float32), then a
+    # small per-type kernel that applies them to every channel.
+    n_q = coords.shape[0] * coords.shape[1]
+    n_taps = (1, 2, 4)[mode] ** n_sp
+    off = np.empty((n_q, n_taps), np.int64)
+    wt = np.empty((n_q, n_taps), np.float64)
+    cnt = np.empty(n_q, np.int64)
+    targs = (coords, dims, mode, _GS_PADDING[padding], int(bool(align)), off, wt, cnt)
+    if n_q * n_taps >= _jit.PARALLEL_THRESHOLD:
+        run_parallel(K.grid_sample_taps_parallel, *targs)
     else:
-        K.grid_sample(*args)
+        K.grid_sample_taps(*targs)
+    out = np.empty((n, c, coords.shape[1]), xs.dtype)
+    args = (xs, off, wt, cnt, mode == 0, zero, out)
+    if out.size >= _jit.PARALLEL_THRESHOLD:
+        run_parallel(K.grid_sample_apply_parallel, *args)
+    else:
+        K.grid_sample_apply(*args)
     out = out.reshape(out_shape)
     if back == "int":
         if dt.kind == "b":
