@@ -411,3 +411,13 @@ def test_rotary_embedding_23_position_out_of_range():
     }
     with pytest.raises(InvalidArgumentError, match="position_ids"):
         run_jit("RotaryEmbedding", ins, {}, 23)
+
+
+def test_attention_24_empty_kv():
+    # No key at all: every row is fully masked, which the spec defines as a zero output row.
+    # (The reference evaluator cannot take a max over an empty axis, hence no oracle.)
+    rng = np.random.default_rng(17)
+    ins = attn_inputs(rng, lkv=0)
+    (y,) = run_jit("Attention", ins, {}, 24)
+    assert y.shape == (2, 4, 3, 8) and y.dtype == np.float32
+    assert not y.any()

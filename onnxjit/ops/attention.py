@@ -247,11 +247,11 @@ def _attention(
     mode = int(qk_matmul_output_mode) if want_qk else -1
     if want_qk and mode not in (0, 1, 2, 3):
         raise ctx.unsupported(f"qk_matmul_output_mode={mode}; supported: 0, 1, 2, 3")
-    s2 = scores.reshape(-1, n_kv)
+    s2 = scores.reshape(n_b * hq * n_q, n_kv)  # explicit: n_kv may be 0
     qk = np.empty_like(s2) if want_qk else np.empty((0, 0), dtype=cdt)
     args = (
         s2,
-        bias.reshape(-1, n_kv),
+        bias.reshape(bb * bh * n_q, n_kv),
         bias_of_row,
         qk,
         cdt.type(softcap or 0.0),
@@ -582,7 +582,7 @@ def flex_attention_1(
     if score_mod is not None:
         scores = _run_mod(ctx, score_mod, scores.astype(sdt), "score_mod")
     scores = np.array(scores, dtype=cdt, order="C")  # fresh: the kernel writes in place
-    s2 = scores.reshape(-1, n_kv)
+    s2 = scores.reshape(n_b * hq * n_q, n_kv)
     args = (
         s2,
         np.zeros((1, n_kv), dtype=cdt),
