@@ -683,18 +683,27 @@ def _to_e8m0(x: np.ndarray, saturate: int, round_mode: str) -> np.ndarray:
 
     The exponent of |x| is rounded "up" (any mantissa bit set), "down" (dropped) or
     "nearest" (mantissa >= 1/2 of the binade); NaN -> NaN; infinity and overflow -> the
-    largest value (2^127) when saturating, else NaN.
+    largest value (2^127) when saturating, else NaN; below the smallest value (2^-127, zero
+    included) -> 2^-127 when saturating, else NaN ("up" rounds values under 2^-127 up to it).
     """
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     exp = ((bits >> 23) & 0xFF).astype(np.uint32)
     mant = bits & 0x7FFFFF
     special = exp == 0xFF
     is_nan = special & (mant != 0)
+    sub = exp == 0  # zero and float32 subnormals (< 2^-126): value mant * 2^-149
     if round_mode == "up":
-        exp = exp + ((mant != 0) & ~special)
+        exp = exp + ((mant != 0) & ~special & ~sub)
+        # (2^-127, 2^-126) rounds up to 2^-126
+        exp = np.where(sub & (mant > 0x400000), np.uint32(1), exp)
     elif round_mode == "nearest":
-        exp = exp + ((mant >= 0x400000) & ~special)
+        exp = exp + ((mant >= 0x400000) & ~special & ~sub)
+        exp = np.where(sub & (mant >= 0x600000), np.uint32(1), exp)
     out = np.where(exp >= 0xFF, np.uint32(0xFE if saturate else 0xFF), exp)
+    # below E8M0_MIN (2^-127, mant 0x400000): E8M0_MIN when saturating, else NaN (spec
+    # table); rounding up, only zero is below it ((0, 2^-127) rounds up to E8M0_MIN).
+    too_small = sub & ((mant == 0) if round_mode == "up" else (mant < 0x400000))
+    out = np.where(too_small, np.uint32(0x00 if saturate else 0xFF), out)
     out = np.where(is_nan, np.uint32(0xFF), out).astype(np.uint8)
     return out.view(ml_dtypes.float8_e8m0fnu)
 
