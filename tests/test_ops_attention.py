@@ -421,3 +421,24 @@ def test_attention_24_empty_kv():
     (y,) = run_jit("Attention", ins, {}, 24)
     assert y.shape == (2, 4, 3, 8) and y.dtype == np.float32
     assert not y.any()
+
+
+@pytest.mark.parametrize(("mode", "dtype"), [(1, np.float16), (2, BF16)], ids=["f16", "bf16"])
+def test_narrow_rounding_matches_numpy_casts(mode, dtype):
+    # The kernels' rounding helper must agree with numpy's / ml_dtypes' casts: ties to even,
+    # float16 subnormals, overflow to infinity, signed zeros, inf and NaN.
+    from onnxjit.kernels.cpu import attention as katt
+
+    rng = np.random.default_rng(18)
+    vals = np.concatenate(
+        [
+            rng.standard_normal(4000) * 10.0 ** rng.integers(-9, 6, 4000),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65519.0, 65520.0, -70000.0],
+            [2.0**-24, 3 * 2.0**-25, 2.0**-25, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 1 + 2.0**-8],
+        ]
+    ).astype(np.float32)
+    got = vals.copy()
+    katt.round_array(got, mode)
+    with np.errstate(over="ignore"):  # the overflow to infinity is part of what is tested
+        want = vals.astype(dtype).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
