@@ -17,7 +17,7 @@ registration ``(domain, op_type, since)`` of onnxjit's registry gets its own tes
   covers them with another oracle (a test of another file, or one at the end of this file).
   Derived cases that are invalid at the old version in ways onnx's checker misses, or that
   the reference gets wrong there, are skipped with a reviewed reason
-  (:data:`REFERENCE_SKIPS`).
+  (:data:`REFERENCE_SKIPS` by name, :data:`SKIP_RULES` by a predicate on the node).
 * :func:`test_every_registration_is_tested` fails naming any registration with neither.
 * :func:`test_unregistered_versions_only_change_types` compares the schema of every version
   (opset 7 and up) that has no registration of its own with the registration that serves it:
@@ -91,28 +91,52 @@ _COERCE_2D = (
     "before opset 13 the op flattens the input to 2-D at axis; the reference evaluator applies "
     "the opset-13 (single-axis) semantics (tests/test_ops_nn.py uses onnxruntime there)"
 )
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            value = helper.get_attribute_value(a)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def _broadcasts_without_flag(node: onnx.NodeProto, inputs: list[Any]) -> bool:
+    # Before opset 7 the binary ops (and Gemm's C) need broadcast=1 for unequal shapes.
+    shapes = [np.shape(v) for v in inputs]
+    if node.op_type == "Gemm":
+        if len(shapes) < 3:
+            return False
+        a, b = shapes[0], shapes[1]
+        rows = a[1] if _attr(node, "transA", 0) else a[0]
+        cols = b[0] if _attr(node, "transB", 0) else b[1]
+        return shapes[2] != (rows, cols) and not _attr(node, "broadcast", 0)
+    return len(set(shapes)) > 1 and not _attr(node, "broadcast", 0)
+
+
+# Families of derived cases that are invalid at an old version though onnx's checker accepts
+# them (reviewed): (domain, op, since) -> (predicate(node, inputs), reason).
+SKIP_RULES: dict[tuple[str, str, int], tuple[Any, str]] = {
+    **{
+        ("", op, 6): (_broadcasts_without_flag, _BROADCAST_0) for op in ("Add", "Sub", "Mul", "Div")
+    },
+    ("", "Pow", 1): (_broadcasts_without_flag, _BROADCAST_0),
+    ("", "Gemm", 6): (_broadcasts_without_flag, _BROADCAST_0),
+    ("", "GridSample", 16): (
+        lambda node, _inputs: _attr(node, "mode", "bilinear") in ("linear", "cubic"),
+        "the case spells mode 'linear'/'cubic' (opset-20 names); GridSample-16 says "
+        "'bilinear'/'bicubic' and onnxjit refuses the others",
+    ),
+}
+
 # Derived cases that are not valid at the old version though onnx's checker accepts them, or
 # that the reference evaluator gets wrong there (reviewed): (domain, op, since, case) -> reason.
 REFERENCE_SKIPS: dict[tuple[str, str, int, str], str] = {
-    **{
-        ("", op, 6, f"test_{op.lower()}_bcast"): _BROADCAST_0 for op in ("Add", "Sub", "Mul", "Div")
-    },
-    ("", "Pow", 1, "test_pow_bcast_array"): _BROADCAST_0,
-    ("", "Pow", 1, "test_pow_bcast_scalar"): _BROADCAST_0,
-    **{
-        ("", "Gemm", 6, f"test_gemm_{c}"): "C of shape (1, N) needs broadcast=1 at Gemm-6"
-        for c in ("all_attributes", "alpha", "beta")
-    },
     **{
         ("", op, v, f"test_{op.lower()}_axis_{a}"): _COERCE_2D
         for op in ("Softmax", "LogSoftmax", "Hardmax")
         for v in (1, 11)
         for a in (0, 1)
-    },
-    **{
-        ("", "GridSample", 16, c): "the case spells mode 'linear'/'cubic' (opset 20 names); "
-        "GridSample-16 says 'bilinear'/'bicubic', onnxjit refuses the others"
-        for c in ("test_gridsample", "test_gridsample_aligncorners_true", "test_gridsample_bicubic")
     },
     ("", "QuantizeLinear", 10, "test_quantizelinear_axis"): "per-axis scales start at opset 13",
     ("", "AveragePool", 1, "test_averagepool_2d_pads"): "AveragePool-1 does not say whether pads "
@@ -122,7 +146,7 @@ REFERENCE_SKIPS: dict[tuple[str, str, int, str], str] = {
     "the indices in output_shape as onnxruntime does (onnxjit/ops/misc.py max_unpool); the "
     "reference reads them in the inferred shape",
     ("", "Scan", 8, "test_scan_sum"): "the reference evaluator runs Scan-9 semantics (no batch "
-    "axis) for Scan-8 and fails; tests/test_ops_control.py::test_scan8_batched covers Scan-8",
+    "axis) for Scan-8 and fails (HAND_WRITTEN names the Scan-8 test)",
 }
 
 # Registrations that no conformance case can be derived for (onnx has no case of the op, or
@@ -185,6 +209,7 @@ HAND_WRITTEN: dict[tuple[str, str, int], str] = {
     ("", "SequenceEmpty", 11): f"{_SEQ}::test_sequence_empty_and_length",
     ("", "SequenceErase", 11): f"{_SEQ}::test_sequence_erase",
     ("", "SequenceLength", 11): f"{_SEQ}::test_sequence_construct_and_length",
+    ("", "Scan", 8): "tests/test_ops_control.py::test_scan8_batched",
     ("", "Slice", 1): f"{_TENSOR}::test_slice_1",
     ("", "Split", 1): f"{_TENSOR}::test_split_1_and_2",
     ("", "Squeeze", 1): f"{_TENSOR}::test_squeeze",
@@ -351,31 +376,50 @@ def _cases_by_op() -> dict[tuple[str, str], list[tuple[str, bytes, list, bool]]]
     return index
 
 
+def _skip_reason(
+    key: tuple[str, str, int], name: str, model: onnx.ModelProto, data_sets: list
+) -> str | None:
+    """Why a derived case is skipped (REFERENCE_SKIPS or a SKIP_RULES match), else None."""
+    if (*key, name) in REFERENCE_SKIPS:
+        return REFERENCE_SKIPS[(*key, name)]
+    rule = SKIP_RULES.get(key)
+    if rule is not None and len(model.graph.node) == 1:
+        predicate, reason = rule
+        if predicate(model.graph.node[0], list(data_sets[0][0])):
+            return reason
+    return None
+
+
+_Case = tuple[str, int, bytes, list, "str | None"]
+
+
 @cache
-def _derived() -> dict[tuple[str, str, int], list[tuple[str, int, bytes, list]]]:
+def _derived() -> dict[tuple[str, str, int], list[_Case]]:
     """Up to MAX_CASES ``(case name, opset, model, data sets)`` per registration.
 
     A case runs at the smallest served opset where it is valid; cases valid at the
     registration's own since-version come first.
     """
-    out: dict[tuple[str, str, int], list[tuple[str, int, bytes, list]]] = {}
+    out: dict[tuple[str, str, int], list[_Case]] = {}
     index = _cases_by_op()
     for impl in _registrations():
         key = (impl.domain, impl.op_type, impl.since)
-        chosen: list[tuple[str, int, bytes, list]] = []
+        chosen: list[_Case] = []
         out[key] = chosen
         if key in REFERENCE_LACKS:
             continue
         for single in (True, False):
             for opset in _served_versions(impl):
                 for name, model_bytes, data_sets, one in index.get(key[:2], ()):
-                    if len(chosen) >= MAX_CASES:
+                    # Skipped cases are kept (the skip shows) but do not use up the budget.
+                    if sum(c[4] is None for c in chosen) >= MAX_CASES:
                         break
                     if one != single or not data_sets or any(c[0] == name for c in chosen):
                         continue
                     model = _retarget(model_bytes, impl.domain, opset)
                     if model is not None and (single or _all_nodes_resolve(model)):
-                        chosen.append((name, opset, model.SerializeToString(), data_sets))
+                        reason = _skip_reason(key, name, model, data_sets)
+                        chosen.append((name, opset, model.SerializeToString(), data_sets, reason))
                 if chosen:
                     break
             if chosen:
@@ -386,11 +430,10 @@ def _derived() -> dict[tuple[str, str, int], list[tuple[str, int, bytes, list]]]
 def _derived_params() -> list[Any]:
     params = []
     for key, cases in _derived().items():
-        for name, opset, model_bytes, data_sets in cases:
+        for name, opset, model_bytes, data_sets, reason in cases:
             domain, op, since = key
             label = f"{domain + '.' if domain else ''}{op}-{since}@{opset}:{name[5:]}"
             marks = ()
-            reason = REFERENCE_SKIPS.get((domain, op, since, name))
             if reason:
                 marks = (pytest.mark.skip(reason=reason),)
             params.append(pytest.param(key, name, model_bytes, data_sets, id=label, marks=marks))
@@ -447,7 +490,7 @@ def test_every_registration_is_tested():
     missing, broken = [], []
     for impl in _registrations():
         key = (impl.domain, impl.op_type, impl.since)
-        if derived.get(key):
+        if any(case[4] is None for case in derived.get(key, ())):
             continue
         where = HAND_WRITTEN.get(key)
         if where is None:
@@ -469,18 +512,18 @@ def test_hand_written_table_has_no_stale_rows():
     derived = _derived()
     stale = sorted(k for k in HAND_WRITTEN if k not in derived)
     assert not stale, f"HAND_WRITTEN rows for registrations that do not exist: {stale}"
-    covered = sorted(k for k in HAND_WRITTEN if derived[k])
+    covered = sorted(k for k in HAND_WRITTEN if any(c[4] is None for c in derived[k]))
     assert not covered, f"HAND_WRITTEN rows now covered by derived cases (remove them): {covered}"
 
 
 def test_reviewed_tables_name_real_cases():
-    """REFERENCE_SKIPS rows name derived cases; REFERENCE_LACKS rows name registrations."""
+    """REFERENCE_SKIPS rows name derived cases; the other tables name registrations."""
     derived = _derived()
     names = {(*key, case[0]) for key, cases in derived.items() for case in cases}
     stale = sorted(k for k in REFERENCE_SKIPS if k not in names)
     assert not stale, f"REFERENCE_SKIPS rows for cases no longer derived: {stale}"
-    stale = sorted(k for k in REFERENCE_LACKS if k not in derived)
-    assert not stale, f"REFERENCE_LACKS rows for registrations that do not exist: {stale}"
+    stale = sorted(k for k in (*REFERENCE_LACKS, *SKIP_RULES) if k not in derived)
+    assert not stale, f"REFERENCE_LACKS/SKIP_RULES rows for unknown registrations: {stale}"
 
 
 def _attribute_signature(attr: onnx.defs.OpSchema.Attribute) -> tuple:
