@@ -207,7 +207,7 @@ def _attention(
         raise ctx.error("q_num_heads and kv_num_heads must not be set for 4-D inputs")
     n_b, hq, n_q, d = q.shape
     hkv = k.shape[1]
-    if v.shape[1] != hkv or hq % hkv or k.shape[3] != d or k.shape[2] != v.shape[2]:
+    if hkv == 0 or v.shape[1] != hkv or hq % hkv or k.shape[3] != d or k.shape[2] != v.shape[2]:
         raise ctx.error(
             f"incompatible shapes Q {q.shape}, K {k.shape}, V {v.shape} (after 3-D unpacking): "
             "q heads must be a multiple of kv heads, K and V must share heads and length"
