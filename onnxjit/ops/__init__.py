@@ -15,10 +15,12 @@ from onnxjit.ops import (  # noqa: F401
     quant,
     reduce,
     resize,
+    roi_pool,
     rnn,
     sequence,
     signal,
     strings,
+    svm,
     tensor,
     vision,
 )

@@ -1,0 +1,1 @@
+"""Operators of this family (being written in this session)."""
