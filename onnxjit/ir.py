@@ -107,6 +107,9 @@ class Graph:
     value_info: dict[str, ValueInfo] = field(default_factory=dict)
     doc: str = ""
     sparse_initializer_names: list[str] = field(default_factory=list)
+    # The GraphProto this graph was loaded from (a part of the model's proto, so no extra
+    # memory): schema function builders need graph attributes in proto form.
+    proto: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass

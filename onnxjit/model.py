@@ -179,6 +179,7 @@ class _Loader:
             value_info={v.name: ir.ValueInfo(v.name, _type_or_none(v)) for v in gp.value_info},
             doc=gp.doc_string,
             sparse_initializer_names=sparse_names,
+            proto=gp,
         )
 
     def node(self, np_: onnx.NodeProto, index: int) -> ir.Node:

@@ -357,3 +357,44 @@ def test_schema_function_body_context_dependent():
     model.ir_version = 10
     sess = compare(model, {"x": x, "s": scale}, rtol=1e-5, atol=1e-5)
     assert "RMSNormalization" not in _ops(sess)
+
+
+def test_context_dependent_body_sees_graph_attributes():
+    # FlexAttention's body builder splices the prob_mod graph in; the node handed to it must
+    # carry that graph (it used to be dropped, giving a body with Identity in its place).
+    from onnxjit.model import load_model
+    from onnxjit.passes.inline import _Inliner
+
+    preview = "ai.onnx.preview"
+    mod = helper.make_graph(
+        [helper.make_node("Mul", ["probs", "half"], ["probs_out"], name="prob_mod_mul")],
+        "prob_mod",
+        [helper.make_tensor_value_info("probs", F, None)],
+        [helper.make_tensor_value_info("probs_out", F, None)],
+        initializer=[helper.make_tensor("half", F, [], [0.5])],
+    )
+
+    def body_ops(with_mod: bool) -> list[str]:
+        node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain=preview)
+        if with_mod:
+            node.attribute.append(helper.make_attribute("prob_mod", mod))
+        shape = [1, 2, 3, 4]
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info(n, F, shape) for n in "QKV"],
+            [helper.make_tensor_value_info("Y", F, shape)],
+        )
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid(preview, 1)],
+        )
+        loaded = load_model(model)
+        opsets = dict(loaded.opset_imports)
+        found = _Inliner(loaded).schema_function(loaded.graph.nodes[0], preview, opsets)
+        assert found is not None
+        return [n.op_type for n in found[0].nodes]
+
+    plain, modded = body_ops(False), body_ops(True)
+    assert modded.count("Mul") == plain.count("Mul") + 1
+    assert modded.count("Identity") == plain.count("Identity") - 1

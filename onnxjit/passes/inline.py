@@ -268,7 +268,10 @@ def _node_to_proto(node: ir.Node) -> onnx.NodeProto:
     proto = onnx.helper.make_node(node.op_type, node.inputs, node.outputs, domain=node.domain)
     for key, value in node.attrs.items():
         if isinstance(value, ir.Graph):
-            continue
+            # Bodies such as FlexAttention's splice the score_mod/prob_mod graphs in.
+            if value.proto is None:
+                continue
+            value = value.proto
         if isinstance(value, np.ndarray):
             value = onnx.numpy_helper.from_array(value)
         try:
