@@ -29,6 +29,7 @@ from oracle import (
 
 import onnxjit
 from onnxjit.errors import InvalidArgumentError
+from onnxjit.ops import vision as vision_ops
 
 
 def data(shape, dtype=np.float32, seed=0):
@@ -136,14 +137,27 @@ def test_gridsample_empty():
     check_node("GridSample", {"X": x, "grid": grid}, {}, opset=20, oracle="ort")
 
 
-def test_gridsample_parallel():
-    # Above the parallel threshold; onnxruntime: the reference needs minutes for this size.
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_gridsample_parallel(mode):
+    # Above the parallel threshold (cubic: the tap kernel too); onnxruntime: the reference
+    # needs minutes for this size. Zeros padding for cubic: onnxruntime clamps cubic taps at the
+    # border instead of the coordinate (see gridsample16).
     x = data((1, 8, 40, 40))
     grid = grid_of((1, 128, 128, 2), spread=1.05)
-    attrs = {"mode": "linear", "padding_mode": "border"}
+    attrs = {"mode": mode, "padding_mode": "border" if mode == "linear" else "zeros"}
     check_node(
         "GridSample", {"X": x, "grid": grid}, attrs, opset=20, oracle="ort", rtol=1e-4, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+def test_gridsample20_chunks(mode, monkeypatch):
+    # A tiny tap budget splits the output points into many chunks (the last one partial).
+    monkeypatch.setattr(vision_ops, "_TAP_BUDGET", 50)
+    x = data((2, 2, 3, 4, 5))
+    grid = grid_of((2, 3, 2, 3, 3))
+    attrs = {"mode": mode, "padding_mode": "reflection", "align_corners": 1}
+    check_node("GridSample", {"X": x, "grid": grid}, attrs, opset=20, rtol=1e-4, atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------

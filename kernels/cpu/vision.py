@@ -147,7 +147,7 @@ def _gs_combine(dims, k_n, tidx, tw, off, wt):
 
 
 @njit(inline="always")
-def _gs_taps_block(coords, dims, mode, padding, align, off, wt, cnt, q_start, q_stop):
+def _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, q_start, q_stop):
     d_n = dims.shape[0]
     k_n = 1 if mode == 0 else (2 if mode == 1 else 4)
     tidx = np.empty((d_n, k_n), np.int64)
@@ -157,68 +157,70 @@ def _gs_taps_block(coords, dims, mode, padding, align, off, wt, cnt, q_start, q_
         n = q // n_p
         p = q - n * n_p
         _gs_point(coords, n, p, dims, mode, padding, align, k_n, tidx, tw)
-        cnt[q] = _gs_combine(dims, k_n, tidx, tw, off[q], wt[q])
+        cnt[q - q0] = _gs_combine(dims, k_n, tidx, tw, off[q - q0], wt[q - q0])
 
 
 @njit
-def grid_sample_taps(coords, dims, mode, padding, align, off, wt, cnt):
-    """Flat source offsets, weights and tap count of every (batch, output point) q = n*P + p.
+def grid_sample_taps(coords, dims, mode, padding, align, q0, off, wt, cnt):
+    """Flat source offsets, weights and tap count of the output points q0 .. q0 + len(cnt).
 
-    Independent of X's element type (coords are float32), so it compiles once; off and wt
-    are (N*P, K**D) with K = 1, 2, 4 for nearest, linear, cubic.
+    q = n*P + p numbers (batch, output point). Independent of X's element type (coords are
+    float32), so it compiles once; off and wt are (points, K**D) with K = 1, 2, 4 for
+    nearest, linear, cubic; row q - q0 describes point q.
     """
-    _gs_taps_block(coords, dims, mode, padding, align, off, wt, cnt, 0, cnt.shape[0])
+    _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, q0, q0 + cnt.shape[0])
 
 
 @pjit
-def grid_sample_taps_parallel(coords, dims, mode, padding, align, off, wt, cnt):
+def grid_sample_taps_parallel(coords, dims, mode, padding, align, q0, off, wt, cnt):
     """Parallel twin of :func:`grid_sample_taps` over blocks of output points."""
     total = cnt.shape[0]
     n_blocks = 64
     step = (total + n_blocks - 1) // n_blocks
     for b in numba.prange(n_blocks):
-        start = b * step
-        stop = min(total, start + step)
+        start = q0 + b * step
+        stop = min(q0 + total, start + step)
         if start < stop:
-            _gs_taps_block(coords, dims, mode, padding, align, off, wt, cnt, start, stop)
+            _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, start, stop)
 
 
 @njit(inline="always")
-def _gs_apply_one(x, off, wt, cnt, nearest, zero, out, q):
+def _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r):
     c_n = x.shape[1]
     n_p = out.shape[2]
+    q = q0 + r
     n = q // n_p
     p = q - n * n_p
-    m = cnt[q]
+    m = cnt[r]
     if nearest:  # a gather: exact in every type
         for c in range(c_n):
             if m == 0:
                 out[n, c, p] = zero
             else:
-                out[n, c, p] = x[n, c, off[q, 0]]
+                out[n, c, p] = x[n, c, off[r, 0]]
         return
     for c in range(c_n):
         acc = zero
         for k in range(m):
-            acc += wt[q, k] * x[n, c, off[q, k]]
+            acc += wt[r, k] * x[n, c, off[r, k]]
         out[n, c, p] = acc
 
 
 @njit
-def grid_sample_apply(x, off, wt, cnt, nearest, zero, out):
-    """out[n, c, p] = sum_k wt[q, k] * x[n, c, off[q, k]] over the cnt[q] taps (q = n*P + p).
+def grid_sample_apply(x, q0, off, wt, cnt, nearest, zero, out):
+    """out[n, c, p] = sum_k wt[r, k] * x[n, c, off[r, k]] over the cnt[r] taps of point q0 + r.
 
     x (N, C, S) and out (N, C, P) share a type; zero is that type's zero.
     """
-    for q in range(cnt.shape[0]):
-        _gs_apply_one(x, off, wt, cnt, nearest, zero, out, q)
+    for r in range(cnt.shape[0]):
+        _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r)
 
 
 @pjit
-def grid_sample_apply_parallel(x, off, wt, cnt, nearest, zero, out):
+def grid_sample_apply_parallel(x, q0, off, wt, cnt, nearest, zero, out):
     """Parallel twin of :func:`grid_sample_apply` over output points."""
-    for q in numba.prange(cnt.shape[0]):
-        _gs_apply_one(x, off, wt, cnt, nearest, zero, out, q)
+    for r in numba.prange(cnt.shape[0]):
+        _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r)
 
 
 # --------------------------------------------------------------------------------------------

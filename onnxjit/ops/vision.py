@@ -62,6 +62,7 @@ def _ints(ctx: NodeContext, values: list[int] | None, n: int, default: int, what
 _GS_MODES_16 = {"bilinear": 1, "nearest": 0, "bicubic": 2}
 _GS_MODES_20 = {"linear": 1, "nearest": 0, "cubic": 2}
 _GS_PADDING = {"zeros": 0, "border": 1, "reflection": 2}
+_TAP_BUDGET = 1 << 21  # taps per chunk of output points (32 MiB of offsets and weights)
 
 
 def _grid_sample(
@@ -115,23 +116,28 @@ def _grid_sample(
     xs = xs.reshape(n, c, -1)
     zero = xs.dtype.type(0)
     # Taps and weights per output point (one compilation: coordinates are float32), then a
-    # small per-type kernel that applies them to every channel.
+    # small per-type kernel that applies them to every channel. Points go in chunks so the
+    # tap tables stay small (a 3-D cubic point has 64 taps).
     n_q = coords.shape[0] * coords.shape[1]
     n_taps = (1, 2, 4)[mode] ** n_sp
-    off = np.empty((n_q, n_taps), np.int64)
-    wt = np.empty((n_q, n_taps), np.float64)
-    cnt = np.empty(n_q, np.int64)
-    targs = (coords, dims, mode, _GS_PADDING[padding], int(bool(align)), off, wt, cnt)
-    if n_q * n_taps >= _jit.PARALLEL_THRESHOLD:
-        run_parallel(K.grid_sample_taps_parallel, *targs)
-    else:
-        K.grid_sample_taps(*targs)
+    chunk = max(1, min(n_q, _TAP_BUDGET // n_taps))
+    off = np.empty((chunk, n_taps), np.int64)
+    wt = np.empty((chunk, n_taps), np.float64)
+    cnt = np.empty(chunk, np.int64)
     out = np.empty((n, c, coords.shape[1]), xs.dtype)
-    args = (xs, off, wt, cnt, mode == 0, zero, out)
-    if out.size >= _jit.PARALLEL_THRESHOLD:
-        run_parallel(K.grid_sample_apply_parallel, *args)
-    else:
-        K.grid_sample_apply(*args)
+    pad = _GS_PADDING[padding]
+    for q0 in range(0, n_q, chunk):
+        k = min(chunk, n_q - q0)
+        targs = (coords, dims, mode, pad, int(bool(align)), q0, off[:k], wt[:k], cnt[:k])
+        if k * n_taps >= _jit.PARALLEL_THRESHOLD:
+            run_parallel(K.grid_sample_taps_parallel, *targs)
+        else:
+            K.grid_sample_taps(*targs)
+        args = (xs, q0, off[:k], wt[:k], cnt[:k], mode == 0, zero, out)
+        if k * c >= _jit.PARALLEL_THRESHOLD:
+            run_parallel(K.grid_sample_apply_parallel, *args)
+        else:
+            K.grid_sample_apply(*args)
     out = out.reshape(out_shape)
     if back == "int":
         if dt.kind == "b":
