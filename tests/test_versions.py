@@ -193,6 +193,8 @@ HAND_WRITTEN: dict[tuple[str, str, int], str] = {
     ("", "GroupNormalization", 18): f"{_NN}::test_group_norm_18",
     ("", "Loop", 1): "tests/test_ops_control.py::test_loop_for",
     ("", "LpPool", 1): f"{_NN}::test_lppool_1",
+    ("", "MaxRoiPool", 1): "tests/test_ops_roi_pool.py::test_max_roi_pool_float",
+    ("", "MaxRoiPool", 22): "tests/test_ops_roi_pool.py::test_max_roi_pool_float",
     ("", "MeanVarianceNormalization", 13): f"{_NN}::test_mvn",
     ("", "Multinomial", 7): f"{_MISC}::test_multinomial",
     ("", "Optional", 15): f"{_SEQ}::test_optional_holding_a_value",
