@@ -222,13 +222,16 @@ def relu_int(a):
 
 
 def _max_f(a, b):
-    """Max with NaN propagation (np.maximum): a NaN in either operand gives NaN."""
-    return a if (a > b or a != a) else b
+    """Max with NaN propagation (np.maximum): a NaN in either operand gives NaN.
+
+    Equal operands (+0 and -0) give the first, as numpy and the reference evaluator do.
+    """
+    return a if (a >= b or a != a) else b
 
 
 def _min_f(a, b):
-    """Min with NaN propagation (np.minimum)."""
-    return a if (a < b or a != a) else b
+    """Min with NaN propagation (np.minimum); equal operands (+0, -0) give the first."""
+    return a if (a <= b or a != a) else b
 
 
 def _mod_f(a, b):
@@ -256,7 +259,8 @@ def _round_f(x):
     elif d == HALF and np.floor(r * HALF) != r * HALF:
         # a tie rounds up only when r is odd (r/2 is not a whole number)
         r = r + ONE
-    return r
+    # a negative value that rounds to zero gives -0.0, as np.round does
+    return math.copysign(r, x)
 
 
 def _sign_f(x):
