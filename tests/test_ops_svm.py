@@ -235,6 +235,28 @@ def test_svm_classifier_empty_and_1d():
     assert z.shape == (0, 3) and z.dtype == np.float32
 
 
+def test_svm_classifier_1d_input():
+    # a 1-D X is one row: Y [1], Z [1, K] (onnxruntime's reading)
+    rng = np.random.default_rng(9)
+    attrs = _ovo_attrs(rng, 3, 3, "SIGMOID", True)
+    x = rng.standard_normal(3).astype(np.float32)
+    node = helper.make_node("SVMClassifier", ["X"], ["Y", "Z"], domain=ML, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3])],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("Z", TensorProto.FLOAT, [1, 3]),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)]
+    )
+    model.ir_version = 8
+    _compare(model, {"X": x}, ort_outputs(model, {"X": x}))
+
+
 def test_svm_classifier_bad_features():
     rng = np.random.default_rng(4)
     attrs = _ovo_attrs(rng, 3, 3, "RBF", False)

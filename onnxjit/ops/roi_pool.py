@@ -8,8 +8,6 @@ shifted by the roi start and clipped to the image; an empty bin gives 0.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from onnxjit.kernels.cpu import roi_pool as kroi
@@ -65,6 +63,3 @@ def max_roi_pool_1(ctx, x, rois, *, pooled_shape=None, spatial_scale=1.0):
     if out.size:
         kroi.max_roi_pool(xc, batch, hs, he, ws, we, out)
     return out if work == orig else out.astype(orig)
-
-
-__all__: list[Any] = []

@@ -23,7 +23,7 @@ for, so it is followed here:
   is negative (onnxruntime's rule).
 * SVMRegressor: K @ coefficients + rho[0] (n_supports > 0) or X @ coefficients + rho[0];
   one_class maps the value to +1 (> 0) / -1. post_transform is accepted and not applied, as
-  in onnxruntime and the ONNX reference evaluator.
+  in onnxruntime (the ONNX reference evaluator rejects values other than NONE).
 """
 
 from __future__ import annotations
