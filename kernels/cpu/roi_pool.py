@@ -18,8 +18,8 @@ def max_roi_pool(x, batch, hs, he, ws, we, out):
     x: (N, C, H, W) C-contiguous; batch: (R,) int64 batch indices (validated by the caller);
     hs/he: (R, PH) int64 row bounds; ws/we: (R, PW) int64 column bounds; out: (R, C, PH, PW)
     of x's dtype. An empty bin gives 0 (as onnxruntime does). A NaN in a bin gives NaN and a
-    bin of -inf gives -inf (onnxruntime starts from -FLT_MAX and skips NaN; numpy's max and
-    the ONNX reference propagate NaN).
+    bin of -inf gives -inf (onnxruntime starts from -FLT_MAX and skips NaN, where
+    np.max propagates it).
     """
     n_rois, n_ch, ph_n, pw_n = out.shape
     for r in range(n_rois):
