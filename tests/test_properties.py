@@ -60,7 +60,7 @@ def _run_both(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[lis
     return got, want
 
 
-def _same(got: Any, want: Any, what: str = "") -> None:
+def _same(got: Any, want: Any, what: str = "", zero_sign: bool = True) -> None:
     """Equal dtype, shape and values; floats bit for bit with NaN == NaN."""
     got, want = np.asarray(got), np.asarray(want)
     if want.dtype.kind in "OU":
@@ -76,18 +76,20 @@ def _same(got: Any, want: Any, what: str = "") -> None:
         np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=what)
         m = ~np.isnan(w)
         np.testing.assert_array_equal(g[m], w[m], err_msg=what)
-        # signed zeros too
-        np.testing.assert_array_equal(np.signbit(g[m]), np.signbit(w[m]), err_msg=what)
+        if zero_sign:  # signed zeros too
+            np.testing.assert_array_equal(np.signbit(g[m]), np.signbit(w[m]), err_msg=what)
         return
     np.testing.assert_array_equal(got, want, err_msg=what)
 
 
-def check(op: str, inputs: dict[str, np.ndarray], attrs=None, opset: int = OPSET) -> list:
+def check(
+    op: str, inputs: dict[str, np.ndarray], attrs=None, opset: int = OPSET, zero_sign=True
+) -> list:
     model = make_node_model(op, inputs, attrs or {}, opset)
     got, want = _run_both(model, inputs)
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
-        _same(g, w, f"{op}-{opset} output {i}")
+        _same(g, w, f"{op}-{opset} output {i}", zero_sign)
     return got
 
 
@@ -154,9 +156,11 @@ def test_cast_from_float32(to, saturate, data):
 
 def _e8m0_domain(x: np.ndarray) -> np.ndarray:
     """Finite positive values >= 1e-30 (e8m0 has no sign or zero; Inf and values under
-    2^-127 are checked against the spec table below, where the reference differs)."""
+    2^-127 are checked against the spec table below, where the reference differs), at least
+    1-D: the reference evaluator fails on a 0-d input to float8e8m0 (onnx 1.23, "'numpy.bool'
+    object does not support item assignment"); onnxjit's 0-d case is in the table test."""
     y = np.abs(np.nan_to_num(x, nan=np.nan, posinf=3e38, neginf=3e38)) + np.float32(1e-30)
-    return np.asarray(y, dtype=np.float32).reshape(x.shape)
+    return np.asarray(y, dtype=np.float32).reshape(x.shape if x.ndim else (1,))
 
 
 def _check_float_to_string(x: np.ndarray, attrs: dict) -> None:
@@ -192,6 +196,11 @@ E8M0_SPEC = {
 def test_cast_to_e8m0_follows_the_spec_table(mode, saturate):
     rows = E8M0_SPEC[(mode, saturate)]
     x = np.array([r[0] for r in rows], np.float32)
+    for v in x[:1]:  # 0-d keeps its shape
+        m0 = make_node_model("Cast", {"x": v}, {"to": TensorProto.FLOAT8E8M0}, OPSET)
+        declare_outputs_like(m0, [np.asarray(v).astype(ml_dtypes.float8_e8m0fnu)])
+        y0 = onnxjit.InferenceSession(m0.SerializeToString()).run(None, {"x": v})[0]
+        assert y0.shape == ()
     model = make_node_model(
         "Cast",
         {"x": x},
@@ -286,12 +295,15 @@ def _pair(dtype, elements=any32, nan_rate=True):
 @PROPS
 def test_min_max_propagate_nan(op, dtype, data):
     a, b = data.draw(_pair(dtype))
-    check(op, {"a": a, "b": b})
+    # Min/Max of +0 and -0: IEEE and ONNX leave the sign open, and the reference is not
+    # consistent (numpy gives the first operand for float16/32/64, ml_dtypes the second for
+    # bfloat16), so zeros compare without their sign here.
+    check(op, {"a": a, "b": b}, zero_sign=False)
     # NaN in either operand wins, whatever its position
     c = a.copy()
     c.reshape(-1)[:1] = np.nan
-    check(op, {"a": c, "b": b})
-    check(op, {"a": b, "b": c})
+    check(op, {"a": c, "b": b}, zero_sign=False)
+    check(op, {"a": b, "b": c}, zero_sign=False)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)

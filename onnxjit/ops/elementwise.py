@@ -686,7 +686,8 @@ def _to_e8m0(x: np.ndarray, saturate: int, round_mode: str) -> np.ndarray:
     largest value (2^127) when saturating, else NaN; below the smallest value (2^-127, zero
     included) -> 2^-127 when saturating, else NaN ("up" rounds values under 2^-127 up to it).
     """
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    bits = np.array(x, dtype=np.float32, order="C").view(np.uint32)
     exp = ((bits >> 23) & 0xFF).astype(np.uint32)
     mant = bits & 0x7FFFFF
     special = exp == 0xFF
