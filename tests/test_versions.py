@@ -242,6 +242,8 @@ HAND_WRITTEN: dict[tuple[str, str, int], str] = {
     (_ML, "Normalizer", 1): f"{_MLT}::test_normalizer",
     (_ML, "OneHotEncoder", 1): f"{_MLT}::test_one_hot_encoder",
     (_ML, "Scaler", 1): f"{_MLT}::test_scaler",
+    (_ML, "SVMClassifier", 1): "tests/test_ops_svm.py::test_svm_classifier_node",
+    (_ML, "SVMRegressor", 1): "tests/test_ops_svm.py::test_svm_regressor_node",
     (_ML, "TreeEnsembleClassifier", 1): f"{_MLT}::test_tree_classifier_multiclass",
     (_ML, "TreeEnsembleClassifier", 3): f"{_MLT}::test_tree_classifier_multiclass",
     (_ML, "TreeEnsembleRegressor", 1): f"{_MLT}::test_tree_regressor_modes",
