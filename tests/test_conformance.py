@@ -73,6 +73,16 @@ def test_lists_cover_the_suite():
 
 
 def test_enough_node_cases_pass():
-    """Issue #2: at least 1,000 node conformance cases pass (they are all run above)."""
+    """Issue #3: at least 99.3 % of the node conformance cases pass (above the 98.8 % of onnx's
+    ReferenceEvaluator); the run above checks that each listed pass really passes."""
     node = {case.name for case in load_model_tests(kind="node")}
-    assert len(node & set(PASSING)) >= 1000, len(node & set(PASSING))
+    passing = len(node & set(PASSING))
+    assert passing >= 0.993 * len(node), f"{passing} of {len(node)} node cases pass"
+
+
+def test_every_model_case_passes():
+    """Issue #3: every simple, pytorch-converted and pytorch-operator case passes."""
+    for kind in ("simple", "pytorch-converted", "pytorch-operator"):
+        cases = {case.name for case in load_model_tests(kind=kind)}
+        failing = sorted(cases & set(EXPECTED_FAILURES))
+        assert not failing, f"{kind} cases listed as expected failures: {failing}"
