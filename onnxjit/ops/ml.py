@@ -497,15 +497,19 @@ def tree_ensemble_regressor_3(
     )
 
 
-def _class_labels(ctx: Any, ints: Any, strings: Any) -> np.ndarray:
+def class_labels(
+    ctx: Any, ints: Any, strings: Any, ints_name: str = "classlabels_int64s"
+) -> np.ndarray:
+    """A classifier's label attribute as an int64 or string (object) array."""
     if strings:
         return np.array(list(strings), dtype=object)
     if ints:
         return np.asarray(ints, dtype=np.int64)
-    raise ctx.error("one of classlabels_int64s / classlabels_strings must be set")
+    raise ctx.error(f"one of {ints_name} / classlabels_strings must be set")
 
 
-def _label_output(labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def label_output(labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``labels[idx]`` as the label output (int64, or an object array of str)."""
     if labels.dtype == object:
         out = np.empty(idx.shape[0], dtype=object)
         out[:] = labels[idx] if idx.shape[0] else []
@@ -536,7 +540,7 @@ def _tree_classify(
         # argmax among the classes that received a score (class 0 when none did)
         masked = np.where(has, out, -np.inf)
         idx = np.argmax(masked, axis=1) if c else np.zeros(n, np.int64)
-        return _label_output(labels, idx), _apply_post(out, post).astype(np.float32)
+        return label_output(labels, idx), _apply_post(out, post).astype(np.float32)
 
     # Two classes. "wide" rows keep both columns; the others reduce to one score s0.
     s0 = out[:, 0].copy()
@@ -590,7 +594,7 @@ def _tree_classify(
         else:
             scores[nw, 0] = -v
             scores[nw, 1] = v
-    return _label_output(labels, idx), scores.astype(np.float32)
+    return label_output(labels, idx), scores.astype(np.float32)
 
 
 @onnx_op("TreeEnsembleClassifier", since=1, domain=ML_DOMAIN)
@@ -674,7 +678,7 @@ def tree_ensemble_classifier_3(
     expanded to two columns as onnxruntime does ([1-s, s] for non-negative weights, else
     [-s, s] or logistic of both).
     """
-    labels = _class_labels(ctx, classlabels_int64s, classlabels_strings)
+    labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
     values = _attr_floats(nodes_values, nodes_values_as_tensor)
     weights = _attr_floats(class_weights, class_weights_as_tensor)
 
@@ -973,14 +977,14 @@ def linear_classifier_1(
     code = _post_code(ctx, post_transform)
     s = _linear_scores(ctx, x, coefficients, intercepts)
     strings = bool(classlabels_strings)
-    labels = _class_labels(ctx, classlabels_ints, classlabels_strings)
+    labels = class_labels(ctx, classlabels_ints, classlabels_strings, "classlabels_ints")
     n, c = s.shape
     if c == 1:
         if labels.shape[0] == 2:
             lab = labels
         else:
             lab = np.array(["0", "1"], dtype=object) if strings else np.array([0, 1], np.int64)
-        y = _label_output(lab, (s[:, 0] > 0).astype(np.int64))
+        y = label_output(lab, (s[:, 0] > 0).astype(np.int64))
         if labels.shape[0] == 2:
             if code == kml.PT_PROBIT:
                 z = np.zeros((n, 2), dtype=np.float32)
@@ -994,7 +998,7 @@ def linear_classifier_1(
     if labels.shape[0] != c:
         raise ctx.error(f"{labels.shape[0]} class labels for {c} score columns")
     idx = np.argmax(s, axis=1) if n else np.zeros(0, np.int64)
-    return _label_output(labels, idx), _post32(s, code)
+    return label_output(labels, idx), _post32(s, code)
 
 
 @onnx_op("Scaler", since=1, domain=ML_DOMAIN)
@@ -1032,7 +1036,7 @@ def binarizer_1(x, *, threshold=0.0):
 @onnx_op("ZipMap", since=1, domain=ML_DOMAIN)
 def zipmap_1(ctx, x, *, classlabels_int64s=None, classlabels_strings=None):
     """A list (one per row) of dicts class label -> score (Python float)."""
-    labels = _class_labels(ctx, classlabels_int64s, classlabels_strings)
+    labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
     rows = _as_rows(ctx, x)
     if rows.shape[1] != labels.shape[0]:
         raise ctx.error(

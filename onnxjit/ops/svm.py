@@ -34,6 +34,7 @@ import numpy as np
 
 from onnxjit.kernels.cpu import ml as kml
 from onnxjit.kernels.cpu import svm as ksvm
+from onnxjit.ops.ml import class_labels, label_output
 from onnxjit.registry import ML_DOMAIN, onnx_op
 
 _POST = {
@@ -98,22 +99,6 @@ def _post(scores: np.ndarray, code: int) -> np.ndarray:
     return scores.astype(np.float32)
 
 
-def _labels(ctx: Any, ints: Any, strings: Any) -> np.ndarray:
-    if strings:
-        return np.array(list(strings), dtype=object)
-    if ints:
-        return np.asarray(ints, dtype=np.int64)
-    raise ctx.error("one of classlabels_ints / classlabels_strings must be set")
-
-
-def _pick(labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    if labels.dtype == object:
-        out = np.empty(idx.shape[0], dtype=object)
-        out[:] = labels[idx] if idx.shape[0] else []
-        return out
-    return labels[idx]
-
-
 @onnx_op("SVMClassifier", since=1, domain=ML_DOMAIN)
 def svm_classifier_1(
     ctx,
@@ -134,7 +119,7 @@ def svm_classifier_1(
     """(Y labels [N] int64|string, Z scores [N, K] float32); see the module docstring for
     K and the label rule."""
     code = _post_code(ctx, post_transform)
-    labels = _labels(ctx, classlabels_ints, classlabels_strings)
+    labels = class_labels(ctx, classlabels_ints, classlabels_strings, "classlabels_ints")
     n_cls = labels.shape[0]
     xf = _rows(ctx, x)
     coefs = _floats(coefficients)
@@ -180,7 +165,7 @@ def svm_classifier_1(
         votes = np.zeros((n, n_cls), dtype=np.int64)
         if n:
             ksvm.ovo_decisions(kern, coefs, starts, counts, rhos, dec, votes)
-        y = _pick(labels, np.argmax(votes, axis=1))
+        y = label_output(labels, np.argmax(votes, axis=1))
         if have_proba:
             probs = np.zeros((n, n_cls))
             if n:
@@ -220,7 +205,7 @@ def svm_classifier_1(
             best = np.where(top >= 0.5, 1, best)
         else:
             best = np.where(top > 0, 1, best)
-    y = _pick(labels, best)
+    y = label_output(labels, best)
     if n_cls == 1 and code == kml.PT_PROBIT and n:
         scores = np.ascontiguousarray(scores)
         kml.post_transform(scores, code)
