@@ -49,9 +49,16 @@ backend_test = onnx.backend.test.BackendTest(OnnxJitBackend, __name__)
 backend_test.exclude(r"_cuda$")
 for case in load_model_tests(kind="real"):
     backend_test.exclude(rf"^{re.escape(case.name)}_")
+# Cases whose outcome is random (unseeded draws compared exactly with one stored draw) can pass
+# by chance, and an unexpected success fails the run; they are skipped instead, their reason
+# stays in expected_failures.txt and they count as failures in the figures.
+NONDETERMINISTIC = {n for n, r in EXPECTED_FAILURES.items() if r.startswith("nondeterministic:")}
 if not RECORDING:
     for name in EXPECTED_FAILURES:
-        backend_test.xfail(rf"^{re.escape(name)}_cpu$")
+        if name in NONDETERMINISTIC:
+            backend_test.exclude(rf"^{re.escape(name)}_cpu$")
+        else:
+            backend_test.xfail(rf"^{re.escape(name)}_cpu$")
 
 globals().update(backend_test.test_cases)
 
