@@ -739,9 +739,11 @@ def _saturate_float8(x: np.ndarray, dst: np.dtype) -> np.ndarray:
     return xf.astype(dst)
 
 
-def _cast_array(
+def cast_array(
     ctx: Any, x: np.ndarray, dst: np.dtype, saturate: int, round_mode: str = "up"
 ) -> np.ndarray:
+    """Cast's conversion of ``x`` to ``dst`` (saturation of float8/4/6 targets, e8m0 rounding,
+    strings parsed and printed); shared with the quantization operators."""
     src = x.dtype
     if "e8m0" in dst.name and src != dst:
         if src.kind in "OUS":
@@ -778,13 +780,13 @@ def _round_mode(ctx: Any, mode: Any) -> str:
 @onnx_op("Cast", since=6)
 def cast_6(ctx, x: np.ndarray, *, to: int = None) -> np.ndarray:
     """Convert to element type ``to`` (numpy astype semantics; strings parsed and printed)."""
-    return _cast_array(ctx, x, onnx_types.np_dtype(to), 1)
+    return cast_array(ctx, x, onnx_types.np_dtype(to), 1)
 
 
 @onnx_op("Cast", since=19)
 def cast_19(ctx, x: np.ndarray, *, saturate: int = 1, to: int = None) -> np.ndarray:
     """As Cast-6, plus ``saturate`` for float8 targets (clamp out-of-range to the max)."""
-    return _cast_array(ctx, x, onnx_types.np_dtype(to), saturate)
+    return cast_array(ctx, x, onnx_types.np_dtype(to), saturate)
 
 
 @onnx_op("Cast", since=24)
@@ -792,22 +794,22 @@ def cast_24(
     ctx, x: np.ndarray, *, round_mode: str = "up", saturate: int = 1, to: int = None
 ) -> np.ndarray:
     """As Cast-19, plus ``round_mode`` (how float8e8m0 targets round the exponent)."""
-    return _cast_array(ctx, x, onnx_types.np_dtype(to), saturate, _round_mode(ctx, round_mode))
+    return cast_array(ctx, x, onnx_types.np_dtype(to), saturate, _round_mode(ctx, round_mode))
 
 
 @onnx_op("CastLike", since=15)
 def castlike_15(ctx, x: np.ndarray, target_type: np.ndarray) -> np.ndarray:
     """Cast ``x`` to the element type of ``target_type``."""
-    return _cast_array(ctx, x, target_type.dtype, 1)
+    return cast_array(ctx, x, target_type.dtype, 1)
 
 
 @onnx_op("CastLike", since=19)
 def castlike_19(ctx, x: np.ndarray, target_type: np.ndarray, *, saturate: int = 1) -> np.ndarray:
-    return _cast_array(ctx, x, target_type.dtype, saturate)
+    return cast_array(ctx, x, target_type.dtype, saturate)
 
 
 @onnx_op("CastLike", since=24)
 def castlike_24(
     ctx, x: np.ndarray, target_type: np.ndarray, *, round_mode: str = "up", saturate: int = 1
 ) -> np.ndarray:
-    return _cast_array(ctx, x, target_type.dtype, saturate, _round_mode(ctx, round_mode))
+    return cast_array(ctx, x, target_type.dtype, saturate, _round_mode(ctx, round_mode))

@@ -5,7 +5,7 @@ The affine loops (scale broadcast per tensor / axis / block, round half to even,
 clamp) are the Numba kernels of ``onnxjit.kernels.cpu.quant``. They run in float32 (float64
 where the input or the requantization factor is float64) and produce floats holding the
 quantized values; the final conversion to the storage type (int8 ... int2, float8, float4,
-float6) is one numpy/ml_dtypes ``astype``, through Cast's ``_cast_array`` for the saturating
+float6) is one numpy/ml_dtypes ``astype``, through Cast's ``cast_array`` for the saturating
 float8 conversion.
 """
 
@@ -21,7 +21,7 @@ from onnxjit import types as onnx_types
 from onnxjit.kernels import _jit
 from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import quant as kq
-from onnxjit.ops.elementwise import _cast_array
+from onnxjit.ops.elementwise import cast_array
 from onnxjit.ops.nn import conv_integer
 from onnxjit.registry import NodeContext, onnx_op
 
@@ -132,7 +132,7 @@ def _store(ctx: NodeContext, q: np.ndarray, dst: np.dtype, saturate: int) -> np.
     if dst in _INT_RANGES:
         return q.astype(dst)
     # float8 saturation (Cast-19 semantics); float4/float6 conversions always saturate.
-    return _cast_array(ctx, q, dst, saturate)
+    return cast_array(ctx, q, dst, saturate)
 
 
 def _quantize(
