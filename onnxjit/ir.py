@@ -76,6 +76,8 @@ class Node:
     impl: Any = None
     # Problems found while decoding this node's attributes, reported by the checker.
     load_problems: list[str] = field(default_factory=list)
+    # For a node made by a fusion pass: the original nodes it replaces, in graph order.
+    members: list[Node] = field(default_factory=list)
 
     @property
     def label(self) -> str:

@@ -84,6 +84,12 @@ def _not_implemented(what: str, why: str, instead: str) -> UnsupportedOperatorEr
     return UnsupportedOperatorError(f"{what} is not implemented by onnxjit yet ({why}); {instead}")
 
 
+# Session config entries onnxjit reads: key -> what it does.
+ONNXJIT_CONFIG_KEYS = {
+    "onnxjit.disabled_optimizers": "comma-separated graph pass names to skip",
+}
+
+
 class SessionOptions(_StrictFields):
     """Options for :class:`onnxjit.InferenceSession` (onnxruntime's names).
 
@@ -158,9 +164,12 @@ class SessionOptions(_StrictFields):
     def add_session_config_entry(self, key: str, value: str) -> None:
         """Store a config entry (read back with :meth:`get_session_config_entry`).
 
-        onnxjit does not act on onnxruntime's config keys; a ``RuntimeWarning`` says so rather
-        than ignoring the entry silently.
+        onnxjit acts on its own keys (:data:`ONNXJIT_CONFIG_KEYS`) and not on onnxruntime's; a
+        ``RuntimeWarning`` says so for any other key rather than ignoring it silently.
         """
+        if key in ONNXJIT_CONFIG_KEYS:
+            self._config[str(key)] = str(value)
+            return
         warnings.warn(
             f"session config entry {key!r} is stored but onnxjit does not act on it "
             "(onnxruntime-specific tuning)",

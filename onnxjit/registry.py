@@ -106,6 +106,39 @@ def onnx_op(op_type: str, since: int, domain: str = DEFAULT_DOMAIN):
     return deco
 
 
+# Operators that only graph passes create (fused groups and patterns), in their own domain.
+INTERNAL_DOMAIN = "onnxjit"
+_INTERNAL: dict[str, OpImpl] = {}
+
+
+def internal_op(op_type: str):
+    """Register the decorated function as the onnxjit-domain operator ``op_type``.
+
+    Internal operators have no ONNX schema and no versions: graph passes create their nodes
+    (see :func:`onnxjit.passes.rewrite.fused_node`) after binding, and models cannot name them.
+    The signature follows the :func:`onnx_op` contract.
+    """
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if op_type in _INTERNAL:
+            raise ValueError(f"internal operator {op_type!r} is registered twice")
+        onnx_op(op_type, since=1, domain=INTERNAL_DOMAIN)(fn)
+        _INTERNAL[op_type] = _REGISTRY.pop((INTERNAL_DOMAIN, op_type))[0]
+        return fn
+
+    return deco
+
+
+def internal_impl(op_type: str) -> OpImpl:
+    """The implementation of internal operator ``op_type`` (KeyError if none)."""
+    return _INTERNAL[op_type]
+
+
+def internal_ops() -> dict[str, OpImpl]:
+    """Every internal operator, by name."""
+    return dict(_INTERNAL)
+
+
 def implementations() -> dict[tuple[str, str], list[OpImpl]]:
     """Every registration, for tables and audits (sorted by since within an op)."""
     return {k: list(v) for k, v in sorted(_REGISTRY.items())}

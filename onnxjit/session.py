@@ -69,6 +69,16 @@ def decode_model_version(raw: int) -> int | SemVer:
 
 
 @dataclass(frozen=True)
+class GraphNode:
+    """One node of the optimised graph (see :meth:`InferenceSession.graph_nodes`)."""
+
+    name: str
+    op_type: str
+    domain: str
+    members: list[str]
+
+
+@dataclass(frozen=True)
 class ModelMetadata:
     """What ``get_modelmeta()`` returns (onnxruntime's field names)."""
 
@@ -96,6 +106,7 @@ class InferenceSession:
         sess_options: SessionOptions | None = None,
         providers: Sequence[str | tuple[str, dict]] | None = None,
         provider_options: Sequence[dict] | None = None,
+        disabled_optimizers: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -122,7 +133,12 @@ class InferenceSession:
             raise UnsupportedOperatorError(
                 "onnxjit cannot run this model:\n  - " + "\n  - ".join(problems)
             )
-        passes.optimize(self._model.graph, int(self._options.graph_optimization_level))
+        disabled = set(disabled_optimizers or ())
+        entry = self._options._config.get("onnxjit.disabled_optimizers", "")
+        disabled.update(x.strip() for x in entry.split(",") if x.strip())
+        self._pass_report = passes.optimize(
+            self._model.graph, int(self._options.graph_optimization_level), disabled
+        )
         self._program = Program(self._model.graph)
         graph = self._model.graph
         inits = set(graph.initializers)
@@ -268,12 +284,31 @@ class InferenceSession:
         return path
 
     def stats(self) -> dict[str, Any]:
-        """Session statistics: creation time, runs, node count."""
+        """Session statistics: creation time, runs, node count, graph passes.
+
+        ``passes`` maps each pass that ran to ``{"rewrites": n, "seconds": s}``.
+        """
         return {
             "session_create_seconds": self._create_seconds,
             "runs": self._runs,
             "nodes": len(self._program.steps),
+            "passes": {k: dict(v) for k, v in self._pass_report.items()},
         }
+
+    def graph_nodes(self) -> list[GraphNode]:
+        """The nodes that run, after the graph passes, in execution order.
+
+        A fused node (domain ``onnxjit``) lists the original nodes it replaced in ``members``.
+        """
+        return [
+            GraphNode(
+                name=n.name,
+                op_type=n.op_type,
+                domain=n.domain,
+                members=[f"{m.label} {m.name}".strip() for m in n.members],
+            )
+            for n in self._model.graph.nodes
+        ]
 
 
 def _session_event(name: str, profiler: Profiler, t0: int, t1: int) -> dict[str, Any]:

@@ -14,6 +14,8 @@ Subgraphs are left as they are, apart from renaming the values they read from ou
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from onnxjit import ir
@@ -33,13 +35,16 @@ NONDETERMINISTIC = frozenset(
 FOLD_LIMIT_BYTES = 1 << 24
 
 
-def optimize(graph: ir.Graph, level: int) -> None:
-    """Run the passes enabled at ``level`` (0 = none) on ``graph`` in place."""
-    if level <= 0:
-        return
-    fold_constants(graph)
-    eliminate_identities(graph)
-    remove_dead_nodes(graph)
+def optimize(
+    graph: ir.Graph, level: int, disabled: Iterable[str] = ()
+) -> dict[str, dict[str, float]]:
+    """Run the passes enabled at ``level`` (0 = none) on ``graph`` in place.
+
+    See :mod:`onnxjit.passes.manager` for the passes and levels; returns per-pass figures.
+    """
+    from onnxjit.passes.manager import run_passes
+
+    return run_passes(graph, level, disabled)
 
 
 def fold_constants(graph: ir.Graph) -> int:

@@ -1,0 +1,1 @@
+"""Internal (onnxjit-domain) operators created by graph passes (being written)."""
