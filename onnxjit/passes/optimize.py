@@ -1,15 +1,17 @@
-"""Graph optimisation passes, selected by ``SessionOptions.graph_optimization_level``.
+"""Constant folding, Identity/Dropout elimination and dead-node removal, plus renaming helpers.
 
-Level 0 (ORT_DISABLE_ALL) runs nothing. Level 1 and above (ORT_ENABLE_BASIC, as in onnxruntime)
-run, in order:
+These are three of the basic-level passes; the pass table, their order and the optimisation
+levels (``SessionOptions.graph_optimization_level``) live in :mod:`onnxjit.passes.manager`, and
+:func:`optimize` is the entry point that runs them all.
 
-* constant folding: a deterministic node whose inputs are all constants is run once at load
-  and its outputs become initializers (unless an output would be much larger than its inputs,
-  which would trade a cheap run-time op for memory);
-* Identity elimination, and inference-mode Dropout treated as Identity;
-* dead-node removal: nodes none of whose outputs reach a graph output.
+* :func:`fold_constants`: a deterministic node whose inputs are all constants is run once at
+  load and its outputs become initializers (unless an output would be much larger than its
+  inputs, which would trade a cheap run-time op for memory);
+* :func:`eliminate_identities`: Identity, and inference-mode Dropout treated as Identity;
+* :func:`remove_dead_nodes`: nodes none of whose outputs reach a graph output.
 
-Subgraphs are left as they are, apart from renaming the values they read from outer scopes.
+Subgraphs keep their nodes; only the values they read from outer scopes are renamed
+(:func:`rename_reads`).
 """
 
 from __future__ import annotations
@@ -147,6 +149,20 @@ def remove_dead_nodes(graph: ir.Graph) -> int:
         if name not in live and name not in {v.name for v in graph.inputs}:
             del graph.initializers[name]
     return removed
+
+
+def rename_reads(nodes: Iterable[ir.Node], rename: dict[str, str]) -> None:
+    """Make ``nodes`` (and the subgraphs they own) read ``rename[x]`` wherever they read ``x``.
+
+    Names a subgraph defines itself shadow the outer ones and are left alone.
+    """
+    if not rename:
+        return
+    for node in nodes:
+        node.inputs = [rename.get(x, x) for x in node.inputs]
+        for value in node.attrs.values():
+            for g in _graphs(value):
+                _rename_outer(g, rename)
 
 
 def _outer_reads(g: ir.Graph) -> set[str]:
