@@ -1,0 +1,237 @@
+"""``python -m bench``: run the workloads through the ratio harness and write a markdown table.
+
+    python -m bench                      # every workload, full sizes
+    python -m bench --quick              # small subset (CI smoke run, a few minutes)
+    python -m bench --only E1,M1 --out bench/results.md --json
+
+Columns: workload, case, ratio onnxjit/onnxruntime (median, 95 % bootstrap interval), onnxjit
+median, onnxruntime median, roof fraction (bandwidth or GEMM, onnxjit then onnxruntime), flags.
+The last line is the geometric mean of the per-workload geometric means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import harness
+from bench.workloads import get_cases, workload_ids
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def fmt_ns(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    if ns < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
+def fmt_ratio(r: harness.Result) -> str:
+    if r.ratio is None:
+        return "-"
+    return f"{r.ratio:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+
+
+def fmt_roof(r: harness.Result) -> str:
+    if r.roof_kind is None or r.jit_roof is None:
+        return "-"
+    return f"{r.roof_kind} {100 * r.jit_roof:.0f} % (ort {100 * r.ort_roof:.0f} %)"
+
+
+def _uptime() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def environment() -> dict[str, Any]:
+    import numba
+    import numpy
+    import onnxruntime
+
+    import onnxjit
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu
+            )
+    except OSError:
+        pass
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "onnxjit": f"{onnxjit.__version__} ({_git_commit()})",
+        "onnxruntime": onnxruntime.__version__,
+        "numba": numba.__version__,
+        "numpy": numpy.__version__,
+    }
+
+
+def markdown(
+    results: Sequence[harness.Result],
+    env: dict[str, Any],
+    roofs: harness.Roofs,
+    threads: dict[str, Any],
+    command: str,
+    load: tuple[str, str],
+    missing: dict[str, str],
+) -> str:
+    means, overall = harness.summary(results)
+    lines = [
+        f"Command: `{command}`  ",
+        f"{env['date']}; {env['cpu']}, {env['cores']} cores; load average (1, 5, 15 min) "
+        f"{load[0]} at start, {load[1]} at end  ",
+        f"onnxjit {env['onnxjit']}, onnxruntime {env['onnxruntime']}, numba {env['numba']}, "
+        f"numpy {env['numpy']}, Python {env['python']}; {threads['threads']} threads for both "
+        f"engines and BLAS  ",
+        f"Roofs measured in this run: copy {roofs.copy_gbps:.1f} GB/s (read + write, numpy "
+        f"copy of 256 MB), float32 GEMM {roofs.gemm_gflops:.0f} GFLOP/s (numpy 2048^3)",
+        "",
+        "| workload | case | ratio onnxjit/ort (median, 95 % CI) | onnxjit median "
+        "| onnxruntime median | roof fraction | flags |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        flags = list(r.flags)
+        if r.error:
+            flags.append(r.error)
+        if r.void:
+            flags.append(r.void)
+        lines.append(
+            f"| {r.workload} | {r.case} | {fmt_ratio(r)} | {fmt_ns(r.jit_ns)} | "
+            f"{fmt_ns(r.ort_ns)} | {fmt_roof(r)} | {'; '.join(flags).replace('|', '/')} |"
+        )
+    for w, why in missing.items():
+        lines.append(f"| {w} | - | - | - | - | - | not run: {why.replace('|', '/')} |")
+    per = ", ".join(f"{w} {g:.2f}" for w, g in means.items())
+    lines.append("")
+    lines.append(f"Per-workload geometric means: {per or '-'}  ")
+    lines.append(
+        "**Geometric mean of per-workload geometric means: "
+        + (f"{overall:.2f}**" if overall is not None else "-**")
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small subset of every workload")
+    ap.add_argument("--only", default="", help="comma-separated workload ids, e.g. E1,M1")
+    ap.add_argument("--out", default="bench/results.md", help="markdown table path")
+    ap.add_argument(
+        "--json",
+        nargs="?",
+        const="",
+        default=None,
+        help="also write the raw results as JSON (default path: --out with .json)",
+    )
+    ap.add_argument("--rounds", type=int, default=harness.MIN_ROUNDS, help="rounds (>= 21)")
+    ap.add_argument("--block-ms", type=float, default=5.0, help="minimum block length")
+    ap.add_argument("--cases", default="", help="only cases whose name contains this")
+    args = ap.parse_args(argv)
+
+    ids = [w.strip().upper() for w in args.only.split(",") if w.strip()] or workload_ids()
+    unknown = [w for w in ids if w not in workload_ids()]
+    if unknown:
+        ap.error(f"unknown workload(s) {unknown}; choose from {workload_ids()}")
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    load_start = _uptime()
+    threads = harness.fix_threads(harness.THREADS)
+    env = environment()
+    _log(f"measuring roofs ({threads['threads']} threads) ...")
+    roofs = harness.measure_roofs()
+    _log(f"  copy {roofs.copy_gbps:.1f} GB/s, GEMM {roofs.gemm_gflops:.0f} GFLOP/s")
+    results: list[harness.Result] = []
+    missing: dict[str, str] = {}
+    t_start = time.perf_counter()
+    for w in ids:
+        try:
+            cases = get_cases(w, args.quick)
+        except ImportError as exc:
+            missing[w] = f"workload module not available ({exc})"
+            _log(f"{w}: skipped, {missing[w]}")
+            continue
+        except Exception as exc:
+            missing[w] = f"building the cases failed: {type(exc).__name__}: {exc}"
+            _log(f"{w}: {missing[w]}")
+            continue
+        if args.cases:
+            cases = [c for c in cases if args.cases in c.name]
+        while cases:
+            case = cases.pop(0)
+            _log(f"{w} {case.name} ...")
+            t0 = time.perf_counter()
+            res = harness.measure_case(case, roofs, rounds=args.rounds, block_ms=args.block_ms)
+            res.extra["wall_s"] = time.perf_counter() - t0
+            results.append(res)
+            _log(
+                f"  ratio {fmt_ratio(res)}  jit {fmt_ns(res.jit_ns)}  ort {fmt_ns(res.ort_ns)}"
+                f"  {'; '.join(res.flags)} {res.error or ''}{res.void or ''}"
+                f"  ({res.extra['wall_s']:.1f} s)"
+            )
+            del case
+            gc.collect()
+    load_end = _uptime()
+    table = markdown(results, env, roofs, threads, command, (load_start, load_end), missing)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table)
+    _log(f"wrote {out} ({time.perf_counter() - t_start:.0f} s)")
+    if args.json is not None:
+        jpath = Path(args.json) if args.json else out.with_suffix(".json")
+        payload = {
+            "command": command,
+            "environment": env,
+            "threads": threads,
+            "roofs": vars(roofs),
+            "load": {"start": load_start, "end": load_end},
+            "results": [r.to_json() for r in results],
+            "missing": missing,
+            "geomean": harness.summary(results)[1],
+            "per_workload_geomean": harness.summary(results)[0],
+        }
+        jpath.write_text(json.dumps(payload, indent=1, default=str))
+        _log(f"wrote {jpath}")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

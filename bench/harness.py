@@ -1,0 +1,449 @@
+"""The ratio harness of shared/BENCHMARKING.md: onnxjit against onnxruntime in one process.
+
+Protocol, per case (:func:`measure_case`):
+
+1. Build both sessions from the same model; run each once on the same preallocated feeds and
+   compare every output with the case's ``rtol``/``atol``. A mismatch makes the result void (no
+   ratio is reported for it).
+2. Threads: onnxruntime ``intra_op_num_threads=2``, ``inter_op_num_threads=1``, sequential;
+   onnxjit ``SessionOptions.intra_op_num_threads=2``; BLAS limited to 2 threads with
+   threadpoolctl for the whole run (:func:`fix_threads`).
+3. Warm both: at least 5 runs each (plus one run per extra size for D1 cases, after which the
+   Numba compilations triggered by those new sizes are counted).
+4. At least 21 rounds. In each round the two engines run one block each, in random order; a block
+   is as many runs as make about ``block_ms`` (at least one run), each run timed with
+   ``perf_counter_ns`` and the garbage collector off; after an onnxruntime block the harness
+   sleeps 5-10 ms (onnxruntime's idle threads spin and would steal a core from onnxjit).
+5. Per round: the median time per run of each engine, ratio = onnxjit / onnxruntime. Reported:
+   the median ratio over rounds with a bootstrap 95 % interval, the median of the per-round
+   medians of each engine, and a flag when the interval is wider than 10 % of the ratio.
+
+Roof fractions use figures measured in the same run (:func:`measure_roofs`): the copy bandwidth
+of numpy copying a 256 MB float32 array (bytes read + bytes written per second) and numpy's
+float32 GEMM rate on 2048^3. ``Case.bytes_moved / time`` is compared with the first,
+``Case.flops / time`` with the second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bench.workloads import Case
+
+THREADS = 2
+MIN_ROUNDS = 21
+WARM_RUNS = 5
+#: A result is flagged when its 95 % interval is wider than this fraction of the ratio.
+WIDE_CI = 0.10
+
+# Targets of issue 4 (ratio onnxjit / onnxruntime must be at most this); a predicate on the case
+# name restricts a target to the cases it is about.
+TARGETS: dict[str, tuple[float, Callable[[str], bool]]] = {
+    "E1": (0.5, lambda name: not name.endswith("/4K")),
+    "E2": (1.0, lambda name: True),
+    "T1": (1.2, lambda name: True),
+    "C1": (1.5, lambda name: name.endswith("/b1") or "/b1/" in name),
+    "G1": (0.5, lambda name: not name.endswith("/b1")),
+    "M1": (1.5, lambda name: name.endswith("/b1")),
+}
+
+
+# -- threads ---------------------------------------------------------------------------------
+_THREAD_LIMITS: Any = None
+
+
+def fix_threads(n: int = THREADS) -> dict[str, Any]:
+    """Limit BLAS (threadpoolctl) and Numba to ``n`` threads for the rest of the process."""
+    global _THREAD_LIMITS
+    import numba
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    _THREAD_LIMITS = threadpool_limits(limits=n, user_api="blas")
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    return {
+        "threads": n,
+        "numba_threads": numba.get_num_threads(),
+        "numba_threading_layer": numba.config.THREADING_LAYER,
+        "blas": [
+            {k: p.get(k) for k in ("internal_api", "version", "num_threads")}
+            for p in threadpool_info()
+            if p.get("user_api") == "blas"
+        ],
+    }
+
+
+# -- roofs -----------------------------------------------------------------------------------
+@dataclass
+class Roofs:
+    """Machine roofs measured in this run."""
+
+    copy_gbps: float  # numpy copy of a 256 MB float32 array, (read + write) bytes per second / 1e9
+    gemm_gflops: float  # numpy float32 2048^3 GEMM, 2*n^3 / seconds / 1e9
+
+
+def _best_seconds(fn: Callable[[], Any], runs: int) -> float:
+    """Fastest of ``runs`` calls: a roof is what the machine can do, noise only slows it."""
+    best = math.inf
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        fn()
+        best = min(best, time.perf_counter_ns() - t0)
+    return best * 1e-9
+
+
+def measure_roofs(runs: int = 9) -> Roofs:
+    """Copy bandwidth and float32 GEMM rate with the current thread limits (best of ``runs``)."""
+    n = (256 << 20) // 4
+    src = np.ones(n, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    t_copy = _best_seconds(lambda: np.copyto(dst, src), runs)  # noqa: B023
+    copy_gbps = 2 * src.nbytes / t_copy / 1e9
+    k = 2048
+    r = np.random.default_rng(0)
+    a = r.standard_normal((k, k), dtype=np.float32)
+    b = r.standard_normal((k, k), dtype=np.float32)
+    c = np.empty((k, k), dtype=np.float32)
+    np.matmul(a, b, out=c)
+    t_gemm = _best_seconds(lambda: np.matmul(a, b, out=c), max(3, runs // 2))
+    return Roofs(copy_gbps=copy_gbps, gemm_gflops=2 * k**3 / t_gemm / 1e9)
+
+
+# -- compile counting --------------------------------------------------------------------------
+class CompileCounter:
+    """Counts Numba compilations (cache misses that run the compiler) and their seconds.
+
+    Uses ``onnxjit.compile_count()`` when onnxjit provides it; Numba's ``numba:compile`` event
+    is always counted too (it fires for every compiled specialisation, nested ones included,
+    and not for those loaded from the on-disk cache). ``specialisations()`` counts every
+    specialisation held by any live dispatcher (compiled or loaded from disk), so a new entry
+    for a new input size shows even when the cache hid the compile.
+    """
+
+    def __init__(self) -> None:
+        from numba.core import event
+
+        self._event = event
+        counter = self
+
+        class _Listener(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                counter._starts.append(time.perf_counter())
+
+            def on_end(self, ev: Any) -> None:
+                t0 = counter._starts.pop() if counter._starts else time.perf_counter()
+                counter.events += 1
+                if not counter._starts:  # count wall time of outermost compiles only
+                    counter.seconds += time.perf_counter() - t0
+
+        self._starts: list[float] = []
+        self.events = 0
+        self.seconds = 0.0
+        self._listener = _Listener()
+        event.register("numba:compile", self._listener)
+
+    def close(self) -> None:
+        self._event.unregister("numba:compile", self._listener)
+
+    @staticmethod
+    def onnxjit_count() -> int | None:
+        import onnxjit
+
+        fn = getattr(onnxjit, "compile_count", None)
+        return int(fn()) if callable(fn) else None
+
+    @staticmethod
+    def specialisations() -> int:
+        from numba.core.dispatcher import Dispatcher
+
+        return sum(len(o.overloads) for o in gc.get_objects() if isinstance(o, Dispatcher))
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "seconds": self.seconds,
+            "onnxjit": self.onnxjit_count(),
+            "specialisations": self.specialisations(),
+        }
+
+    @staticmethod
+    def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for k in before:
+            a, b = before[k], after[k]
+            out[k] = None if a is None or b is None else b - a
+        return out
+
+
+_COUNTER: CompileCounter | None = None
+
+
+def compile_counter() -> CompileCounter:
+    global _COUNTER
+    if _COUNTER is None:
+        _COUNTER = CompileCounter()
+    return _COUNTER
+
+
+# -- sessions --------------------------------------------------------------------------------
+def make_sessions(case: Case, threads: int = THREADS) -> tuple[Any, Any, dict[str, float]]:
+    """(onnxjit session, onnxruntime session, creation seconds of each)."""
+    import onnxruntime as ort
+
+    import onnxjit
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    blob = case.model.SerializeToString()
+    t0 = time.perf_counter()
+    ort_sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+    t1 = time.perf_counter()
+    jo = onnxjit.SessionOptions()
+    jo.intra_op_num_threads = threads
+    jit_sess = onnxjit.InferenceSession(case.model, jo)
+    t2 = time.perf_counter()
+    return jit_sess, ort_sess, {"ort_create_s": t1 - t0, "jit_create_s": t2 - t1}
+
+
+def compare_outputs(
+    got: Sequence[Any], want: Sequence[Any], rtol: float, atol: float
+) -> str | None:
+    """None when every output matches (dtype, shape, values within tolerance), else why not."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, onnxruntime gives {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if isinstance(w, list):  # sequence / map outputs (ZipMap): compare element-wise
+            if len(g) != len(w):
+                return f"output {i}: {len(g)} elements, onnxruntime gives {len(w)}"
+            for j, (gj, wj) in enumerate(zip(g, w)):
+                if isinstance(wj, dict):
+                    if set(gj) != set(wj) or not np.allclose(
+                        [gj[k] for k in wj], list(wj.values()), rtol=rtol, atol=atol
+                    ):
+                        return f"output {i}[{j}]: map differs"
+                else:
+                    why = compare_outputs([gj], [wj], rtol, atol)
+                    if why:
+                        return f"output {i}[{j}]: {why}"
+            continue
+        g = np.asarray(g)
+        w = np.asarray(w)
+        if g.dtype != w.dtype:
+            return f"output {i}: dtype {g.dtype}, onnxruntime gives {w.dtype}"
+        if g.shape != w.shape:
+            return f"output {i}: shape {g.shape}, onnxruntime gives {w.shape}"
+        if g.dtype.kind in "fc":
+            bad = ~np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+            if bad.any():
+                err = np.abs(g.astype(np.float64) - w.astype(np.float64))
+                return (
+                    f"output {i}: {int(bad.sum())} of {g.size} values differ "
+                    f"(max abs err {np.nanmax(err):.3g}, rtol {rtol}, atol {atol})"
+                )
+        elif not np.array_equal(g, w):
+            return f"output {i}: {int((g != w).sum())} of {g.size} values differ"
+    return None
+
+
+# -- timing ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _gc_off() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def time_block(run: Callable[[], Any], n: int) -> float:
+    """Median nanoseconds per run over ``n`` runs, gc off."""
+    times = [0] * n
+    clock = time.perf_counter_ns
+    with _gc_off():
+        for i in range(n):
+            t0 = clock()
+            run()
+            times[i] = clock() - t0
+    return float(statistics.median(times))
+
+
+def bootstrap_ci(
+    values: Sequence[float], n_boot: int = 4000, seed: int = 0
+) -> tuple[float, float, float]:
+    """Median of ``values`` and its bootstrap 95 % interval (percentile method)."""
+    v = np.asarray(values, dtype=np.float64)
+    med = float(np.median(v))
+    if len(v) < 2:
+        return med, med, med
+    idx = np.random.default_rng(seed).integers(0, len(v), size=(n_boot, len(v)))
+    meds = np.median(v[idx], axis=1)
+    lo, hi = np.percentile(meds, [2.5, 97.5])
+    return med, float(lo), float(hi)
+
+
+@dataclass
+class Result:
+    """One case's figures (times in nanoseconds per run)."""
+
+    workload: str
+    case: str
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    jit_ns: float | None = None
+    ort_ns: float | None = None
+    roof_kind: str | None = None  # "bw" (copy bandwidth) or "gemm"
+    jit_roof: float | None = None
+    ort_roof: float | None = None
+    rounds: int = 0
+    runs_per_block: dict[str, int] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    void: str | None = None
+    error: str | None = None
+    compiles: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure_case(
+    case: Case,
+    roofs: Roofs | None = None,
+    rounds: int = MIN_ROUNDS,
+    block_ms: float = 5.0,
+    seed: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> Result:
+    """Run the ratio protocol on one case (see the module docstring)."""
+    res = Result(case.workload, case.name)
+    counter = compile_counter()
+    rounds = max(MIN_ROUNDS, rounds)
+    try:
+        before = counter.snapshot()
+        jit, ort_sess, extra = make_sessions(case)
+        res.extra.update(extra)
+        want = ort_sess.run(None, case.feeds)
+        t0 = time.perf_counter()
+        got = jit.run(None, case.feeds)
+        res.extra["jit_first_run_s"] = time.perf_counter() - t0
+    except Exception as exc:  # report and go on with the next case
+        res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        res.flags.append("error")
+        return res
+    why = compare_outputs(got, want, case.rtol, case.atol)
+    if why:
+        res.void = why
+        res.flags.append("VOID: outputs differ")
+        return res
+    del got, want
+
+    def run_jit() -> Any:
+        return jit.run(None, case.feeds)
+
+    def run_ort() -> Any:
+        return ort_sess.run(None, case.feeds)
+
+    # warm-up: at least WARM_RUNS each; time per run estimated from the last ones
+    t_jit = time_block(run_jit, WARM_RUNS)
+    t_ort = time_block(run_ort, WARM_RUNS)
+    res.compiles["warm_up"] = counter.delta(before, counter.snapshot())
+
+    if case.sizes:  # D1: new sizes after warm-up must compile nothing
+        before = counter.snapshot()
+        mismatches = []
+        for k, feeds in enumerate(case.sizes):
+            why = compare_outputs(
+                jit.run(None, feeds), ort_sess.run(None, feeds), case.rtol, case.atol
+            )
+            if why:
+                mismatches.append(f"size {k}: {why}")
+        after = counter.delta(before, counter.snapshot())
+        res.compiles["new_sizes"] = after
+        res.compiles["n_sizes"] = len(case.sizes)
+        n_new = after["onnxjit"] if after["onnxjit"] is not None else after["events"]
+        res.flags.append(f"{n_new} compiles / {len(case.sizes)} new sizes")
+        if after["specialisations"]:
+            res.flags.append(f"{after['specialisations']} new specialisations")
+        if mismatches:
+            res.void = "; ".join(mismatches)
+            res.flags.append("VOID: outputs differ on a new size")
+            return res
+
+    n_block = {
+        "jit": max(1, math.ceil(block_ms * 1e6 / max(t_jit, 1.0))),
+        "ort": max(1, math.ceil(block_ms * 1e6 / max(t_ort, 1.0))),
+    }
+    res.runs_per_block = dict(n_block)
+    rnd = random.Random(seed)
+    before_timing = counter.snapshot()
+    per_round: dict[str, list[float]] = {"jit": [], "ort": []}
+    runs = {"jit": run_jit, "ort": run_ort}
+    for r in range(rounds):
+        order = ["jit", "ort"]
+        rnd.shuffle(order)
+        for eng in order:
+            per_round[eng].append(time_block(runs[eng], n_block[eng]))
+            if eng == "ort":
+                time.sleep(rnd.uniform(0.005, 0.010))
+        if log and (r + 1) % 7 == 0:
+            log(f"    round {r + 1}/{rounds}")
+    res.rounds = rounds
+    during = counter.delta(before_timing, counter.snapshot())
+    res.compiles["timing"] = during
+    if during["events"]:
+        res.flags.append(f"{during['events']} compiles while timing")
+    ratios = [j / o for j, o in zip(per_round["jit"], per_round["ort"])]
+    res.ratio, res.ci_low, res.ci_high = bootstrap_ci(ratios, seed=seed)
+    res.jit_ns = float(np.median(per_round["jit"]))
+    res.ort_ns = float(np.median(per_round["ort"]))
+    res.extra["per_round_ns"] = per_round
+    if (res.ci_high - res.ci_low) > WIDE_CI * res.ratio:
+        res.flags.append("CI > 10 %")
+    if roofs is not None:
+        if case.bytes_moved:
+            res.roof_kind = "bw"
+            peak = roofs.copy_gbps * 1e9
+            res.jit_roof = case.bytes_moved / (res.jit_ns * 1e-9) / peak
+            res.ort_roof = case.bytes_moved / (res.ort_ns * 1e-9) / peak
+        elif case.flops:
+            res.roof_kind = "gemm"
+            peak = roofs.gemm_gflops * 1e9
+            res.jit_roof = case.flops / (res.jit_ns * 1e-9) / peak
+            res.ort_roof = case.flops / (res.ort_ns * 1e-9) / peak
+    target = TARGETS.get(case.workload)
+    if target and target[1](case.name) and res.ratio > target[0]:
+        res.flags.append(f"target <= {target[0]} missed ({res.ratio / target[0]:.1f}x)")
+    return res
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0]
+    if not vals:
+        return None
+    return float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
+
+
+def summary(results: Sequence[Result]) -> tuple[dict[str, float], float | None]:
+    """Per-workload geometric mean of case ratios, and the geometric mean of those."""
+    per: dict[str, list[float]] = {}
+    for r in results:
+        if r.ratio is not None:
+            per.setdefault(r.workload, []).append(r.ratio)
+    means = {w: g for w, v in per.items() if (g := geomean(v)) is not None}
+    return means, geomean(list(means.values()))
