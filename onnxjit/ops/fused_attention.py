@@ -1,1 +1,176 @@
-"""Internal (onnxjit-domain) operators created by graph passes (being written)."""
+"""Internal operator ``SDPA``: the attention subgraph the ``attention_fusion`` pass replaces.
+
+The node stands for exactly this sequence of standard operators (see
+onnxjit/passes/patterns_attention.py for the patterns that produce it)::
+
+    kt = k                      if k_transposed else swap the last two axes of k
+    s  = MatMul(q, kt) * scale  (scale: the product of every constant Mul/Div of the pattern)
+    s  = s + mask               (when a mask input is given)   } in this order, or the reverse
+    s  = Where(cond, s, fill)   (when a cond input is given;   } when where_first; swap puts s
+                                 Where(cond, fill, s) if swap) } in the false branch
+    p  = Softmax(s, axis=-1)
+    p  = Where(IsNaN(p), 0, p)  (when nan_to_zero)
+    y  = MatMul(p, v)
+
+The fast path covers Q/K/V of rank 2 to 4 whose batch dimensions broadcast like MatMul's and
+masks that do not widen the scores: one batched BLAS matmul for Q K^T, one Numba pass per row
+for scale, masks and softmax (in place, masks read through their broadcast layout), one batched
+BLAS matmul for P V. Anything else (rank 5 and more, a mask that broadcasts the scores to a
+larger shape) takes a numpy path with the same semantics. float16/bfloat16 compute in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxjit.kernels import _jit
+from onnxjit.kernels._jit import run_parallel
+from onnxjit.kernels.cpu import sdpa as ksdpa
+from onnxjit.registry import NodeContext, internal_op
+
+_DUMMY = {}
+
+
+def _dummy(dtype: np.dtype) -> np.ndarray:
+    """A (1, 1, 1, 1) stand-in for an absent mask (one array per dtype, never written)."""
+    d = _DUMMY.get(dtype)
+    if d is None:
+        d = _DUMMY[dtype] = np.zeros((1, 1, 1, 1), dtype=dtype)
+    return d
+
+
+def _as_4d(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` left-padded to rank 4 with its last dimension widened to ``n``, C-contiguous."""
+    a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+    if a.shape[3] != n:
+        a = np.broadcast_to(a, a.shape[:3] + (n,))
+    return np.ascontiguousarray(a)
+
+
+def _reference(
+    q: np.ndarray,
+    kt: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    cond: np.ndarray | None,
+    scale: float,
+    fill: float,
+    swap: bool,
+    where_first: bool,
+    nan_to_zero: bool,
+) -> np.ndarray:
+    """The unfused sequence with numpy (every shape the standard operators accept)."""
+    s = np.matmul(q, kt)
+    s = s * s.dtype.type(scale)
+
+    def _where(s: np.ndarray) -> np.ndarray:
+        f = s.dtype.type(fill)
+        return np.where(cond, f, s) if swap else np.where(cond, s, f)
+
+    if where_first and cond is not None:
+        s = _where(s)
+    if mask is not None:
+        s = s + mask
+    if not where_first and cond is not None:
+        s = _where(s)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+    if nan_to_zero:
+        p = np.where(np.isnan(p), p.dtype.type(0), p)
+    return np.matmul(p, v)
+
+
+@internal_op("SDPA")
+def sdpa(
+    ctx: NodeContext,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    cond: np.ndarray | None = None,
+    *,
+    scale: float = 1.0,
+    k_transposed: int = 0,
+    k_rank: int = 0,
+    fill: float = 0.0,
+    swap: int = 0,
+    where_first: int = 0,
+    nan_to_zero: int = 0,
+) -> np.ndarray:
+    """Fused attention (see the module docstring for the exact semantics).
+
+    ``k`` is K ([..., sk, d]) when ``k_transposed`` is 0 (the graph's Transpose of K, which
+    swapped the last two of ``k_rank`` axes, is folded in), else K^T ([..., d, sk]).
+    """
+    dtype = q.dtype
+    if not k_transposed and k_rank and k.ndim != k_rank:
+        raise ctx.error(
+            f"the Transpose of K folded into this attention has a perm of length {k_rank}, "
+            f"but K has rank {k.ndim}"
+        )
+    if k.ndim < 2:
+        raise ctx.error(f"K must have rank 2 or more, got shape {k.shape}")
+    kt = k if k_transposed else np.swapaxes(k, -1, -2)
+    narrow = dtype in (np.float16,) or dtype.name == "bfloat16"
+    cdt = np.dtype(np.float32) if narrow else dtype
+    args = (bool(swap), bool(where_first), bool(nan_to_zero))
+    fast = (
+        (dtype in (np.float32, np.float64) or narrow)
+        and 2 <= q.ndim <= 4
+        and kt.ndim <= 4
+        and 2 <= v.ndim <= 4
+    )
+    if fast:
+        try:
+            batch = np.broadcast_shapes(q.shape[:-2], kt.shape[:-2])
+        except ValueError:
+            fast = False
+    if fast:
+        sq, sk = q.shape[-2], kt.shape[-1]
+        shape = batch + (sq, sk)
+        fast = q.shape[-1] == kt.shape[-2] and v.shape[-2] == sk
+        for extra in (mask, cond):
+            if extra is not None and fast:
+                try:
+                    fast = extra.ndim <= 4 and np.broadcast_shapes(shape, extra.shape) == shape
+                except ValueError:
+                    fast = False
+        if fast and mask is not None:
+            fast = mask.dtype == dtype
+        if fast and cond is not None:
+            fast = cond.dtype == np.bool_
+    if not fast:
+        c = [None if a is None else a.astype(cdt) for a in (q, kt, v, mask)]
+        y = _reference(c[0], c[1], c[2], c[3], cond, scale, fill, *args)
+        return y.astype(dtype, copy=False)
+    if narrow:
+        q, kt, v = q.astype(cdt), kt.astype(cdt), v.astype(cdt)
+        mask = None if mask is None else mask.astype(cdt)
+    s = np.matmul(q, kt)  # batched BLAS, fresh and C-contiguous
+    s = np.ascontiguousarray(s, dtype=cdt)
+    s4 = s.reshape((1,) * (4 - s.ndim) + s.shape)
+    nh = s4.shape[1]
+    m4 = _dummy(cdt) if mask is None else _as_4d(mask, sk)
+    c4 = _dummy(np.dtype(np.bool_)) if cond is None else _as_4d(cond, sk)
+    if s.size == 0:
+        return np.matmul(s, v).astype(dtype, copy=False)
+    rows = s.reshape(-1, sk)
+    kargs = (
+        rows,
+        nh,
+        sq,
+        m4,
+        c4,
+        mask is not None,
+        cond is not None,
+        cdt.type(scale),
+        cdt.type(fill),
+        *args,
+    )
+    if rows.size >= _jit.PARALLEL_THRESHOLD:
+        run_parallel(ksdpa.attention_rows_par, *kargs)
+    else:
+        ksdpa.attention_rows(*kargs)
+    y = np.matmul(s, v)
+    return y.astype(dtype, copy=False)
