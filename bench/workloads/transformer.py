@@ -95,6 +95,13 @@ class GraphBuilder:
         )
         return outs[0] if n_out == 1 else outs
 
+    def rename(self, old: str, new: str) -> str:
+        """Rename value ``old`` to ``new`` everywhere (to give a graph output its public name)."""
+        for node in self.nodes:
+            node.output[:] = [new if o == old else o for o in node.output]
+            node.input[:] = [new if i == old else i for i in node.input]
+        return new
+
     def reduce_mean(self, x: str, axes: list[int], keepdims: int = 1) -> str:
         """ReduceMean with ``axes`` as an attribute (opset < 18) or an input (opset >= 18)."""
         if self.opset >= 18:
@@ -279,7 +286,7 @@ def bert_primitive(
 
     for i in range(layers):
         x = _bert_layer(g, x, mask, hidden, heads, batch, seq, dynamic, f"encoder.layer.{i}")
-    x = g.op("Identity", x, name="last_hidden_state")
+    x = g.rename(x, "last_hidden_state")
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, [bdim, sdim]),
         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [bdim, sdim]),
@@ -525,7 +532,7 @@ def gpt2_step(
         h = _gelu_tanh(g, _linear(g, h, hidden, 4 * hidden, f"h.{i}.mlp.c_fc"))
         x = g.op("Add", x, _linear(g, h, 4 * hidden, hidden, f"h.{i}.mlp.c_proj"))
     x = _layer_norm(g, x, hidden, 1e-5, "ln_f")
-    x = g.op("Identity", x, name="output")
+    x = g.rename(x, "output")
     outputs.insert(0, helper.make_tensor_value_info(x, TensorProto.FLOAT, [bdim, 1, hidden]))
     return g.model(inputs, outputs, f"gpt2_step_h{hidden}_l{layers}")
 
