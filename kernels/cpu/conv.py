@@ -14,6 +14,22 @@ from .._jit import njit, pjit
 
 
 @njit(inline="always")
+def _span(n_out, size, st, off):
+    """Output positions ``[lo, hi)`` whose tap ``o * st + off`` lies inside ``[0, size)``."""
+    lo = 0
+    if off < 0:
+        lo = (-off + st - 1) // st
+    hi = 0
+    if size - off > 0:
+        hi = (size - off + st - 1) // st
+    if hi > n_out:
+        hi = n_out
+    if lo > hi:
+        lo = hi
+    return lo, hi
+
+
+@njit(inline="always")
 def _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg):
     n = idx // cg
     c = idx % cg
@@ -23,19 +39,32 @@ def _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg):
         for kh in range(k[1]):
             for kw in range(k[2]):
                 row = ((c * k[0] + kd) * k[1] + kh) * k[2] + kw
+                dst = col[n, row]
+                # The in-range output columns of this tap are one contiguous run per output
+                # row: zero the edges, copy the run (a plain strided copy, no per-element test).
+                woff = kw * dl[2] - pb[2]
+                lo, hi = _span(OW, W, st[2], woff)
                 for od in range(OD):
                     d = od * st[0] - pb[0] + kd * dl[0]
                     dok = d >= 0 and d < D
                     for oh in range(OH):
                         h = oh * st[1] - pb[1] + kh * dl[1]
-                        ok = dok and h >= 0 and h < H
                         base = (od * OH + oh) * OW
-                        for ow in range(OW):
-                            w = ow * st[2] - pb[2] + kw * dl[2]
-                            if ok and w >= 0 and w < W:
-                                col[n, row, base + ow] = x[n, c0 + c, d, h, w]
+                        if dok and h >= 0 and h < H:
+                            src = x[n, c0 + c, d, h]
+                            for ow in range(lo):
+                                dst[base + ow] = 0
+                            if st[2] == 1:
+                                for ow in range(lo, hi):
+                                    dst[base + ow] = src[ow + woff]
                             else:
-                                col[n, row, base + ow] = 0
+                                for ow in range(lo, hi):
+                                    dst[base + ow] = src[ow * st[2] + woff]
+                            for ow in range(hi, OW):
+                                dst[base + ow] = 0
+                        else:
+                            for ow in range(OW):
+                                dst[base + ow] = 0
 
 
 @njit

@@ -347,7 +347,12 @@ def _conv_core(
     pb: list[int],
     out: list[int],
 ) -> np.ndarray:
-    """Convolution of float32/float64 ``x`` (N, C, *sp) with ``w`` (M, C/group, *ks)."""
+    """Convolution of float32/float64 ``x`` (N, C, *sp) with ``w`` (M, C/group, *ks), no bias.
+
+    The result is a fresh C-contiguous (N, M, *out) array. Each GEMM writes its (M/group, S)
+    block of the output straight into place (``W[M, C*K] @ col[C*K, S]`` is NCHW per image), so
+    no transpose or copy follows it.
+    """
     N, C = x.shape[:2]
     M = w.shape[0]
     cg, mg = C // group, M // group
@@ -355,17 +360,23 @@ def _conv_core(
     K = math.prod(ks)
     if N == 0 or M == 0 or s_out == 0:
         return np.zeros((N, M, *out), x.dtype)
+    if cg == 0 or K == 0:
+        return np.zeros((N, M, *out), x.dtype)
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
+    y = np.empty((N, M, s_out), x.dtype)
     if (
         group == 1
         and all(k == 1 for k in ks)
-        and all(s == 1 for s in st)
         and all(p == 0 for p in pb)
-        and list(out) == list(x.shape[2:])
+        and all((i - 1) // s + 1 == o for i, s, o in zip(x.shape[2:], st, out))
     ):
-        # 1x1 convolution: one GEMM per image, no data movement.
-        y = np.matmul(w.reshape(M, C), x.reshape(N, C, s_out))
+        # 1x1 convolution: a strided view of the input is already the GEMM operand (stride 1:
+        # the input itself; stride > 1: one strided copy), no im2col.
+        sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st))
+        xs = x[(slice(None), slice(None), *sl)]
+        xs = np.ascontiguousarray(xs).reshape(N, C, s_out)
+        np.matmul(w.reshape(M, C), xs, out=y)
         return y.reshape(N, M, *out)
     x5 = x.reshape(N, C, *_pad3(x.shape[2:], 1))
     k3, st3, dl3, pb3 = (
@@ -377,13 +388,12 @@ def _conv_core(
     osz = _i64(_pad3(out, 1))
     if group > 1 and cg == 1 and group == C:
         # Depthwise: direct Numba loops (a GEMM with one input channel would be all overhead).
-        y5 = np.empty((N, M, *osz), x.dtype)
+        y5 = y.reshape(N, M, *osz)
         w5 = w.reshape(M, 1, *k3)
         _launch(
             kconv.depthwise, kconv.depthwise_par, y5.size * K, x5, w5, k3, st3, dl3, pb3, y5, M // C
         )
-        return y5.reshape(N, M, *out)
-    y = np.empty((N, M, s_out), x.dtype)
+        return y.reshape(N, M, *out)
     wr = w.reshape(M, cg * K)
     per_image = cg * K * s_out * x.dtype.itemsize
     chunk = max(1, min(N, _COL_BYTES // max(per_image, 1)))
@@ -396,7 +406,9 @@ def _conv_core(
             _launch(
                 kconv.im2col, kconv.im2col_par, cs.size, xs, g * cg, cg, k3, st3, dl3, pb3, osz, cs
             )
-            y[n0:n1, g * mg : (g + 1) * mg] = np.matmul(wr[g * mg : (g + 1) * mg], cs)
+            wg = wr[g * mg : (g + 1) * mg]
+            for i in range(n1 - n0):
+                np.matmul(wg, cs[i], out=y[n0 + i, g * mg : (g + 1) * mg])
     return y.reshape(N, M, *out)
 
 
@@ -417,6 +429,26 @@ def _conv_checks(
     return ks
 
 
+def conv_compute(
+    ctx: NodeContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """Conv without bias, in the compute dtype (float16/bfloat16 -> float32): a fresh
+    C-contiguous (N, M, *out) array. Shared by Conv and the fused ``FusedConv``."""
+    ks = _conv_checks(ctx, x, w, group, kernel_shape)
+    pb, _pe, out, st, dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
+    xc = _compute(x)
+    return _conv_core(xc, _compute(w).astype(xc.dtype, copy=False), group, ks, st, dl, pb, out)
+
+
 @onnx_op("Conv", since=1)
 @onnx_op("Conv", since=11)
 @onnx_op("Conv", since=22)
@@ -435,16 +467,22 @@ def conv(
 ) -> np.ndarray:
     """N-D convolution (1-D to 3-D): im2col + GEMM per group, plain GEMM for 1x1, a Numba
     kernel for depthwise. Optional bias B of shape (M,)."""
-    ks = _conv_checks(ctx, x, w, group, kernel_shape)
-    pb, _pe, out, st, dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
-    dtype = x.dtype
-    xc = _compute(x)
-    y = _conv_core(xc, _compute(w).astype(xc.dtype, copy=False), group, ks, st, dl, pb, out)
+    y = conv_compute(
+        ctx,
+        x,
+        w,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
     if b is not None:
         if b.shape != (w.shape[0],):
             raise ctx.error(f"B has shape {b.shape}, expected ({w.shape[0]},)")
-        y += _compute(b).astype(y.dtype, copy=False).reshape(1, -1, *([1] * len(out)))
-    return _back(y, dtype)
+        y += _compute(b).astype(y.dtype, copy=False).reshape(1, -1, *([1] * (y.ndim - 2)))
+    return _back(y, x.dtype)
 
 
 @onnx_op("ConvInteger", since=10)
