@@ -30,6 +30,8 @@ INTERNAL_DOMAIN = "onnxjit"
 # Above this many bytes of tensor data the file is written with external data: protobuf
 # cannot serialise a message of 2 GiB or more.
 EXTERNAL_DATA_BYTES = 1_800_000_000
+# With external data, tensors of at least this many bytes go to the data file.
+EXTERNAL_TENSOR_MIN_BYTES = 1024
 
 
 def to_model_proto(model: ir.Model) -> onnx.ModelProto:
@@ -74,18 +76,23 @@ def write_optimized_model(model: ir.Model, path: str | os.PathLike[str]) -> str:
         if external:
             data_name = os.path.basename(path) + ".data"
             tmp_data = os.path.join(folder, f".{data_name}.tmp{os.getpid()}")
-            onnx.external_data_helper.convert_model_to_external_data(
-                proto, all_tensors_to_one_file=True, location=os.path.basename(tmp_data)
+            ext = onnx.external_data_helper
+            ext.convert_model_to_external_data(
+                proto,
+                all_tensors_to_one_file=True,
+                location=os.path.basename(tmp_data),
+                size_threshold=EXTERNAL_TENSOR_MIN_BYTES,
             )
-            onnx.save_model(proto, tmp)
+            proto = ext.write_external_data_tensors(proto, folder)
             # The proto names the final data file, not the temporary one.
-            for t in onnx.external_data_helper._get_all_tensors(proto):  # noqa: SLF001
+            for t in ext._get_all_tensors(proto):
                 for entry in t.external_data:
                     if entry.key == "location":
                         entry.value = data_name
             with open(tmp, "wb") as f:
                 f.write(proto.SerializeToString())
-            os.replace(tmp_data, os.path.join(folder, data_name))
+            if os.path.exists(tmp_data):
+                os.replace(tmp_data, os.path.join(folder, data_name))
         else:
             with open(tmp, "wb") as f:
                 f.write(proto.SerializeToString())
