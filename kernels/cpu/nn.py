@@ -65,6 +65,115 @@ def softmax_par(x, y, log):
         _softmax_block(x, y, o, log)
 
 
+@njit(inline="always")
+def _softmax_row(x, y, r, log):
+    # One row of a (R, n) array, softmax over the row: max, exp and sum, scale. The max and
+    # the sum keep eight partial results so that the loops vectorise without fastmath.
+    n = x.shape[1]
+    if n == 0:
+        return
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = x[r, 0]
+    j = 0
+    while j + 8 <= n:
+        m0 = max(m0, x[r, j])
+        m1 = max(m1, x[r, j + 1])
+        m2 = max(m2, x[r, j + 2])
+        m3 = max(m3, x[r, j + 3])
+        m4 = max(m4, x[r, j + 4])
+        m5 = max(m5, x[r, j + 5])
+        m6 = max(m6, x[r, j + 6])
+        m7 = max(m7, x[r, j + 7])
+        j += 8
+    while j < n:
+        m0 = max(m0, x[r, j])
+        j += 1
+    mx = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+    z = x.dtype.type(0.0)
+    for j in range(n):
+        y[r, j] = math.exp(x[r, j] - mx)
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
+    j = 0
+    while j + 8 <= n:
+        a0 += y[r, j]
+        a1 += y[r, j + 1]
+        a2 += y[r, j + 2]
+        a3 += y[r, j + 3]
+        a4 += y[r, j + 4]
+        a5 += y[r, j + 5]
+        a6 += y[r, j + 6]
+        a7 += y[r, j + 7]
+        j += 8
+    t = z
+    while j < n:
+        t += y[r, j]
+        j += 1
+    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + t
+    if log:
+        lse = mx + math.log(total)
+        for j in range(n):
+            y[r, j] = x[r, j] - lse
+    else:
+        inv = x.dtype.type(1.0) / total
+        for j in range(n):
+            y[r, j] = y[r, j] * inv
+
+
+@njit
+def softmax_rows(x, y, log):
+    """Softmax (or log-softmax) of each row of ``x`` (R, n) into ``y`` (same shape and type).
+
+    The row is read three times while it stays in cache: max, exp and sum, scale. Partial
+    sums are kept in x's type."""
+    for r in range(x.shape[0]):
+        _softmax_row(x, y, r, log)
+
+
+@pjit
+def softmax_rows_par(x, y, log):
+    """Parallel twin of :func:`softmax_rows` (threads over rows)."""
+    for r in prange(x.shape[0]):
+        _softmax_row(x, y, r, log)
+
+
+_SQRT1_2 = 0.7071067811865476
+_SQRT_2_PI = 0.7978845608028654
+
+
+@njit(inline="always")
+def _gelu_row(x, bias, y, r, tanh_form):
+    # Constants in x's type so that float32 stays float32 (a float64 literal would promote).
+    n = x.shape[1]
+    half = x.dtype.type(0.5)
+    one = x.dtype.type(1.0)
+    if tanh_form:
+        c = x.dtype.type(_SQRT_2_PI)
+        k = x.dtype.type(0.044715)
+        for j in range(n):
+            v = x[r, j] + bias[j]
+            y[r, j] = half * v * (one + math.tanh(c * (v + k * v * v * v)))
+    else:
+        c = x.dtype.type(_SQRT1_2)
+        for j in range(n):
+            v = x[r, j] + bias[j]
+            y[r, j] = half * v * (one + math.erf(v * c))
+
+
+@njit
+def gelu_rows(x, bias, y, tanh_form):
+    """GELU of ``x + bias`` for ``x`` (R, n) and ``bias`` (n,) into ``y``: the erf form
+    ``0.5 v (1 + erf(v / sqrt 2))``, or with ``tanh_form`` the tanh approximation
+    ``0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))``."""
+    for r in range(x.shape[0]):
+        _gelu_row(x, bias, y, r, tanh_form)
+
+
+@pjit
+def gelu_rows_par(x, bias, y, tanh_form):
+    """Parallel twin of :func:`gelu_rows` (threads over rows)."""
+    for r in prange(x.shape[0]):
+        _gelu_row(x, bias, y, r, tanh_form)
+
+
 @njit
 def lrn(x, y, size, alpha, beta, bias):
     """Local response normalisation across channels of ``x`` (N, C, inner) into ``y``.
