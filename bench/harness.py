@@ -107,7 +107,7 @@ def measure_roofs(runs: int = 9) -> Roofs:
     src = np.ones(n, dtype=np.float32)
     dst = np.empty_like(src)
     np.copyto(dst, src)
-    t_copy = _best_seconds(lambda: np.copyto(dst, src), runs)  # noqa: B023
+    t_copy = _best_seconds(lambda: np.copyto(dst, src), runs)
     copy_gbps = 2 * src.nbytes / t_copy / 1e9
     k = 2048
     r = np.random.default_rng(0)
@@ -329,15 +329,23 @@ def measure_case(
     block_ms: float = 5.0,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
+    sessions: tuple[Any, Any] | None = None,
 ) -> Result:
-    """Run the ratio protocol on one case (see the module docstring)."""
+    """Run the ratio protocol on one case (see the module docstring).
+
+    ``sessions`` = (onnxjit session, onnxruntime session) built by :func:`make_sessions` reuses
+    them; by default they are built here (and their creation time recorded).
+    """
     res = Result(case.workload, case.name)
     counter = compile_counter()
     rounds = max(MIN_ROUNDS, rounds)
     try:
         before = counter.snapshot()
-        jit, ort_sess, extra = make_sessions(case)
-        res.extra.update(extra)
+        if sessions is None:
+            jit, ort_sess, extra = make_sessions(case)
+            res.extra.update(extra)
+        else:
+            jit, ort_sess = sessions
         want = ort_sess.run(None, case.feeds)
         t0 = time.perf_counter()
         got = jit.run(None, case.feeds)

@@ -1,0 +1,134 @@
+"""pytest-benchmark entry point for the workloads (marked ``bench``; not in the default run).
+
+    pytest bench -m bench                                  # quick subset of every workload
+    ONNXJIT_BENCH=full ONNXJIT_BENCH_ONLY=E1,M1 pytest bench -m bench --benchmark-json=b.json
+
+For every case and engine, ``benchmark.pedantic`` times the engine alone (>= 20 rounds, each
+round at least 1 ms of runs, garbage collector off); ``extra_info`` carries the ratio
+onnxjit / onnxruntime measured by the interleaved protocol of :mod:`bench.harness` (median,
+95 % interval, raw medians, roof fraction, flags). ``test_d1_no_compile_after_warmup`` asserts
+that the D1 cases compile nothing for ten new sizes once warm.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import pytest
+
+from bench import harness
+from bench.workloads import Case, get_cases, workload_ids
+
+pytestmark = [pytest.mark.bench, pytest.mark.benchmark(disable_gc=True)]
+
+QUICK = os.environ.get("ONNXJIT_BENCH", "quick") != "full"
+ONLY = [w.strip().upper() for w in os.environ.get("ONNXJIT_BENCH_ONLY", "").split(",") if w]
+MIN_ROUNDS = 20
+MIN_ROUND_NS = 1_000_000
+
+
+def _collect() -> tuple[list[Any], list[Any]]:
+    params, d1 = [], []
+    for w in ONLY or workload_ids():
+        try:
+            cases = get_cases(w, QUICK)
+        except ImportError as exc:
+            reason = f"workload {w} not available: {exc}"
+            params.append(pytest.param(None, "-", id=f"{w}", marks=pytest.mark.skip(reason)))
+            continue
+        for c in cases:
+            for eng in ("onnxjit", "onnxruntime"):
+                params.append(pytest.param(c, eng, id=f"{w}:{c.name}:{eng}"))
+            if c.sizes:
+                d1.append(pytest.param(c, id=f"{w}:{c.name}"))
+    return params, d1
+
+
+PARAMS, D1_PARAMS = _collect()
+_SESSIONS: dict[int, tuple[Any, Any]] = {}
+_RESULTS: dict[int, harness.Result] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads() -> None:
+    harness.fix_threads(harness.THREADS)
+
+
+@pytest.fixture(scope="module")
+def roofs() -> harness.Roofs:
+    return harness.measure_roofs()
+
+
+def _sessions(case: Case) -> tuple[Any, Any]:
+    if id(case) not in _SESSIONS:
+        jit, ort_sess, _ = harness.make_sessions(case)
+        _SESSIONS[id(case)] = (jit, ort_sess)
+    return _SESSIONS[id(case)]
+
+
+def _ratio(case: Case, roofs: harness.Roofs) -> harness.Result:
+    if id(case) not in _RESULTS:
+        _RESULTS[id(case)] = harness.measure_case(case, roofs, sessions=_sessions(case))
+    return _RESULTS[id(case)]
+
+
+@pytest.mark.parametrize(("case", "engine"), PARAMS)
+def test_bench(benchmark: Any, case: Case, engine: str, roofs: harness.Roofs) -> None:
+    res = _ratio(case, roofs)
+    if res.error:
+        pytest.fail(f"{case.workload} {case.name}: {res.error}")
+    if res.void:
+        pytest.fail(f"{case.workload} {case.name}: result void, {res.void}")
+    jit, ort_sess = _sessions(case)
+    sess = jit if engine == "onnxjit" else ort_sess
+    feeds = case.feeds
+
+    def run() -> Any:
+        return sess.run(None, feeds)
+
+    for _ in range(harness.WARM_RUNS):
+        run()
+    t0 = time.perf_counter_ns()
+    run()
+    per_run = max(time.perf_counter_ns() - t0, 1)
+    iterations = max(1, math.ceil(MIN_ROUND_NS / per_run))
+    benchmark.group = f"{case.workload}:{case.name}"
+    benchmark.extra_info.update(
+        {
+            "workload": case.workload,
+            "case": case.name,
+            "engine": engine,
+            "ratio": res.ratio,
+            "ratio_ci95": [res.ci_low, res.ci_high],
+            "onnxjit_median_ns": res.jit_ns,
+            "onnxruntime_median_ns": res.ort_ns,
+            "roof_kind": res.roof_kind,
+            "onnxjit_roof": res.jit_roof,
+            "onnxruntime_roof": res.ort_roof,
+            "flags": res.flags,
+            "copy_gbps": roofs.copy_gbps,
+            "gemm_gflops": roofs.gemm_gflops,
+        }
+    )
+    benchmark.pedantic(run, rounds=MIN_ROUNDS, iterations=iterations, warmup_rounds=1)
+
+
+@pytest.mark.parametrize("case", D1_PARAMS)
+def test_d1_no_compile_after_warmup(case: Case) -> None:
+    """Once warm on one size, ten new sizes trigger no Numba compilation in onnxjit."""
+    counter = harness.compile_counter()
+    jit, ort_sess = _sessions(case)
+    for _ in range(harness.WARM_RUNS):
+        jit.run(None, case.feeds)
+    before = counter.snapshot()
+    for feeds in case.sizes or ():
+        why = harness.compare_outputs(
+            jit.run(None, feeds), ort_sess.run(None, feeds), case.rtol, case.atol
+        )
+        assert why is None, why
+    delta = counter.delta(before, counter.snapshot())
+    n = delta["onnxjit"] if delta["onnxjit"] is not None else delta["events"]
+    assert n == 0, f"{n} compilations for {len(case.sizes or ())} new sizes ({delta})"
