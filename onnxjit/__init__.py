@@ -33,6 +33,7 @@ from onnxjit.errors import (
     OnnxJitError,
     UnsupportedOperatorError,
 )
+from onnxjit.jitstats import compile_count, compile_seconds
 from onnxjit.options import (
     ExecutionMode,
     ExecutionOrder,
@@ -40,7 +41,7 @@ from onnxjit.options import (
     RunOptions,
     SessionOptions,
 )
-from onnxjit.session import InferenceSession, ModelMetadata, NodeArg, SemVer
+from onnxjit.session import GraphNode, InferenceSession, ModelMetadata, NodeArg, SemVer
 
 __version__ = "0.1.0"
 # How long `import onnxjit` took in this process (reported by the CLI).
@@ -65,6 +66,9 @@ __all__ = [
     "ExecutionOrder",
     "DeprecatedOperatorWarning",
     "NodeArg",
+    "GraphNode",
+    "compile_count",
+    "compile_seconds",
     "ModelMetadata",
     "SemVer",
     "get_available_providers",

@@ -278,7 +278,7 @@ def _unary(op_type: str, since: int, family: str) -> None:
     onnx_op(op_type, since=since)(impl)
 
 
-for _op, _since, _fam in [
+_UNARY_FAMILIES = [
     ("Abs", 6, "absval"),
     ("Reciprocal", 6, "reciprocal"),
     ("Sqrt", 6, "sqrt"),
@@ -307,7 +307,8 @@ for _op, _since, _fam in [
     ("Softplus", 1, "softplus"),
     ("Softsign", 1, "softsign"),
     ("Mish", 18, "mish"),
-]:
+]
+for _op, _since, _fam in _UNARY_FAMILIES:
     _unary(_op, _since, _fam)
 
 
@@ -813,3 +814,236 @@ def castlike_24(
     ctx, x: np.ndarray, target_type: np.ndarray, *, round_mode: str = "up", saturate: int = 1
 ) -> np.ndarray:
     return cast_array(ctx, x, target_type.dtype, saturate, _round_mode(ctx, round_mode))
+
+
+# ---------------------------------------------------------------------------------------------
+# Expressions for fused groups (onnxjit.passes.fuse_elementwise)
+# ---------------------------------------------------------------------------------------------
+
+
+class NotFusable(TypeError):
+    """The op cannot be part of a generated kernel for these element types."""
+
+
+# op_type -> (first registered version the builder serves, builder(attrs, *exprs) -> Expr).
+# Builders mirror the registered implementations above (same helper families, same casts), so
+# a fused group computes what the ops compute one by one; attribute values become constants.
+_BUILDERS: dict[str, tuple[int, Callable[..., E.Expr]]] = {}
+
+
+def _fusible(op_type: str, since: int = 1):
+    def deco(fn: Callable[..., E.Expr]) -> Callable[..., E.Expr]:
+        _BUILDERS[op_type] = (since, fn)
+        return fn
+
+    return deco
+
+
+def _float_only(*xs: E.Expr) -> None:
+    if not all(_is_float(x) for x in xs):
+        raise NotFusable("float operands only")
+
+
+def _same_types(*xs: E.Expr) -> None:
+    if any(x.dtype != xs[0].dtype for x in xs):
+        raise NotFusable("operand types differ")
+
+
+for _name, _build in _ARITH.items():
+
+    def _arith_builder(attrs: dict, a: E.Expr, b: E.Expr, _b=_build) -> E.Expr:
+        _same_types(a, b)
+        return _b(a, b)
+
+    _fusible(_name, since=7)(_arith_builder)
+
+_fusible("Pow", since=7)(lambda attrs, x, y: _pow_expr(x, y))
+
+
+@_fusible("Mod", since=10)
+def _mod_builder(attrs: dict, a: E.Expr, b: E.Expr) -> E.Expr:
+    _same_types(a, b)
+    fam = "fmod" if attrs.get("fmod") else "mod"
+    return E.call(fam, a, b)
+
+
+for _op, _since, _fam in _UNARY_FAMILIES:
+
+    def _unary_builder(attrs: dict, x: E.Expr, _f=_fam) -> E.Expr:
+        return E.call(_f, x)
+
+    _fusible(_op, since=_since)(_unary_builder)
+
+_fusible("Neg", since=6)(lambda attrs, x: E.op("neg", x))
+
+
+def _attr_activation(op_type: str, family: str, names: tuple[str, ...]) -> None:
+    def build(attrs: dict, x: E.Expr) -> E.Expr:
+        _float_only(x)
+        return E.call(family, x, *[E.const(attrs[n], x.dtype) for n in names])
+
+    _fusible(op_type, since=6)(build)
+
+
+_attr_activation("HardSigmoid", "hardsigmoid", ("alpha", "beta"))
+_attr_activation("LeakyRelu", "leakyrelu", ("alpha",))
+_attr_activation("Elu", "elu", ("alpha",))
+_attr_activation("Selu", "selu", ("alpha", "gamma"))
+_attr_activation("Celu", "celu", ("alpha",))
+_attr_activation("ThresholdedRelu", "thresholdedrelu", ("alpha",))
+_attr_activation("Shrink", "shrink", ("lambd", "bias"))
+
+
+@_fusible("Gelu", since=20)
+def _gelu_builder(attrs: dict, x: E.Expr) -> E.Expr:
+    approximate = attrs.get("approximate") or "none"
+    if isinstance(approximate, bytes):
+        approximate = approximate.decode()
+    if approximate not in ("none", "tanh"):
+        raise NotFusable(f"approximate={approximate!r}")
+    return E.call("gelu_tanh" if approximate == "tanh" else "gelu", x)
+
+
+@_fusible("Clip", since=6)
+def _clip_builder(attrs: dict, x: E.Expr, lo: E.Expr | None = None, hi: E.Expr | None = None):
+    # Clip-11 bounds reach a fused group only as constants (see fuse_elementwise); Clip-6
+    # has them as attributes.
+    if "min" in attrs and lo is None and hi is None:
+        lo, hi = E.const(attrs["min"], x.dtype), E.const(attrs["max"], x.dtype)
+    for b in (lo, hi):
+        if b is not None and b.dtype != x.dtype:
+            raise NotFusable("bound type differs")
+    if lo is not None:
+        x = E.call("clip_lo", x, lo)
+    if hi is not None:
+        x = E.call("clip_hi", x, hi)
+    return x
+
+
+def _variadic_builder(op_type: str, family: str) -> None:
+    def build(attrs: dict, *xs: E.Expr) -> E.Expr:
+        if len(xs) < 2:
+            raise NotFusable("one operand")
+        _same_types(*xs)
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = E.op("add", acc, x) if family == "add" else E.call(family, acc, x)
+        if op_type == "Mean":
+            acc = E.op("truediv", acc, E.const(len(xs), acc.dtype))
+        return acc
+
+    _fusible(op_type, since=8)(build)
+
+
+for _op, _fam in (("Max", "max"), ("Min", "min"), ("Sum", "add"), ("Mean", "add")):
+    _variadic_builder(_op, _fam)
+
+
+for _op, _since, _name in (
+    ("Equal", 7, "eq"),
+    ("Less", 7, "lt"),
+    ("Greater", 7, "gt"),
+    ("LessOrEqual", 12, "le"),
+    ("GreaterOrEqual", 12, "ge"),
+):
+
+    def _compare_builder(attrs: dict, a: E.Expr, b: E.Expr, _n=_name) -> E.Expr:
+        _same_types(a, b)
+        return E.op(_n, a, b)
+
+    _fusible(_op, since=_since)(_compare_builder)
+
+
+def _bool_only(*xs: E.Expr) -> None:
+    if not all(x.dtype == E.BOOL for x in xs):
+        raise NotFusable("bool operands only")
+
+
+_fusible("Not")(lambda attrs, x: (_bool_only(x), E.op("not", x))[1])
+_fusible("And", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("bitand", a, b))[1])
+_fusible("Or", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("bitor", a, b))[1])
+_fusible("Xor", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("ne", a, b))[1])
+for _op, _name in (("BitwiseAnd", "bitand"), ("BitwiseOr", "bitor"), ("BitwiseXor", "bitxor")):
+    _fusible(_op, since=18)(lambda attrs, a, b, _n=_name: (_same_types(a, b), E.op(_n, a, b))[1])
+
+
+@_fusible("BitwiseNot", since=18)
+def _bitwise_not_builder(attrs: dict, x: E.Expr) -> E.Expr:
+    return E.op("not", x) if x.dtype == E.BOOL else E.op("invert", x)
+
+
+@_fusible("BitShift", since=11)
+def _bitshift_builder(attrs: dict, x: E.Expr, y: E.Expr) -> E.Expr:
+    _same_types(x, y)
+    direction = attrs.get("direction")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("LEFT", "RIGHT"):
+        raise NotFusable(f"direction={direction!r}")
+    return E.call("shl" if direction == "LEFT" else "shr", x, y)
+
+
+@_fusible("IsNaN", since=9)
+def _isnan_builder(attrs: dict, x: E.Expr) -> E.Expr:
+    _float_only(x)
+    return E.call("isnan", x, dtype=np.bool_)
+
+
+@_fusible("IsInf", since=10)
+def _isinf_builder(attrs: dict, x: E.Expr) -> E.Expr:
+    _float_only(x)
+    neg, pos = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
+    if not (neg or pos):
+        raise NotFusable("detects nothing")
+    fam = "isinf" if neg and pos else ("isposinf" if pos else "isneginf")
+    return E.call(fam, x, dtype=np.bool_)
+
+
+@_fusible("Where", since=9)
+def _where_builder(attrs: dict, c: E.Expr, a: E.Expr, b: E.Expr) -> E.Expr:
+    _same_types(a, b)
+    if c.dtype != E.BOOL:
+        raise NotFusable("condition is not bool")
+    return E.where(c, a, b)
+
+
+def fused_expr(
+    op_type: str,
+    since: int,
+    attrs: dict[str, Any],
+    args: list[E.Expr | None],
+    stored: list[np.dtype | None],
+) -> tuple[E.Expr, np.dtype]:
+    """The expression and stored dtype of one op inside a fused group.
+
+    ``args`` are the operand expressions (None for an omitted optional input) and ``stored``
+    their stored dtypes (float16/bfloat16 operands are float32 expressions). Raises
+    :class:`NotFusable` when the op, its version or these types cannot be generated; the group
+    then runs its ops one by one, which also gives the ops' own error messages.
+    """
+    if op_type in ("Cast", "CastLike"):
+        dst = (
+            onnx_types.np_dtype(attrs["to"]) if op_type == "Cast" else stored[1]  # type: ignore[arg-type]
+        )
+        if dst is None or stored[0] is None or not (_native(stored[0]) and _native(dst)):
+            raise NotFusable("cast outside the kernel types")
+        return E.cast(args[0], compute_dtype(dst)), dst  # type: ignore[arg-type]
+    entry = _BUILDERS.get(op_type)
+    if entry is None or since < entry[0]:
+        raise NotFusable(f"{op_type}-{since} has no fused form")
+    if any(s is not None and s not in _KERNEL_DTYPES for s in stored):
+        raise NotFusable("operand outside the kernel types")
+    while args and args[-1] is None:
+        args = args[:-1]
+    e = entry[1](attrs, *args)
+    first = stored[1] if op_type == "Where" else stored[0]
+    if first is not None and compute_dtype(first) == e.dtype:
+        return e, first
+    return e, e.dtype
+
+
+def fusible_ops() -> dict[str, int]:
+    """Op types a fused group may contain, with the first version that can (Cast included)."""
+    out = {k: v[0] for k, v in _BUILDERS.items()}
+    out.update(Cast=6, CastLike=15)
+    return out

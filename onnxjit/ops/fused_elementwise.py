@@ -1,1 +1,269 @@
-"""Internal (onnxjit-domain) operators created by graph passes (being written)."""
+"""FusedElementwise: a group of elementwise ops run as one generated kernel.
+
+:mod:`onnxjit.passes.fuse_elementwise` chooses the groups; a :class:`FusedGroup` evaluates one.
+On the first call with a given tuple of input dtypes it builds, from the member ops' own
+expression builders (:func:`onnxjit.ops.elementwise.fused_expr`), one scalar expression per
+group output and lets :mod:`onnxjit.codegen.elementwise` generate and compile the loop nest; on
+the first call with a given tuple of input shapes it works out each output's shape. Later calls
+only look these up. Sizes are run-time arguments of the kernel, so a new batch size compiles
+nothing.
+
+Exactness: the group computes what its ops compute one by one. A value stored as float16 or
+bfloat16 between two member ops is rounded to that type where the next op reads it, as the
+separate ops would do; size-1 constants are inlined with their dtype. When a member cannot be
+generated for the dtypes seen (strings, float8, mixed operand types) or the shapes do not
+broadcast, the group runs its member ops one by one instead, which gives their own results and
+error messages.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnxjit import ir
+from onnxjit.codegen import expr as E
+from onnxjit.codegen.elementwise import NARROW_FLOATS, apply_many, compute_dtype
+from onnxjit.ops.elementwise import NotFusable, fused_expr
+from onnxjit.registry import internal_op
+
+# operand reference kinds
+_IN, _CONST, _VAL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class _Class:
+    """Outputs of one shape, computed by one kernel call."""
+
+    outputs: tuple[int, ...]
+    inputs: tuple[int, ...]
+    exprs: tuple[E.Expr, ...]
+    out_dtypes: tuple[np.dtype, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+
+_FALLBACK = object()
+
+
+class FusedGroup:
+    """The member ops of one fused node, with what is needed to run them as one kernel.
+
+    ``inputs`` are the names the fused node reads (in order), ``outputs`` the names it
+    writes, ``consts`` the size-1 constants inlined into the expressions (name -> array).
+    """
+
+    def __init__(
+        self,
+        members: Sequence[ir.Node],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        consts: dict[str, np.ndarray],
+    ):
+        self.members = list(members)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.consts = dict(consts)
+        in_pos = {n: k for k, n in enumerate(self.inputs)}
+        produced: dict[str, int] = {}
+        self._refs: list[list[tuple[int, Any] | None]] = []
+        self._attrs: list[dict[str, Any]] = []
+        # dependencies of each member's value: input indices and inlined constant names
+        deps: list[tuple[frozenset[int], frozenset[str]]] = []
+        for i, m in enumerate(self.members):
+            refs: list[tuple[int, Any] | None] = []
+            d_in: set[int] = set()
+            d_c: set[str] = set()
+            for x in m.inputs:
+                if not x:
+                    refs.append(None)
+                elif x in produced:
+                    j = produced[x]
+                    refs.append((_VAL, j))
+                    d_in |= deps[j][0]
+                    d_c |= deps[j][1]
+                elif x in self.consts:
+                    refs.append((_CONST, x))
+                    if not _shape_free(m, x):
+                        d_c.add(x)
+                else:
+                    refs.append((_IN, in_pos[x]))
+                    if not _shape_free(m, x):
+                        d_in.add(in_pos[x])
+            self._refs.append(refs)
+            self._attrs.append({**m.impl.attrs, **m.attrs})
+            deps.append((frozenset(d_in), frozenset(d_c)))
+            produced[m.outputs[0]] = i
+        self._out_member = [produced[o] for o in self.outputs]
+        self._out_deps = [deps[j] for j in self._out_member]
+        self._exprs: dict[tuple, Any] = {}
+        self._plans: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+        self._program = None
+
+    # -- expressions (per input dtypes) ------------------------------------------------------
+    def _expressions(self, dtypes: tuple[np.dtype, ...]) -> Any:
+        got = self._exprs.get(dtypes)
+        if got is not None:
+            return got
+        try:
+            got = self._build(dtypes)
+        except NotFusable:
+            got = _FALLBACK
+        self._exprs[dtypes] = got
+        return got
+
+    def _build(self, dtypes: tuple[np.dtype, ...]) -> list[tuple[E.Expr, np.dtype]]:
+        values: list[tuple[E.Expr, np.dtype]] = []
+        consumed: dict[int, E.Expr] = {}  # member value -> as read by other members
+        for m, refs, attrs in zip(self.members, self._refs, self._attrs):
+            args: list[E.Expr | None] = []
+            stored: list[np.dtype | None] = []
+            for k, ref in enumerate(refs):
+                if ref is None:
+                    args.append(None)
+                    stored.append(None)
+                    continue
+                kind, key = ref
+                if kind == _IN:
+                    dt = dtypes[key]
+                    args.append(E.inp(key, compute_dtype(dt)) if _kernel_dtype(dt) else None)
+                    stored.append(dt)
+                    if not _kernel_dtype(dt):
+                        raise NotFusable(f"input of type {dt}")
+                elif kind == _CONST:
+                    c = self.consts[key]
+                    stored.append(c.dtype)
+                    if m.op_type == "CastLike" and k == 1:
+                        args.append(None)  # read for its type only
+                    else:
+                        args.append(E.const(c.reshape(()), compute_dtype(c.dtype)))
+                else:
+                    e, dt = values[key]
+                    if key not in consumed:
+                        consumed[key] = _round_to(e, dt)
+                    args.append(consumed[key])
+                    stored.append(dt)
+            values.append(fused_expr(m.op_type, m.impl.since, attrs, args, stored))
+        return [values[j] for j in self._out_member]
+
+    # -- plans (per input shapes and dtypes) -------------------------------------------------
+    def _plan(self, arrays: Sequence[np.ndarray]) -> Any:
+        dtypes = tuple(a.dtype for a in arrays)
+        exprs = self._expressions(dtypes)
+        if exprs is _FALLBACK:
+            return _FALLBACK
+        try:
+            shapes = [
+                np.broadcast_shapes(
+                    *[arrays[k].shape for k in d_in], *[self.consts[c].shape for c in d_c]
+                )
+                for d_in, d_c in self._out_deps
+            ]
+        except ValueError:
+            return _FALLBACK  # the ops themselves report the mismatch
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for j, (shape, (d_in, _)) in enumerate(zip(shapes, self._out_deps)):
+            if not d_in:
+                return _FALLBACK  # an output of constants only: nothing to loop over
+            by_shape.setdefault(tuple(shape), []).append(j)
+        classes = []
+        for shape, outs in by_shape.items():
+            used = sorted(set().union(*[self._out_deps[j][0] for j in outs]))
+            remap = {old: new for new, old in enumerate(used)}
+            cls_exprs = _renumber([exprs[j][0] for j in outs], remap)
+            classes.append(
+                _Class(
+                    outputs=tuple(outs),
+                    inputs=tuple(used),
+                    exprs=tuple(cls_exprs),
+                    out_dtypes=tuple(exprs[j][1] for j in outs),
+                    shapes=tuple(tuple(shape) for _ in outs),
+                )
+            )
+        return classes
+
+    def run(self, arrays: Sequence[Any]) -> tuple[np.ndarray, ...]:
+        """Compute the group's outputs from its inputs (in ``self.inputs`` order)."""
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
+        key = tuple([(a.shape, a.dtype) for a in arrays])
+        plan = self._plans.get(key)
+        if plan is None:
+            with self._lock:
+                plan = self._plan(arrays)
+                if len(self._plans) > 256:
+                    self._plans.clear()
+                self._plans[key] = plan
+        if plan is _FALLBACK:
+            return tuple(self._run_members(arrays))
+        results: list[Any] = [None] * len(self.outputs)
+        for cls in plan:
+            outs = apply_many(cls.exprs, [arrays[k] for k in cls.inputs], cls.out_dtypes)
+            for j, o, shape in zip(cls.outputs, outs, cls.shapes):
+                results[j] = o if o.shape == shape else o.reshape(shape)
+        return tuple(results)
+
+    def _run_members(self, arrays: Sequence[np.ndarray]) -> list[Any]:
+        if self._program is None:
+            from onnxjit.plan import Program
+
+            graph = ir.Graph(
+                name="fused",
+                nodes=list(self.members),
+                inputs=[ir.ValueInfo(n, None) for n in self.inputs],
+                outputs=[ir.ValueInfo(n, None) for n in self.outputs],
+                initializers=dict(self.consts),
+            )
+            self._program = Program(graph)
+        return self._program.run(list(arrays))
+
+    def describe(self) -> str:
+        """A one-line summary: member op types and the values read and written."""
+        ops = ", ".join(m.op_type for m in self.members)
+        return f"[{ops}] ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)})"
+
+
+def _kernel_dtype(dt: np.dtype) -> bool:
+    return dt.kind in "biuf" and (dt.kind != "f" or dt.itemsize >= 4 or dt in NARROW_FLOATS)
+
+
+def _shape_free(node: ir.Node, name: str) -> bool:
+    """True when ``name`` does not take part in the broadcast of ``node``'s output."""
+    if node.op_type == "Clip":
+        return name != node.inputs[0]
+    if node.op_type == "CastLike":
+        return name != node.inputs[0]
+    return False
+
+
+def _round_to(e: E.Expr, stored: np.dtype) -> E.Expr:
+    """``e`` as read back from storage of type ``stored`` (float16/bfloat16 round)."""
+    if stored not in NARROW_FLOATS:
+        return e
+    kind = "f16" if stored == np.dtype(np.float16) else "bf16"
+    bits = E.call(f"f32_to_{kind}", e, dtype=np.uint16)
+    return E.call(f"{kind}_to_f32", bits, dtype=np.float32)
+
+
+def _renumber(exprs: list[E.Expr], remap: dict[int, int]) -> list[E.Expr]:
+    if all(k == v for k, v in remap.items()):
+        return exprs
+    memo: dict[E.Expr, E.Expr] = {}
+    for node in E.walk(exprs):
+        if isinstance(node, E.Input):
+            memo[node] = E.Input(remap[node.index], node.dtype)
+        elif isinstance(node, E.Op):
+            memo[node] = E.Op(node.name, [memo[a] for a in node.args], node.dtype)
+        else:
+            memo[node] = node
+    return [memo[e] for e in exprs]
+
+
+@internal_op("FusedElementwise")
+def fused_elementwise(*xs: np.ndarray, group: FusedGroup = None) -> Any:
+    """Run a fused group of elementwise ops (see :class:`FusedGroup`)."""
+    out = group.run(xs)
+    return out if len(out) != 1 else out[0]
