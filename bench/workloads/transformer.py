@@ -24,6 +24,7 @@ import io
 import math
 import os
 import tempfile
+import warnings
 from typing import Any
 
 import numpy as np
@@ -425,7 +426,10 @@ def bert_torch(
     args = (torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"]))
     names = dict(input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"])
     buf = io.BytesIO()
-    with torch.no_grad():
+    # both exporters warn about their own deprecations; nothing the caller can act on
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
         if exporter == "torchscript":
             axes = None
             if dynamic:
