@@ -51,49 +51,62 @@ def optimize(
 
 def fold_constants(graph: ir.Graph) -> int:
     """Fold nodes whose inputs are all initializers; return how many nodes were folded."""
-    from onnxjit.plan import Program
-
     inputs = {v.name for v in graph.inputs}
     # A graph input with an initializer can be overridden by a feed: not a constant.
     constants = {k for k in graph.initializers if k not in inputs}
     kept: list[ir.Node] = []
     folded = 0
     for node in graph.nodes:
-        foldable = (
-            node.impl is not None
-            and node.op_type not in NONDETERMINISTIC
-            and all(not x or x in constants for x in node.inputs)
-            and not any(_graphs(v) for v in node.attrs.values())
-        )
-        if not foldable:
+        values = fold_node(node, graph.initializers, constants)
+        if values is None:
             kept.append(node)
             continue
-        single = ir.Graph(
-            name="fold",
-            nodes=[node],
-            inputs=[],
-            outputs=[ir.ValueInfo(o, None) for o in node.outputs if o],
-            initializers={x: graph.initializers[x] for x in node.inputs if x},
-        )
-        try:
-            values = Program(single).run([])
-        except Exception:
-            kept.append(node)  # leave errors to run time, where they name the feed
-            continue
-        in_bytes = sum(_nbytes(graph.initializers[x]) for x in node.inputs if x)
-        if any(
-            not isinstance(v, np.ndarray) or _nbytes(v) > max(FOLD_LIMIT_BYTES, in_bytes)
-            for v in values
-        ):
-            kept.append(node)
-            continue
-        for name, value in zip([o for o in node.outputs if o], values):
+        for name, value in values.items():
             graph.initializers[name] = value
             constants.add(name)
         folded += 1
     graph.nodes = kept
     _reindex(graph)
     return folded
+
+
+def fold_node(
+    node: ir.Node, values: dict[str, object], constants: set[str]
+) -> dict[str, np.ndarray] | None:
+    """The outputs of ``node`` (output name -> value) when it can be folded, else None.
+
+    A node folds when it is deterministic, has no subgraph, every input it names is in
+    ``constants`` (whose values are in ``values``), it runs without error (errors are left to
+    run time, where they name the feed) and no output is much larger than its inputs.
+    """
+    from onnxjit.plan import Program
+
+    foldable = (
+        node.impl is not None
+        and node.op_type not in NONDETERMINISTIC
+        and all(not x or x in constants for x in node.inputs)
+        and not any(_graphs(v) for v in node.attrs.values())
+    )
+    if not foldable:
+        return None
+    single = ir.Graph(
+        name="fold",
+        nodes=[node],
+        inputs=[],
+        outputs=[ir.ValueInfo(o, None) for o in node.outputs if o],
+        initializers={x: values[x] for x in node.inputs if x},
+    )
+    try:
+        results = Program(single).run([])
+    except Exception:
+        return None
+    in_bytes = sum(_nbytes(values[x]) for x in node.inputs if x)
+    if any(
+        not isinstance(v, np.ndarray) or _nbytes(v) > max(FOLD_LIMIT_BYTES, in_bytes)
+        for v in results
+    ):
+        return None
+    return dict(zip([o for o in node.outputs if o], results))
 
 
 def eliminate_identities(graph: ir.Graph) -> int:

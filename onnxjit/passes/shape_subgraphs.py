@@ -54,30 +54,52 @@ def infer_types(graph: ir.Graph) -> dict[str, TensorType]:
     A value missing from the result is not known to be a tensor. Dims that are symbolic in the
     model (``dim_param``) or unknown are None in the result.
     """
-    from onnxjit.export import node_proto, tensor_proto
+    tracker = _TypeTracker(graph)
+    for node in graph.nodes:
+        tracker.visit(node)
+    return tracker.result()
 
-    protos: dict[str, onnx.TypeProto] = {}
-    data: dict[str, onnx.TensorProto] = {}
-    inputs = {v.name for v in graph.inputs}
-    for v in graph.inputs:
-        if v.is_tensor:
-            protos[v.name] = v.type
-    for name, value in graph.initializers.items():
-        if name in inputs or not isinstance(value, np.ndarray):
-            continue
+
+class _TypeTracker:
+    """Types propagated node by node, in graph order, with onnx's inference functions."""
+
+    def __init__(self, graph: ir.Graph):
+        self.graph = graph
+        self.protos: dict[str, onnx.TypeProto] = {}
+        self.data: dict[str, onnx.TensorProto] = {}
+        inputs = {v.name for v in graph.inputs}
+        for v in graph.inputs:
+            if v.is_tensor:
+                self.protos[v.name] = v.type
+        for name, value in graph.initializers.items():
+            if name not in inputs:
+                self.add_const(name, value)
+        versions: dict[str, int] = {}
+        for node in graph.nodes:
+            if node.since_version is not None:
+                versions[node.domain] = max(versions.get(node.domain, 0), node.since_version)
+        self.opsets = [onnx.helper.make_opsetid(d, v) for d, v in versions.items()]
+
+    def add_const(self, name: str, value: object) -> None:
+        """Record a constant: its exact type, and its value when it is a small integer."""
+        from onnxjit.export import tensor_proto
+
+        if not isinstance(value, np.ndarray):
+            return
         try:
             et = types.onnx_elem_type(value.dtype)
         except ValueError:
-            continue
-        protos[name] = onnx.helper.make_tensor_type_proto(et, list(value.shape))
+            return
+        self.protos[name] = onnx.helper.make_tensor_type_proto(et, list(value.shape))
         if value.dtype.kind in "iu" and value.size <= _DATA_LIMIT:
-            data[name] = tensor_proto(name, value)
-    versions: dict[str, int] = {}
-    for node in graph.nodes:
-        if node.since_version is not None:
-            versions[node.domain] = max(versions.get(node.domain, 0), node.since_version)
-    for node in graph.nodes:
+            self.data[name] = tensor_proto(name, value)
+
+    def visit(self, node: ir.Node) -> None:
+        """Infer the types of ``node``'s outputs from those of its inputs (and value_info)."""
+        from onnxjit.export import node_proto
+
         inferred: dict[str, onnx.TypeProto] = {}
+        protos = self.protos
         if _inferable(node) and all(x in protos for x in node.inputs if x):
             try:
                 schema = onnx.defs.get_schema(node.op_type, node.since_version, node.domain)
@@ -85,23 +107,29 @@ def infer_types(graph: ir.Graph) -> dict[str, TensorType]:
                     schema,
                     node_proto(node),
                     {x: protos[x] for x in node.inputs if x},
-                    {x: data[x] for x in node.inputs if x in data},
-                    opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in versions.items()],
+                    {x: self.data[x] for x in node.inputs if x in self.data},
+                    opset_imports=self.opsets,
                 )
             except Exception:  # no schema, a type error, an inference bug: know nothing
                 inferred = {}
         for out in node.outputs:
             if not out:
                 continue
-            t = _merge(inferred.get(out), graph.value_info.get(out))
+            t = _merge(inferred.get(out), self.graph.value_info.get(out))
             if t is not None:
                 protos[out] = t
-    result: dict[str, TensorType] = {}
-    for name, tp in protos.items():
-        tt = _tensor_type(tp)
-        if tt is not None:
-            result[name] = tt
-    return result
+
+    def get(self, name: str) -> TensorType | None:
+        tp = self.protos.get(name)
+        return None if tp is None else _tensor_type(tp)
+
+    def result(self) -> dict[str, TensorType]:
+        result: dict[str, TensorType] = {}
+        for name, tp in self.protos.items():
+            tt = _tensor_type(tp)
+            if tt is not None:
+                result[name] = tt
+        return result
 
 
 def _inferable(node: ir.Node) -> bool:
@@ -152,35 +180,47 @@ def _tensor_type(tp: onnx.TypeProto) -> TensorType | None:
 def fold_static_shapes(graph: ir.Graph) -> int:
     """Shape and Size of values with a static shape become initializers; fold what follows.
 
-    Repeats (inference, replacement, constant folding) until nothing changes, so a chain
-    ``Shape -> Gather -> Concat -> Reshape -> ... -> Shape`` collapses in one run of the pass.
-    Returns the number of Shape/Size nodes replaced.
+    One walk in graph order: types are propagated as it goes, a Shape/Size of a statically
+    shaped value becomes a constant, and a node whose inputs are all constants is folded on the
+    spot (``optimize.fold_node``), so the next Reshape sees a constant shape and its output a
+    static shape. A chain ``Shape -> Gather -> Concat -> Reshape -> ... -> Shape`` thus
+    collapses in one run. Returns the number of nodes removed (replaced or folded).
     """
-    from onnxjit.passes.optimize import fold_constants
+    from onnxjit.passes.optimize import fold_node
 
-    total = 0
-    for _ in range(16):
-        known = infer_types(graph)
-        kept: list[ir.Node] = []
-        replaced = 0
-        for node in graph.nodes:
-            value = _static_shape_value(node, known)
-            if value is None:
-                kept.append(node)
-                continue
-            graph.initializers[node.outputs[0]] = value
+    tracker = _TypeTracker(graph)
+    inputs = {v.name for v in graph.inputs}
+    constants = {k for k in graph.initializers if k not in inputs}
+    kept: list[ir.Node] = []
+    replaced = folded = 0
+    for node in graph.nodes:
+        value = _static_shape_value(node, tracker)
+        if value is not None:
+            results: dict[str, np.ndarray] | None = {node.outputs[0]: value}
             replaced += 1
-        if not replaced:
-            break
-        graph.nodes = kept
-        for i, n in enumerate(graph.nodes):
-            n.index = i
-        total += replaced
-        fold_constants(graph)
-    return total
+        elif replaced:
+            # Before the first replacement the constant-folding pass has done this already.
+            results = fold_node(node, graph.initializers, constants)
+            folded += results is not None
+        else:
+            results = None
+        if results is None:
+            kept.append(node)
+            tracker.visit(node)
+            continue
+        for name, v in results.items():
+            graph.initializers[name] = v
+            constants.add(name)
+            tracker.add_const(name, v)
+    if not replaced:
+        return 0
+    graph.nodes = kept
+    for i, n in enumerate(graph.nodes):
+        n.index = i
+    return replaced + folded
 
 
-def _static_shape_value(node: ir.Node, known: dict[str, TensorType]) -> np.ndarray | None:
+def _static_shape_value(node: ir.Node, known: _TypeTracker) -> np.ndarray | None:
     """The value of a Shape/Size node whose input shape is static, else None."""
     if node.domain not in ("", "ai.onnx") or node.op_type not in ("Shape", "Size"):
         return None
