@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 import onnx
 
 from onnxjit import check, ir, passes, registry, types
+from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
 from onnxjit.options import RunOptions, SessionOptions
@@ -222,9 +222,7 @@ class InferenceSession:
                     )
                 wanted.append(self._output_index[name])
         feeds = self._validate_feed(input_feed)
-        threads = self._options.intra_op_num_threads
-        if threads and threads > 0:
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        threads_mod.apply(int(self._options.intra_op_num_threads or 0))
         profiler = self._profiler
         t0 = time.perf_counter_ns()
         outputs = self._program.run(feeds, profiler=profiler)

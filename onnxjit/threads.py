@@ -1,0 +1,53 @@
+"""One thread setting for everything onnxjit runs: Numba's parallel kernels and BLAS.
+
+``SessionOptions.intra_op_num_threads`` (as in onnxruntime; 0 = the default: every core)
+sets, when a session runs, Numba's thread count for the calling thread (``numba.set_num_threads``,
+which Numba keeps per thread) and the BLAS library's thread count (through threadpoolctl, which
+knows OpenBLAS, MKL and BLIS; BLAS has one process-wide pool, so sessions with different
+settings take turns setting it). Parallel Numba kernels run only above a size threshold
+(``ONNXJIT_PARALLEL_THRESHOLD`` elements, see :mod:`onnxjit.config`) and never call BLAS
+inside their parallel loops, so the two pools are never active at once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+
+_lock = threading.Lock()
+_blas_threads: int | None = None  # last value set, or None while untouched
+_controller = None
+
+
+def default_threads() -> int:
+    """The thread count used when the setting is 0: Numba's pool size (all cores)."""
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def apply(threads: int) -> None:
+    """Use ``threads`` threads (0 = default) for this thread's Numba kernels and for BLAS."""
+    n = default_threads() if threads <= 0 else min(int(threads), default_threads())
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+    _set_blas(n)
+
+
+def _set_blas(n: int) -> None:
+    global _blas_threads, _controller
+    if _blas_threads == n:
+        return
+    with _lock:
+        if _blas_threads == n:
+            return
+        if _controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            _controller = ThreadpoolController()
+        _controller.limit(limits=n, user_api="blas")
+        _blas_threads = n
+
+
+def blas_threads() -> int | None:
+    """The BLAS thread count onnxjit last set (None before any run)."""
+    return _blas_threads
