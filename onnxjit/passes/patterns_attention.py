@@ -59,21 +59,44 @@ def _const_scalar(idx: GraphIndex, name: str) -> float | None:
     return float(v.reshape(()))
 
 
-def _rank(graph: ir.Graph, name: str) -> int | None:
-    """The statically known rank of ``name`` (value_info, graph inputs/outputs), else None."""
+def _rank(idx: GraphIndex, name: str) -> int | None:
+    """The statically known rank of ``name``, else None.
+
+    From declared shapes (value_info, graph inputs/outputs), constants, and the producers whose
+    output rank their attributes fix (Transpose's perm, Reshape to a constant shape).
+    """
+    graph = idx.graph
     for vi in (graph.value_info.get(name), *graph.inputs, *graph.outputs):
         if vi is not None and vi.name == name and vi.shape is not None:
             return len(vi.shape)
+    c = idx.const(name)
+    if c is not None:
+        return c.ndim
+    prod = idx.producer_of(name)
+    if is_op(prod, "Transpose") and prod.attrs.get("perm"):
+        return len(prod.attrs["perm"])
+    if is_op(prod, "Reshape") and len(prod.inputs) > 1:
+        shape = idx.const(prod.inputs[1])
+        if shape is not None and shape.ndim == 1:
+            return int(shape.size)
     return None
 
 
-def _softmax_on_last_axis(graph: ir.Graph, sm: ir.Node) -> bool:
+def _scores_rank(idx: GraphIndex, qk: ir.Node, steps: list[_Step]) -> int | None:
+    """The rank of the softmax input: MatMul of ranks >= 2 and the masks broadcast to the max."""
+    ranks = [_rank(idx, qk.inputs[0]), _rank(idx, qk.inputs[1])]
+    if None in ranks or min(ranks) < 2:
+        return None
+    for s in steps:
+        extra = s.mask or s.cond
+        if extra:
+            ranks.append(_rank(idx, extra))
+    return None if None in ranks else max(ranks)
+
+
+def _softmax_axis(sm: ir.Node) -> int:
     default = -1 if (sm.since_version or 13) >= 13 else 1
-    axis = sm.attrs.get("axis", default)
-    if axis == -1:
-        return True
-    rank = _rank(graph, sm.inputs[0])
-    return rank is not None and axis == rank - 1
+    return int(sm.attrs.get("axis", default))
 
 
 def _steps_back(idx: GraphIndex, name: str, depth: int = 0) -> Iterator[tuple[list, ir.Node]]:
@@ -150,9 +173,10 @@ def _swaps_last_two(perm: list[int] | None) -> bool:
     return list(perm) == [*range(n - 2), n - 1, n - 2]
 
 
-def _match(idx: GraphIndex, graph: ir.Graph, sm: ir.Node) -> _Match | None:
-    if len(sm.inputs) != 1 or not _softmax_on_last_axis(graph, sm):
+def _match(idx: GraphIndex, sm: ir.Node) -> _Match | None:
+    if len(sm.inputs) != 1:
         return None
+    axis = _softmax_axis(sm)
     p = sm.outputs[0]
     tail: list[ir.Node] = []
     nan_to_zero = 0
@@ -179,6 +203,10 @@ def _match(idx: GraphIndex, graph: ir.Graph, sm: ir.Node) -> _Match | None:
         return None
     for steps, qk in _steps_back(idx, sm.inputs[0]):
         if not _valid_order(steps):
+            continue
+        # Softmax over the last axis only (Softmax-1/11 coerce to 2-D at `axis`, which is the
+        # same thing when `axis` is the last one).
+        if axis != -1 and _scores_rank(idx, qk, steps) != axis + 1:
             continue
         m = _finish(idx, sm, qk, steps, tail, pv, nan_to_zero)
         if m is not None:
@@ -258,7 +286,7 @@ def fuse_attention(graph: ir.Graph) -> int:
     for sm in list(graph.nodes):
         if not is_op(sm, "Softmax") or idx.producer_of(sm.outputs[0]) is not sm:
             continue
-        m = _match(idx, graph, sm)
+        m = _match(idx, sm)
         if m is None:
             continue
         node = fused_node("SDPA", m.inputs, [m.output], attrs=m.attrs, members=m.members)
