@@ -212,3 +212,305 @@ def predict_parallel(
             has,
         )
     return bad
+
+
+# --------------------------------------------------------------------------------------------
+# Fast layout: branch-free lock-step traversal
+# --------------------------------------------------------------------------------------------
+#
+# Ensembles whose branches all reduce to ``x <= t`` (BRANCH_LEQ as is; BRANCH_LT as
+# ``x <= nextafter(t, -inf)``; BRANCH_GT and BRANCH_GTE as the same with the children
+# swapped), with SUM/AVERAGE aggregation, are re-laid out per tree in breadth-first order:
+#
+# * ``f_left[n]``: slot of the child taken when ``x <= f_thr[n]``; the other child is the next
+#   slot (children are siblings), so the next slot is ``f_left[n] + (x > f_thr[n])``;
+# * a leaf points at itself with threshold +inf, so walking a tree for exactly its depth
+#   ``t_depth[t]`` steps lands on the leaf every row reaches, whatever its depth;
+# * ``f_leaf[n]``: the row of a leaf in the dense ``values`` [n_leaves, T] matrix (-1 for a
+#   branch).
+#
+# The swap is exact for numbers; a NaN compares false every way, so rows holding a NaN are
+# left to the general walk above (which applies missing_value_tracks_true). Eight rows (or,
+# for the last rows of a batch, eight trees) advance in lock-step so that their independent
+# load chains overlap; rows are taken in blocks of BLOCK so that a tree's upper nodes stay in
+# cache while the block's rows walk it.
+
+BLOCK = 64
+
+
+@njit
+def fast_layout(
+    roots,
+    is_leaf,
+    feat,
+    thr_leq,
+    swap,
+    tnode,
+    fnode,
+    f_left,
+    f_feat,
+    f_thr,
+    f_leaf,
+    t_root,
+    t_depth,
+    max_depth,
+):
+    """Fill the fast layout (``f_*`` preallocated with capacity) from the general table.
+
+    ``thr_leq``/``swap`` are the per-node LEQ thresholds (already in the comparison
+    precision) and the child-swap flags. ``f_leaf`` receives the general table's node index of
+    each leaf slot. Returns the number of slots used, -1 when the capacity is too small (the
+    trees share subtrees), -2 when a tree is deeper than ``max_depth`` (or has a cycle).
+    """
+    cap = f_left.shape[0]
+    depth = np.zeros(cap, dtype=np.int32)
+    src = np.zeros(cap, dtype=np.int64)
+    pos = 0
+    for t in range(roots.shape[0]):
+        if pos >= cap:
+            return -1
+        start = pos
+        t_root[t] = start
+        src[pos] = roots[t]
+        depth[pos] = 0
+        pos += 1
+        head = start
+        deepest = 0
+        while head < pos:
+            s = src[head]
+            if is_leaf[s]:
+                f_left[head] = head
+                f_feat[head] = 0
+                f_thr[head] = np.inf
+                f_leaf[head] = s
+            else:
+                d = depth[head] + 1
+                if d > max_depth:
+                    return -2
+                if pos + 2 > cap:
+                    return -1
+                a = tnode[s]
+                b = fnode[s]
+                if swap[s]:
+                    a, b = b, a
+                f_left[head] = pos
+                f_feat[head] = feat[s]
+                f_thr[head] = thr_leq[s]
+                f_leaf[head] = -1
+                src[pos] = a
+                src[pos + 1] = b
+                depth[pos] = d
+                depth[pos + 1] = d
+                pos += 2
+                if d > deepest:
+                    deepest = d
+            head += 1
+        t_depth[t] = deepest
+    return pos
+
+
+@njit(inline="always")
+def _next(x, r, n, f_left, f_feat, f_thr):
+    return f_left[n] + np.int32(x[r, f_feat[n]] > f_thr[n])
+
+
+@njit(inline="always")
+def _add_leaf(out, r, values, lr):
+    for j in range(values.shape[1]):
+        out[r, j] += values[lr, j]
+
+
+@njit(inline="always")
+def _fast_block(
+    x, r0, r1, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
+):
+    """Rows [r0, r1) (NaN rows, flagged in ``skip``, are left alone)."""
+    n_trees = t_root.shape[0]
+    r = r0
+    # eight rows at a time, every tree
+    while r + 8 <= r1:
+        for t in range(n_trees):
+            root = t_root[t]
+            n0 = root
+            n1 = root
+            n2 = root
+            n3 = root
+            n4 = root
+            n5 = root
+            n6 = root
+            n7 = root
+            for _ in range(t_depth[t]):
+                n0 = _next(x, r, n0, f_left, f_feat, f_thr)
+                n1 = _next(x, r + 1, n1, f_left, f_feat, f_thr)
+                n2 = _next(x, r + 2, n2, f_left, f_feat, f_thr)
+                n3 = _next(x, r + 3, n3, f_left, f_feat, f_thr)
+                n4 = _next(x, r + 4, n4, f_left, f_feat, f_thr)
+                n5 = _next(x, r + 5, n5, f_left, f_feat, f_thr)
+                n6 = _next(x, r + 6, n6, f_left, f_feat, f_thr)
+                n7 = _next(x, r + 7, n7, f_left, f_feat, f_thr)
+            if skip[r] == 0:
+                _add_leaf(out, r, values, f_leaf[n0])
+            if skip[r + 1] == 0:
+                _add_leaf(out, r + 1, values, f_leaf[n1])
+            if skip[r + 2] == 0:
+                _add_leaf(out, r + 2, values, f_leaf[n2])
+            if skip[r + 3] == 0:
+                _add_leaf(out, r + 3, values, f_leaf[n3])
+            if skip[r + 4] == 0:
+                _add_leaf(out, r + 4, values, f_leaf[n4])
+            if skip[r + 5] == 0:
+                _add_leaf(out, r + 5, values, f_leaf[n5])
+            if skip[r + 6] == 0:
+                _add_leaf(out, r + 6, values, f_leaf[n6])
+            if skip[r + 7] == 0:
+                _add_leaf(out, r + 7, values, f_leaf[n7])
+        r += 8
+    # the last rows: eight trees at a time (leaves added in tree order)
+    while r < r1:
+        if skip[r] == 0:
+            t = 0
+            while t + 8 <= n_trees:
+                n0 = t_root[t]
+                n1 = t_root[t + 1]
+                n2 = t_root[t + 2]
+                n3 = t_root[t + 3]
+                n4 = t_root[t + 4]
+                n5 = t_root[t + 5]
+                n6 = t_root[t + 6]
+                n7 = t_root[t + 7]
+                for _ in range(g_depth[t >> 3]):
+                    n0 = _next(x, r, n0, f_left, f_feat, f_thr)
+                    n1 = _next(x, r, n1, f_left, f_feat, f_thr)
+                    n2 = _next(x, r, n2, f_left, f_feat, f_thr)
+                    n3 = _next(x, r, n3, f_left, f_feat, f_thr)
+                    n4 = _next(x, r, n4, f_left, f_feat, f_thr)
+                    n5 = _next(x, r, n5, f_left, f_feat, f_thr)
+                    n6 = _next(x, r, n6, f_left, f_feat, f_thr)
+                    n7 = _next(x, r, n7, f_left, f_feat, f_thr)
+                _add_leaf(out, r, values, f_leaf[n0])
+                _add_leaf(out, r, values, f_leaf[n1])
+                _add_leaf(out, r, values, f_leaf[n2])
+                _add_leaf(out, r, values, f_leaf[n3])
+                _add_leaf(out, r, values, f_leaf[n4])
+                _add_leaf(out, r, values, f_leaf[n5])
+                _add_leaf(out, r, values, f_leaf[n6])
+                _add_leaf(out, r, values, f_leaf[n7])
+                t += 8
+            while t < n_trees:
+                n0 = t_root[t]
+                for _ in range(t_depth[t]):
+                    n0 = _next(x, r, n0, f_left, f_feat, f_thr)
+                _add_leaf(out, r, values, f_leaf[n0])
+                t += 1
+        r += 1
+
+
+@njit
+def fast_predict_serial(
+    x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
+):
+    """Add every tree's leaf values to ``out`` [N, T] for the rows of ``x`` not flagged in
+    ``skip`` (fast layout, see above); blocks of BLOCK rows."""
+    n = x.shape[0]
+    for b in range((n + BLOCK - 1) // BLOCK):
+        r0 = b * BLOCK
+        _fast_block(
+            x,
+            r0,
+            min(r0 + BLOCK, n),
+            t_root,
+            t_depth,
+            g_depth,
+            f_left,
+            f_feat,
+            f_thr,
+            f_leaf,
+            values,
+            skip,
+            out,
+        )
+
+
+@pjit
+def fast_predict_parallel(
+    x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
+):
+    """Parallel twin of :func:`fast_predict_serial` (row blocks split across threads)."""
+    n = x.shape[0]
+    for b in prange((n + BLOCK - 1) // BLOCK):
+        r0 = b * BLOCK
+        _fast_block(
+            x,
+            r0,
+            min(r0 + BLOCK, n),
+            t_root,
+            t_depth,
+            g_depth,
+            f_left,
+            f_feat,
+            f_thr,
+            f_leaf,
+            values,
+            skip,
+            out,
+        )
+
+
+@njit
+def nan_rows(x, skip):
+    """``skip[i] = 1`` where row ``i`` of ``x`` holds a NaN; returns how many do."""
+    count = 0
+    for i in range(x.shape[0]):
+        s = 0
+        for j in range(x.shape[1]):
+            v = x[i, j]
+            if v != v:
+                s = 1
+        skip[i] = s
+        count += s
+    return count
+
+
+@njit
+def rows_general(
+    x,
+    rows,
+    roots,
+    mode,
+    feat,
+    thr,
+    tnode,
+    fnode,
+    miss,
+    aux0,
+    aux1,
+    members,
+    w_target,
+    w_value,
+    agg,
+    out,
+    has,
+):
+    """The general walk (:func:`predict_serial`) for the listed rows only."""
+    bad = 0
+    for k in range(rows.shape[0]):
+        bad += _row(
+            x,
+            rows[k],
+            roots,
+            mode,
+            feat,
+            thr,
+            tnode,
+            fnode,
+            miss,
+            aux0,
+            aux1,
+            members,
+            w_target,
+            w_value,
+            agg,
+            out,
+            has,
+        )
+    return bad

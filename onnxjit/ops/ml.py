@@ -11,7 +11,7 @@ Tree ensembles are converted once per node into a flat node table (see
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -108,10 +108,149 @@ class _TreeTable:
     # Scores are summed in float32 when every weight is a float32 attribute, as onnxruntime
     # does: labels then break exact ties (e.g. 0.5 vs 0.5) the same way.
     acc_dtype: Any = np.float64
+    # Classifier facts derived from the attributes (set by the classifier's build).
+    binary_case: bool = False
+    all_positive: bool = True
+    # Fast layouts per (comparison dtype, n_targets); None where the ensemble has none.
+    fast: dict[Any, _FastTable | None] = field(default_factory=dict)
 
     @property
     def n_trees(self) -> int:
         return int(self.roots.shape[0])
+
+    def fast_for(self, dtype: Any, n_targets: int) -> _FastTable | None:
+        """The fast layout for inputs of ``dtype`` (built on first use), or None."""
+        key = (np.dtype(dtype).str, n_targets)
+        if key not in self.fast:
+            fast = _build_fast(self, np.dtype(dtype), n_targets)
+            with _TABLES_LOCK:
+                self.fast.setdefault(key, fast)
+        return self.fast[key]
+
+
+@dataclass
+class _FastTable:
+    """Breadth-first, branch-free layout of an ensemble (kernels/cpu/trees.py, "Fast
+    layout"), valid for rows without NaN under SUM/AVERAGE aggregation."""
+
+    t_root: np.ndarray  # int32 [n_trees]: slot of each tree's root
+    t_depth: np.ndarray  # int32 [n_trees]: steps that reach every leaf of the tree
+    g_depth: np.ndarray  # int32 [ceil(n_trees / 8)]: deepest tree of each group of eight
+    f_left: np.ndarray  # int32 [slots]
+    f_feat: np.ndarray  # int32 [slots]
+    f_thr: np.ndarray  # float32/float64 [slots]: thresholds of ``x <= t``
+    f_leaf: np.ndarray  # int32 [slots]: dense row of a leaf, -1 for a branch
+    values: np.ndarray  # acc dtype [n_leaves, n_targets]: summed leaf weights
+    has: np.ndarray  # uint8 [n_targets]: 1 where every row gets a weight for the target
+    visits: int  # node visits per row (sum of t_depth)
+
+
+# Deeper trees go to the general walk: lock-step walks take the depth of the deepest leaf.
+_FAST_MAX_DEPTH = 64
+_FAST_MODES = (ktrees.MODE_LEQ, ktrees.MODE_LT, ktrees.MODE_GT, ktrees.MODE_GTE)
+
+
+def _build_fast(table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTable | None:
+    """Convert a general table into the fast layout, or None when it does not apply exactly:
+    modes other than LEQ/LT/GT/GTE, NaN thresholds, -inf thresholds of LT/GTE, a leaf giving
+    the same target twice (summed there in another order than onnxruntime's), targets that
+    some leaves of a tree reach and others not (has[] then depends on the row), or trees deeper
+    than _FAST_MAX_DEPTH."""
+    mode = table.mode
+    n = mode.shape[0]
+    is_leaf = mode == ktrees.MODE_LEAF
+    branch = ~is_leaf
+    if n == 0 or table.n_trees == 0 or not np.all(np.isin(mode[branch], _FAST_MODES)):
+        return None
+    thr = table.thr
+    # Compare in the input's precision; float32 inputs keep float64 thresholds that float32
+    # cannot hold exactly (the general walk compares in float64 too).
+    dt = np.dtype(np.float32) if xdtype == np.float32 else np.dtype(np.float64)
+    t = thr.astype(dt)
+    if dt == np.float32 and np.any(t[branch].astype(np.float64) != thr[branch]):
+        dt = np.dtype(np.float64)
+        t = thr.astype(dt)
+    if np.any(np.isnan(t[branch])):
+        return None
+    lt_like = branch & ((mode == ktrees.MODE_LT) | (mode == ktrees.MODE_GTE))
+    if np.any(lt_like & (t == -np.inf)):
+        return None
+    # x < t  <=>  x <= the largest value below t (x and t in the same precision)
+    t = np.where(lt_like, np.nextafter(t, dt.type(-np.inf)), t).astype(dt)
+    swap = (branch & ((mode == ktrees.MODE_GT) | (mode == ktrees.MODE_GTE))).astype(np.uint8)
+    nt = table.n_trees
+    cap = n + nt
+    f_left = np.empty(cap, np.int32)
+    f_feat = np.empty(cap, np.int32)
+    f_thr = np.empty(cap, dt)
+    f_leaf = np.empty(cap, np.int32)
+    t_root = np.empty(nt, np.int32)
+    t_depth = np.empty(nt, np.int32)
+    used = ktrees.fast_layout(
+        table.roots,
+        is_leaf.astype(np.uint8),
+        table.feat,
+        t,
+        swap,
+        table.tnode,
+        table.fnode,
+        f_left,
+        f_feat,
+        f_thr,
+        f_leaf,
+        t_root,
+        t_depth,
+        _FAST_MAX_DEPTH,
+    )
+    if used < 0:
+        return None
+    f_left, f_feat, f_thr, f_leaf = (a[:used].copy() for a in (f_left, f_feat, f_thr, f_leaf))
+
+    # Dense leaf values: one row per leaf of the general table.
+    leaves = np.flatnonzero(is_leaf)
+    row_of = np.full(n, -1, np.int64)
+    row_of[leaves] = np.arange(leaves.shape[0])
+    lens = (table.aux1[leaves] - table.aux0[leaves]).astype(np.int64)
+    total = int(lens.sum())
+    first = np.cumsum(lens) - lens
+    entry = np.repeat(table.aux0[leaves] - first, lens) + np.arange(total)
+    rows = np.repeat(row_of[leaves], lens)
+    targets = table.w_target[entry]
+    if total and (targets.min() < 0 or targets.max() >= n_targets):
+        return None
+    keys = rows * n_targets + targets
+    if np.unique(keys).shape[0] != total:
+        return None
+    values = np.zeros((leaves.shape[0], n_targets), dtype=table.acc_dtype)
+    values[rows, targets] = table.w_value[entry]
+    written = np.zeros((leaves.shape[0], n_targets), dtype=bool)
+    written[rows, targets] = True
+
+    slot_leaf = np.flatnonzero(f_leaf >= 0)
+    tree_of = np.searchsorted(t_root, slot_leaf, side="right") - 1
+    w = written[row_of[f_leaf[slot_leaf]]]
+    any_t = np.zeros((nt, n_targets), dtype=bool)
+    all_t = np.ones((nt, n_targets), dtype=bool)
+    np.logical_or.at(any_t, tree_of, w)
+    np.logical_and.at(all_t, tree_of, w)
+    if not np.array_equal(any_t, all_t):
+        return None
+    f_leaf = np.where(f_leaf >= 0, row_of[np.maximum(f_leaf, 0)], -1).astype(np.int32)
+    g_depth = np.array([t_depth[i : i + 8].max() for i in range(0, nt, 8)], dtype=np.int32).reshape(
+        -1
+    )
+    return _FastTable(
+        t_root=t_root,
+        t_depth=t_depth,
+        g_depth=g_depth,
+        f_left=f_left,
+        f_feat=f_feat,
+        f_thr=f_thr,
+        f_leaf=f_leaf,
+        values=values,
+        has=any_t.any(axis=0).astype(np.uint8),
+        visits=int(t_depth.sum()),
+    )
 
 
 # Tables are built on first use and kept per attribute object: the executor passes the same
@@ -287,6 +426,10 @@ def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: 
         )
     n = x.shape[0]
     out = np.zeros((n, n_targets), dtype=table.acc_dtype)
+    if n and table.n_trees and agg in (ktrees.AGG_SUM, ktrees.AGG_AVERAGE):
+        fast = table.fast_for(x.dtype, n_targets)
+        if fast is not None:
+            return _run_fast(ctx, table, fast, x, agg, out)
     has = np.zeros((n, n_targets), dtype=np.uint8)
     if n == 0 or table.n_trees == 0:
         return out.astype(np.float64), has
@@ -318,6 +461,66 @@ def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: 
             "nodes_truenodeids / nodes_falsenodeids attributes"
         )
     return out.astype(np.float64), has
+
+
+def _run_fast(
+    ctx: Any, table: _TreeTable, fast: _FastTable, x: np.ndarray, agg: int, out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_run_table` through the fast layout; rows holding a NaN take the general walk."""
+    n = x.shape[0]
+    skip = np.empty(n, dtype=np.uint8)
+    n_nan = ktrees.nan_rows(x, skip)
+    args = (
+        x,
+        fast.t_root,
+        fast.t_depth,
+        fast.g_depth,
+        fast.f_left,
+        fast.f_feat,
+        fast.f_thr,
+        fast.f_leaf,
+        fast.values,
+        skip,
+        out,
+    )
+    if n >= 16 and n * fast.visits >= _FAST_PARALLEL_VISITS:
+        run_parallel(ktrees.fast_predict_parallel, *args)
+    else:
+        ktrees.fast_predict_serial(*args)
+    has = np.empty((n, out.shape[1]), dtype=np.uint8)
+    has[:] = fast.has
+    if n_nan:
+        rows = np.flatnonzero(skip).astype(np.int64)
+        has[rows] = 0
+        bad = ktrees.rows_general(
+            x,
+            rows,
+            table.roots,
+            table.mode,
+            table.feat,
+            table.thr,
+            table.tnode,
+            table.fnode,
+            table.miss,
+            table.aux0,
+            table.aux1,
+            table.members,
+            table.w_target,
+            table.w_value,
+            agg,
+            out,
+            has,
+        )
+        if bad:
+            raise ctx.error(
+                "a tree walk did not reach a leaf (the true/false node ids form a cycle); fix "
+                "the nodes_truenodeids / nodes_falsenodeids attributes"
+            )
+    return out.astype(np.float64), has
+
+
+# Node visits (rows x summed tree depths) from which the fast walk runs on several threads.
+_FAST_PARALLEL_VISITS = 1 << 15
 
 
 def _finish_regression(
@@ -451,16 +654,15 @@ def tree_ensemble_regressor_3(
     Y [N, n_targets] float32: per target, the SUM / AVERAGE / MIN / MAX over trees of the
     reached leaves' weights, plus base_values, then post_transform.
     """
-    values = _attr_floats(nodes_values, nodes_values_as_tensor)
-    weights = _attr_floats(target_weights, target_weights_as_tensor)
 
     def build() -> _TreeTable:
+        # Attribute conversions happen here, once per node, not on every run.
         return _build_legacy_table(
             ctx,
             nodes_treeids,
             nodes_nodeids,
             nodes_featureids,
-            values,
+            _attr_floats(nodes_values, nodes_values_as_tensor),
             nodes_modes,
             nodes_truenodeids,
             nodes_falsenodeids,
@@ -468,7 +670,7 @@ def tree_ensemble_regressor_3(
             target_treeids,
             target_nodeids,
             target_ids,
-            weights,
+            _attr_floats(target_weights, target_weights_as_tensor),
             "target",
             target_weights_as_tensor is None
             or np.asarray(target_weights_as_tensor).dtype == np.float32,
@@ -679,16 +881,16 @@ def tree_ensemble_classifier_3(
     [-s, s] or logistic of both).
     """
     labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
-    values = _attr_floats(nodes_values, nodes_values_as_tensor)
-    weights = _attr_floats(class_weights, class_weights_as_tensor)
 
     def build() -> _TreeTable:
-        return _build_legacy_table(
+        # Attribute conversions happen here, once per node, not on every run.
+        weights = _attr_floats(class_weights, class_weights_as_tensor)
+        table = _build_legacy_table(
             ctx,
             nodes_treeids,
             nodes_nodeids,
             nodes_featureids,
-            values,
+            _attr_floats(nodes_values, nodes_values_as_tensor),
             nodes_modes,
             nodes_truenodeids,
             nodes_falsenodeids,
@@ -701,6 +903,10 @@ def tree_ensemble_classifier_3(
             class_weights_as_tensor is None
             or np.asarray(class_weights_as_tensor).dtype == np.float32,
         )
+        cid = np.asarray(class_ids if class_ids is not None else [], dtype=np.int64)
+        table.binary_case = labels.shape[0] == 2 and np.unique(cid).shape[0] == 1
+        table.all_positive = weights is None or bool(np.all(weights >= 0))
+        return table
 
     table = _cached_table(
         (
@@ -711,6 +917,8 @@ def tree_ensemble_classifier_3(
             class_weights,
             class_weights_as_tensor,
             class_ids,
+            classlabels_int64s,
+            classlabels_strings,
         ),
         build,
     )
@@ -718,9 +926,8 @@ def tree_ensemble_classifier_3(
     xf = _float_rows(ctx, x)
     c = labels.shape[0]
     out, has = _run_table(ctx, table, xf, ktrees.AGG_SUM, c)
-    cid = np.asarray(class_ids if class_ids is not None else [], dtype=np.int64)
-    binary_case = c == 2 and np.unique(cid).shape[0] == 1
-    all_positive = weights is None or bool(np.all(weights >= 0))
+    binary_case = table.binary_case
+    all_positive = table.all_positive
     return _tree_classify(
         ctx,
         out,
