@@ -3,6 +3,7 @@
     python -m bench                      # every workload, full sizes
     python -m bench --quick              # small subset (CI smoke run, a few minutes)
     python -m bench --only E1,M1 --out bench/results.md --json
+    python -m bench --quick --only M1 --cold   # also cold start (first case of each workload)
 
 Columns: workload, case, ratio onnxjit/onnxruntime (median, 95 % bootstrap interval), onnxjit
 median, onnxruntime median, roof fraction (bandwidth or GEMM, onnxjit then onnxruntime), flags.
@@ -165,6 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=harness.MIN_ROUNDS, help="rounds (>= 21)")
     ap.add_argument("--block-ms", type=float, default=5.0, help="minimum block length")
     ap.add_argument("--cases", default="", help="only cases whose name contains this")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="also measure cold start (fresh processes, empty then warm kernel cache) for the "
+        "first case of each workload",
+    )
+    ap.add_argument("--no-ratio", action="store_true", help="skip the ratio runs (with --cold)")
     args = ap.parse_args(argv)
 
     ids = [w.strip().upper() for w in args.only.split(",") if w.strip()] or workload_ids()
@@ -179,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     roofs = harness.measure_roofs()
     _log(f"  copy {roofs.copy_gbps:.1f} GB/s, GEMM {roofs.gemm_gflops:.0f} GFLOP/s")
     results: list[harness.Result] = []
+    cold_results: list[Any] = []
     missing: dict[str, str] = {}
     t_start = time.perf_counter()
     for w in ids:
@@ -194,6 +203,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         if args.cases:
             cases = [c for c in cases if args.cases in c.name]
+        if args.cold and cases:
+            from bench import cold
+
+            _log(f"{w} {cases[0].name}: cold start ...")
+            cold_results.extend(cold.measure_cold(cases[0]))
+        if args.no_ratio:
+            cases = []
         while cases:
             case = cases.pop(0)
             _log(f"{w} {case.name} ...")
@@ -210,6 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.collect()
     load_end = _uptime()
     table = markdown(results, env, roofs, threads, command, (load_start, load_end), missing)
+    if cold_results:
+        from bench import cold
+
+        table += "\nCold start (fresh processes; onnxjit with an empty, then a warm kernel "
+        table += "cache):\n\n"
+        table += cold.markdown(cold_results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(table)
@@ -224,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load": {"start": load_start, "end": load_end},
             "results": [r.to_json() for r in results],
             "missing": missing,
+            "cold": [vars(c) for c in cold_results],
             "geomean": harness.summary(results)[1],
             "per_workload_geomean": harness.summary(results)[0],
         }

@@ -1,0 +1,139 @@
+"""Cold start (shared/BENCHMARKING.md): fresh subprocesses, empty and warm kernel cache.
+
+For one case, each engine runs in a new Python process: import time, session creation, first
+run, second run, peak resident memory (``VmHWM``, else ``resource.getrusage``), and for
+onnxjit the Numba compilations and their seconds (``onnxjit.compile_count()``,
+``compile_seconds()``). onnxjit runs twice against the same fresh ``ONNXJIT_CACHE_DIR``:
+first empty (everything compiles), then warm (kernels load from disk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from bench.workloads import Case
+
+_CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+engine, model_path, feeds_path = sys.argv[1:4]
+if engine == "onnxjit":
+    import onnxjit as rt
+else:
+    import onnxruntime as rt
+t_import = time.perf_counter() - t0
+import numpy as np
+feeds = dict(np.load(feeds_path))
+t0 = time.perf_counter()
+if engine == "onnxjit":
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = rt.InferenceSession(model_path, so)
+else:
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.inter_op_num_threads = 1
+    sess = rt.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+t_create = time.perf_counter() - t0
+t0 = time.perf_counter()
+sess.run(None, feeds)
+t_first = time.perf_counter() - t0
+t0 = time.perf_counter()
+sess.run(None, feeds)
+t_second = time.perf_counter() - t0
+# VmHWM belongs to this process image; ru_maxrss would include the parent's peak (fork)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+try:
+    with open("/proc/self/status") as f:
+        peak = next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    pass
+out = {"import_s": t_import, "create_s": t_create, "first_run_s": t_first,
+       "second_run_s": t_second, "peak_rss_mb": peak}
+if engine == "onnxjit":
+    out["compiles"] = getattr(rt, "compile_count", lambda: None)()
+    out["compile_s"] = getattr(rt, "compile_seconds", lambda: None)()
+print("COLD " + json.dumps(out))
+"""
+
+
+@dataclass
+class ColdResult:
+    workload: str
+    case: str
+    engine: str
+    cache: str  # "empty", "warm" or "-" (onnxruntime)
+    figures: dict[str, Any]
+    error: str | None = None
+
+
+def _child(engine: str, model: Path, feeds: Path, env: dict[str, str], timeout: float) -> Any:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, engine, str(model), str(feeds)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("COLD "):
+            return json.loads(line[5:]), None
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {}, f"exit {proc.returncode}: {tail[0]}"
+
+
+def measure_cold(case: Case, timeout: float = 900.0) -> list[ColdResult]:
+    """Empty-cache and warm-cache onnxjit, and onnxruntime, each in a fresh process."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="onnxjit-cold-") as tmp:
+        model = Path(tmp) / "model.onnx"
+        feeds = Path(tmp) / "feeds.npz"
+        onnx.save(case.model, str(model))
+        np.savez(feeds, **case.feeds)
+        env = dict(os.environ)
+        env["ONNXJIT_CACHE_DIR"] = str(Path(tmp) / "cache")
+        env["ONNXJIT_NUM_THREADS"] = "2"
+        for engine, cache in (("onnxjit", "empty"), ("onnxjit", "warm"), ("onnxruntime", "-")):
+            try:
+                figs, err = _child(engine, model, feeds, env, timeout)
+            except subprocess.TimeoutExpired:
+                figs, err = {}, f"timed out after {timeout:.0f} s"
+            out.append(ColdResult(case.workload, case.name, engine, cache, figs, err))
+    return out
+
+
+def markdown(results: list[ColdResult]) -> str:
+    def f(v: Any, fmt: str = "{:.2f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    lines = [
+        "| workload | case | engine | kernel cache | import s | session s | first run s "
+        "| second run s | compiles | compile s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        g = r.figures
+        cells = [
+            f(g.get("import_s")),
+            f(g.get("create_s")),
+            f(g.get("first_run_s")),
+            f(g.get("second_run_s"), "{:.4f}"),
+            f(g.get("compiles"), "{}"),
+            f(g.get("compile_s")),
+            f(g.get("peak_rss_mb"), "{:.0f}"),
+        ]
+        if r.error:
+            cells = [r.error.replace("|", "/")] + ["-"] * 6
+        lines.append(f"| {r.workload} | {r.case} | {r.engine} | {r.cache} | " + " | ".join(cells))
+        lines[-1] += " |"
+    return "\n".join(lines) + "\n"
