@@ -129,6 +129,14 @@ def test_bert_primitive_static_matches_onnxruntime(opset):
     _check(model, [transformer.bert_feeds(16, 2, pad=3)], rtol=1e-4, atol=1e-4)
 
 
+def test_bert_primitive_scale_as_mul_matches_onnxruntime():
+    model = transformer.bert_primitive(64, 2, 1, seq=16, scale="mul")
+    divs = sum(n.op_type == "Div" for n in model.graph.node)
+    base = transformer.bert_primitive(64, 2, 1, seq=16)
+    assert sum(n.op_type == "Div" for n in base.graph.node) == divs + 1  # one layer
+    _check(model, [transformer.bert_feeds(16, 1, pad=3)], rtol=1e-4, atol=1e-4)
+
+
 def test_bert_primitive_dynamic_runs_several_sizes():
     model = transformer.bert_primitive(64, 2, 2, dynamic=True)
     dims = model.graph.input[0].type.tensor_type.shape.dim
@@ -177,6 +185,8 @@ def test_bert_builders_reject_bad_parameters():
         transformer.bert_primitive(100, 3, 1)
     with pytest.raises(ValueError, match="position"):
         transformer.bert_primitive(64, 2, 1, seq=1000)
+    with pytest.raises(ValueError, match="scale"):
+        transformer.bert_primitive(64, 2, 1, scale="sqrt")
     with pytest.raises(ValueError, match="exporter"):
         transformer.bert_torch(64, 2, 1, exporter="onnxscript")
 

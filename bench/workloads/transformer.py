@@ -210,6 +210,7 @@ def _bert_layer(
     batch: int,
     seq: int,
     dynamic: bool,
+    scale: str,
     prefix: str,
 ) -> str:
     d = hidden // heads
@@ -223,7 +224,10 @@ def _bert_layer(
     kt = g.op("Transpose", k, perm=[0, 2, 3, 1])  # [b, h, d, s]
     v = g.op("Transpose", v, perm=[0, 2, 1, 3])
     scores = g.op("MatMul", q, kt)
-    scores = g.op("Div", scores, g.const(np.float32(math.sqrt(d))))
+    if scale == "div":
+        scores = g.op("Div", scores, g.const(np.float32(math.sqrt(d))))
+    else:
+        scores = g.op("Mul", scores, g.const(np.float32(1.0 / math.sqrt(d))))
     scores = g.op("Add", scores, mask)
     probs = g.op("Softmax", scores, axis=-1)
     ctx = g.op("MatMul", probs, v)  # [b, h, s, d]
@@ -245,6 +249,7 @@ def bert_primitive(
     dynamic: bool = False,
     opset: int = DEFAULT_OPSET,
     seed: int = 0,
+    scale: str = "div",
 ) -> onnx.ModelProto:
     """A BERT encoder written with primitive ONNX ops as exporters write them.
 
@@ -254,8 +259,11 @@ def bert_primitive(
     mask becomes the additive (1 - mask) * -10000 term of shape [b, 1, 1, s]. With
     ``dynamic=True`` the batch and sequence dims are symbolic ('batch', 'seq') and every
     reshape target is computed from Shape chains, so one model serves any size up to 512
-    tokens.
+    tokens. ``scale`` writes the 1/sqrt(d) scaling of the scores as a Div by sqrt(d) ("div",
+    HF BERT's export) or a Mul by 1/sqrt(d) ("mul").
     """
+    if scale not in ("div", "mul"):
+        raise ValueError(f"scale must be 'div' or 'mul', found {scale!r}")
     if hidden % heads:
         raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")
     if seq > MAX_POSITIONS:
@@ -286,7 +294,7 @@ def bert_primitive(
     mask = g.op("Mul", m, g.const(np.float32(-10000.0)))
 
     for i in range(layers):
-        x = _bert_layer(g, x, mask, hidden, heads, batch, seq, dynamic, f"encoder.layer.{i}")
+        x = _bert_layer(g, x, mask, hidden, heads, batch, seq, dynamic, scale, f"encoder.layer.{i}")
     x = g.rename(x, "last_hidden_state")
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, [bdim, sdim]),
