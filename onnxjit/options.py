@@ -93,7 +93,8 @@ ONNXJIT_CONFIG_KEYS = {
 class SessionOptions(_StrictFields):
     """Options for :class:`onnxjit.InferenceSession` (onnxruntime's names).
 
-    Implemented: ``graph_optimization_level``, ``intra_op_num_threads``,
+    Implemented: ``graph_optimization_level``, ``optimized_model_filepath``,
+    ``intra_op_num_threads`` (Numba's and BLAS's thread counts, see :mod:`onnxjit.threads`),
     ``inter_op_num_threads`` (accepted; onnxjit runs nodes sequentially),
     ``execution_mode`` (sequential only), ``enable_profiling``, ``profile_file_prefix``,
     ``log_severity_level``, ``log_verbosity_level``, ``logid``, ``use_deterministic_compute``,
@@ -104,7 +105,6 @@ class SessionOptions(_StrictFields):
     enable_cpu_mem_arena = _NotImplementedField(True, "onnxjit has no memory arena")
     enable_mem_pattern = _NotImplementedField(True, "onnxjit has no memory-pattern planner")
     enable_mem_reuse = _NotImplementedField(True, "buffer reuse cannot be switched off")
-    optimized_model_filepath = _NotImplementedField("", "writing the optimised graph")
     execution_order = _NotImplementedField(
         ExecutionOrder.DEFAULT, "nodes run in the graph's topological order"
     )
@@ -136,6 +136,9 @@ class SessionOptions(_StrictFields):
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Where to write the graph after the passes ("" = nowhere); fused groups appear as
+        # nodes of the onnxjit domain listing their member nodes.
+        self.optimized_model_filepath = ""
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
         self._execution_mode = ExecutionMode.ORT_SEQUENTIAL

@@ -139,6 +139,10 @@ class InferenceSession:
         self._pass_report = passes.optimize(
             self._model.graph, int(self._options.graph_optimization_level), disabled
         )
+        if self._options.optimized_model_filepath:
+            from onnxjit.export import write_optimized_model
+
+            write_optimized_model(self._model, self._options.optimized_model_filepath)
         self._program = Program(self._model.graph)
         graph = self._model.graph
         inits = set(graph.initializers)

@@ -50,11 +50,17 @@ def _const(name, value):
     return numpy_helper.from_array(np.asarray(value), name)
 
 
+# Pattern passes that would claim some of these chains first (Gelu, LayerNorm, Softmax).
+PATTERNS = ["gelu_fusion", "layernorm_fusion", "softmax_fusion", "gemm_epilogue_fusion"]
+
+
 def _sessions(model, **kw):
     data = model.SerializeToString()
+    kw.setdefault("disabled_optimizers", PATTERNS)
     basic = onnxjit.SessionOptions()
     basic.graph_optimization_level = onnxjit.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    return onnxjit.InferenceSession(data, **kw), onnxjit.InferenceSession(data, basic)
+    fused = onnxjit.InferenceSession(data, **kw)
+    return fused, onnxjit.InferenceSession(data, basic)
 
 
 def _fused_nodes(sess):
@@ -396,5 +402,25 @@ def test_against_onnxruntime_on_a_mixed_chain():
 
 def test_pass_statistics_count_the_groups():
     m = _model(_gelu_nodes(), [_vi("x")], [_vi("y")], _gelu_consts())
-    sess = onnxjit.InferenceSession(m.SerializeToString())
+    sess = onnxjit.InferenceSession(m.SerializeToString(), disabled_optimizers=PATTERNS)
     assert sess.stats()["passes"]["elementwise_fusion"]["rewrites"] == 1
+
+
+def test_optimized_model_file_lists_the_fused_members(tmp_path):
+    import onnx
+
+    m = _model(_gelu_nodes(), [_vi("x")], [_vi("y")], _gelu_consts())
+    so = onnxjit.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    onnxjit.InferenceSession(m.SerializeToString(), so, disabled_optimizers=PATTERNS)
+    written = onnx.load(so.optimized_model_filepath)
+    (node,) = written.graph.node
+    assert (node.domain, node.op_type) == ("onnxjit", FUSED)
+    members = next(a for a in node.attribute if a.name == "members")
+    assert [s.decode().split("-")[0] for s in members.strings] == [
+        "Div",
+        "Erf",
+        "Add",
+        "Mul",
+        "Mul",
+    ]

@@ -438,7 +438,6 @@ def test_implemented_session_options():
         ("enable_cpu_mem_arena", False),
         ("enable_mem_pattern", False),
         ("enable_mem_reuse", False),
-        ("optimized_model_filepath", "opt.onnx"),
         ("execution_order", 1),
         ("use_per_session_threads", False),
         ("execution_mode", onnxjit.ExecutionMode.ORT_PARALLEL),
