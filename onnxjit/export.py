@@ -25,8 +25,8 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from onnxjit import ir
+from onnxjit.registry import INTERNAL_DOMAIN
 
-INTERNAL_DOMAIN = "onnxjit"
 # Above this many bytes of tensor data the file is written with external data: protobuf
 # cannot serialise a message of 2 GiB or more.
 EXTERNAL_DATA_BYTES = 1_800_000_000

@@ -297,6 +297,40 @@ def test_cse_compares_attributes_and_merges_duplicate_constants():
     assert {"l1", "l2", "m1", "m3", "s1", "s2"} <= set(names)
 
 
+def test_cse_compares_tensor_attributes_and_renames_subgraph_reads():
+    n = helper.make_node
+
+    def fill(v):
+        return numpy_helper.from_array(np.array([v], np.float32))
+
+    then = helper.make_graph(
+        [n("Neg", ["f3"], ["t"])], "then", [], [_out("t", TensorProto.FLOAT, 2)]
+    )
+    other = helper.make_graph(
+        [n("Abs", ["f1"], ["e"])], "else", [], [_out("e", TensorProto.FLOAT, 2)]
+    )
+    model = _model(
+        [
+            n("Shape", ["x"], ["s"]),
+            n("ConstantOfShape", ["s"], ["f1"], value=fill(1.0), name="f1"),
+            n("ConstantOfShape", ["s"], ["f2"], value=fill(2.0), name="f2"),
+            n("ConstantOfShape", ["s"], ["f3"], value=fill(1.0), name="f3"),
+            n("If", ["c"], ["i"], then_branch=then, else_branch=other),
+            n("Sum", ["x", "f1", "f2", "f3", "i"], ["y"]),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [_out("y", TensorProto.FLOAT, 2)],
+    )
+    x = np.random.default_rng(10).standard_normal((2, 3)).astype(np.float32)
+    for c in (True, False):
+        sess = _check(model, {"x": x, "c": np.array(c)})
+        names = _names(sess)
+        assert "f1" in names and "f2" in names and "f3" not in names
+
+
 def test_cse_keeps_random_ops_and_graph_outputs():
     inputs, et = _xy()
     n = helper.make_node
