@@ -65,6 +65,14 @@ def _uptime() -> str:
         return "?"
 
 
+def _load1(loadavg: str) -> float:
+    """The 1-minute figure of a /proc/loadavg excerpt (0 when unknown)."""
+    try:
+        return float(loadavg.split()[0])
+    except (ValueError, IndexError):
+        return 0.0
+
+
 def _git_commit() -> str:
     try:
         return subprocess.run(
@@ -124,6 +132,15 @@ def markdown(
         f"engines and BLAS  ",
         f"Roofs measured in this run: copy {roofs.copy_gbps:.1f} GB/s (read + write, numpy "
         f"copy of 256 MB), float32 GEMM {roofs.gemm_gflops:.0f} GFLOP/s (numpy 2048^3)",
+    ]
+    busy = max(_load1(load[0]), _load1(load[1]))
+    if busy > (env["cores"] or 1):
+        lines.append(
+            f"**Warning: load average {busy:.1f} on {env['cores']} cores: other processes "
+            "competed for the cores, so times, ratios and roofs are contention-dominated; "
+            "rerun on a quiet machine before quoting them.**  "
+        )
+    lines += [
         "",
         "| workload | case | ratio onnxjit/ort (median, 95 % CI) | onnxjit median "
         "| onnxruntime median | roof fraction | flags |",
