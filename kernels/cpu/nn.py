@@ -14,6 +14,10 @@ from numba import prange
 
 from .._jit import njit, pjit
 
+# Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
+# signed zeros keep their IEEE meaning.
+_REASSOC = {"reassoc"}
+
 
 @njit(inline="always")
 def _softmax_block(x, y, o, log):
@@ -67,8 +71,8 @@ def softmax_par(x, y, log):
 
 @njit(inline="always")
 def _softmax_row(x, y, r, log):
-    # One row of a (R, n) array, softmax over the row: max, exp and sum, scale. The max and
-    # the sum keep eight partial results so that the loops vectorise without fastmath.
+    # One row of a (R, n) array, softmax over the row: max, exp and sum, scale. The max keeps
+    # eight partial results (independent chains); the sum is vectorised by reassociation.
     n = x.shape[1]
     if n == 0:
         return
@@ -91,23 +95,9 @@ def _softmax_row(x, y, r, log):
     z = x.dtype.type(0.0)
     for j in range(n):
         y[r, j] = math.exp(x[r, j] - mx)
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-    j = 0
-    while j + 8 <= n:
-        a0 += y[r, j]
-        a1 += y[r, j + 1]
-        a2 += y[r, j + 2]
-        a3 += y[r, j + 3]
-        a4 += y[r, j + 4]
-        a5 += y[r, j + 5]
-        a6 += y[r, j + 6]
-        a7 += y[r, j + 7]
-        j += 8
-    t = z
-    while j < n:
-        t += y[r, j]
-        j += 1
-    total = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + t
+    total = z
+    for j in range(n):
+        total += y[r, j]
     if log:
         lse = mx + math.log(total)
         for j in range(n):
@@ -118,7 +108,7 @@ def _softmax_row(x, y, r, log):
             y[r, j] = y[r, j] * inv
 
 
-@njit
+@njit(fastmath=_REASSOC)
 def softmax_rows(x, y, log):
     """Softmax (or log-softmax) of each row of ``x`` (R, n) into ``y`` (same shape and type).
 
@@ -128,7 +118,7 @@ def softmax_rows(x, y, log):
         _softmax_row(x, y, r, log)
 
 
-@pjit
+@pjit(fastmath=_REASSOC)
 def softmax_rows_par(x, y, log):
     """Parallel twin of :func:`softmax_rows` (threads over rows)."""
     for r in prange(x.shape[0]):

@@ -12,6 +12,9 @@ from numba import prange
 
 from .._jit import njit, pjit
 
+# Reassociation only (see the row kernels below).
+_REASSOC = {"reassoc"}
+
 
 @njit(inline="always")
 def _row(x, scale, bias, eps_in, eps_out, y, mean, inv, r):
@@ -119,65 +122,30 @@ def channel_affine_par(x, a, b, y):
 # Fast row kernels for LayerNorm / SkipLayerNorm / RMSNorm over the last dims of (R, n) arrays.
 #
 # Every inner loop runs in the element type (float32 or float64) and has no per-element branch.
-# Reductions keep eight partial sums (a strided split of the row): LLVM may not reorder a single
-# floating-point accumulator without fastmath, but eight independent ones vectorise, and a row
-# of a few thousand elements stays in L1 between the passes. Statistics are stored into the
+# The kernels allow reassociation (fastmath={"reassoc"}) and nothing else: LLVM may then split a
+# sum into SIMD partial sums (which is all it changes: a different summation order); NaN, inf and
+# signed zeros keep their IEEE meaning (no nnan/ninf/nsz/arcp/afn). A row of a few thousand
+# elements stays in L1 between the passes. Statistics are stored into the
 # ``mean``/``inv`` arrays (of the element type), which is also how a float64 scalar is cast to
 # the element type. Variance is two-pass (mean, then mean of squared deviations).
 
 
 @njit(inline="always")
 def _row_sum(x, r, z):
-    n = x.shape[1]
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-    j = 0
-    while j + 8 <= n:
-        a0 += x[r, j]
-        a1 += x[r, j + 1]
-        a2 += x[r, j + 2]
-        a3 += x[r, j + 3]
-        a4 += x[r, j + 4]
-        a5 += x[r, j + 5]
-        a6 += x[r, j + 6]
-        a7 += x[r, j + 7]
-        j += 8
     t = z
-    while j < n:
+    for j in range(x.shape[1]):
         t += x[r, j]
-        j += 1
-    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + t
+    return t
 
 
 @njit(inline="always")
 def _row_sq_dev(x, r, m, z):
     # sum((x[r] - m)^2); m = 0 gives the sum of squares (RMSNorm).
-    n = x.shape[1]
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
-    j = 0
-    while j + 8 <= n:
-        d0 = x[r, j] - m
-        d1 = x[r, j + 1] - m
-        d2 = x[r, j + 2] - m
-        d3 = x[r, j + 3] - m
-        d4 = x[r, j + 4] - m
-        d5 = x[r, j + 5] - m
-        d6 = x[r, j + 6] - m
-        d7 = x[r, j + 7] - m
-        a0 += d0 * d0
-        a1 += d1 * d1
-        a2 += d2 * d2
-        a3 += d3 * d3
-        a4 += d4 * d4
-        a5 += d5 * d5
-        a6 += d6 * d6
-        a7 += d7 * d7
-        j += 8
     t = z
-    while j < n:
+    for j in range(x.shape[1]):
         d = x[r, j] - m
         t += d * d
-        j += 1
-    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) + t
+    return t
 
 
 @njit(inline="always")
@@ -194,7 +162,7 @@ def _ln_row(x, scale, bias, eps, y, mean, inv, r):
         y[r, j] = (x[r, j] - m) * iv * scale[j] + bias[j]
 
 
-@njit
+@njit(fastmath=_REASSOC)
 def layer_norm_rows(x, scale, bias, eps, y, mean, inv):
     """LayerNorm of each row of ``x`` (R, n), float32 or float64, into ``y`` (same shape and
     type): ``y = (x - mean) / sqrt(var + eps) * scale + bias`` with ``scale``/``bias`` (n,).
@@ -204,7 +172,7 @@ def layer_norm_rows(x, scale, bias, eps, y, mean, inv):
         _ln_row(x, scale, bias, eps, y, mean, inv, r)
 
 
-@pjit
+@pjit(fastmath=_REASSOC)
 def layer_norm_rows_par(x, scale, bias, eps, y, mean, inv):
     """Parallel twin of :func:`layer_norm_rows` (threads over rows)."""
     for r in prange(x.shape[0]):
@@ -222,7 +190,7 @@ def _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r):
     _ln_row(y, scale, bias, eps, y, mean, inv, r)
 
 
-@njit
+@njit(fastmath=_REASSOC)
 def skip_layer_norm_rows(a, b, scale, bias, eps, y, s, write_sum, mean, inv):
     """``s = a + b`` (both (R, n)) then :func:`layer_norm_rows` of ``s`` into ``y``, one row at
     a time while the row is in L1. The sum is also stored into ``s`` when ``write_sum``."""
@@ -230,7 +198,7 @@ def skip_layer_norm_rows(a, b, scale, bias, eps, y, s, write_sum, mean, inv):
         _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r)
 
 
-@pjit
+@pjit(fastmath=_REASSOC)
 def skip_layer_norm_rows_par(a, b, scale, bias, eps, y, s, write_sum, mean, inv):
     """Parallel twin of :func:`skip_layer_norm_rows` (threads over rows)."""
     for r in prange(a.shape[0]):
@@ -248,7 +216,7 @@ def _rms_row(x, scale, eps, y, inv, r):
         y[r, j] = x[r, j] * iv * scale[j]
 
 
-@njit
+@njit(fastmath=_REASSOC)
 def rms_norm_rows(x, scale, eps, y, inv):
     """RMSNorm of each row of ``x`` (R, n): ``y = x / sqrt(mean(x^2) + eps) * scale``;
     ``inv[r]`` (x's type) receives 1 / sqrt(mean(x^2) + eps)."""
@@ -256,7 +224,7 @@ def rms_norm_rows(x, scale, eps, y, inv):
         _rms_row(x, scale, eps, y, inv, r)
 
 
-@pjit
+@pjit(fastmath=_REASSOC)
 def rms_norm_rows_par(x, scale, eps, y, inv):
     """Parallel twin of :func:`rms_norm_rows` (threads over rows)."""
     for r in prange(x.shape[0]):
