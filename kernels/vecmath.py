@@ -1,0 +1,564 @@
+"""Vectorisable exp, log, log1p, tanh, sigmoid and erf for float32 and float64.
+
+Numba lowers ``math.exp`` and friends to one libm call per element, and a loop with a call in it
+is never vectorised by LLVM. The functions here use only arithmetic, comparisons (which LLVM
+turns into selects) and integer views of the float bits, so a loop such as
+``for i in range(n): y[i] = exp_f32(x[i])`` compiles to SIMD code (AVX2 / AVX-512 on x86).
+
+Every public function is ``@njit(inline="always")`` and comes in a float32 flavour (typed
+float32 constants throughout, so no value is promoted to float64) and a float64 flavour. They use
+only operators and numpy scalar constructors / scalar ``view``, as :mod:`onnxjit.kernels.scalar`
+helpers must. Bodies are written in single-assignment style because Numba's inliner rejects a
+variable that is assigned twice.
+
+Method (all coefficients were fitted for this module: Chebyshev / Lawson near-minimax fits made
+with mpmath, see ``_fits`` in the test file's docstring for how they are checked):
+
+* exp: k = round(x / ln 2) with the 1.5 * 2^p "shifter" (no float -> int conversion, so NaN
+  and inf inputs cannot create poison values), r = x - k ln 2 in two parts (Cody-Waite),
+  e^r = 1 + r + r^2 P(r) on |r| <= ln2 / 2, and 2^k built by shifting k into the exponent
+  field. 2^k is applied as two factors 2^(k//2) * 2^(k - k//2) so that results in the
+  subnormal range are rounded once and results just below the overflow threshold do not
+  overflow early. **Subnormal results are produced (not flushed).** x above the overflow
+  threshold gives +inf, x below the underflow threshold gives +0, NaN gives NaN.
+* log: x = 2^e m with m in [sqrt(1/2), sqrt(2)) taken from the bits (subnormal x are scaled by
+  2^23 / 2^52 first), f = m - 1, s = f / (2 + f) and
+  log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)) with R fitted; e ln 2 is added in two parts.
+  log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN gives NaN.
+* log1p: u = 1 + x rounded, the rounding error d of that sum recovered exactly (TwoSum), and
+  log1p(x) = log(u) + d / u. log1p(-1) = -inf, log1p(x < -1) = NaN.
+* tanh: |x| < 0.625: x + x^3 T(x^2) with T fitted; otherwise 1 - 2 / (e^(2|x|) + 1) with the
+  sign of x, |x| clamped to 10 (float32) / 20 (float64) where tanh is +-1 after rounding.
+* sigmoid: e = exp(-|x|); 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0: one exp, one
+  division, never an overflow; sigmoid(-inf) = 0, sigmoid(inf) = 1, subnormal results kept.
+* erf (float32): |x| < 1: x E(x^2) with E fitted; 1 <= |x| < 3.92: 1 - e^(-x^2) G(|x|) with G
+  fitted (weighted by e^(-x^2), the weight of its error in the result); beyond: +-1.
+  **erf_f64 keeps math.erf**: a float64 erf at full accuracy needs several rational pieces
+  (hence several evaluated polynomials per element in a branch-free version) and would be
+  slower than libm's for the modest gain; float64 erf is rare in models.
+
+Accuracy (max error in float32 ulps against float64 numpy over dense grids of every binade,
+checked in tests/test_vecmath.py; float64 against numpy's float64 libm): see ``ULP_BUDGET``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._jit import njit
+
+# Max error, in ulps of the result type, that tests/test_vecmath.py enforces. float32 values are
+# measured against float64 numpy (rounded to float32, which itself is within 0.5 ulp of the
+# truth), float64 values against numpy's float64 functions (libm, within ~1 ulp).
+ULP_BUDGET = {
+    "exp_f32": 1.5,
+    "log_f32": 1.5,
+    "log1p_f32": 2,
+    "tanh_f32": 2,
+    "sigmoid_f32": 3,
+    "erf_f32": 2,
+    "exp_f64": 2,
+    "log_f64": 2,
+    "log1p_f64": 2,
+    "tanh_f64": 3,
+    "sigmoid_f64": 3,
+}
+
+_f32 = np.float32
+_f64 = np.float64
+
+# ---------------------------------------------------------------------------------------------
+# Constants
+# ---------------------------------------------------------------------------------------------
+
+_LN2 = 0.6931471805599453
+# ln 2 split so that k * hi is exact for every |k| the functions meet (hi keeps 12 and 42
+# significant bits); lo is the rest of the true ln 2 (computed with mpmath, not from the
+# rounded float64 ln 2).
+_LN2_HI_F32 = _f32(0.693115234375)
+_LN2_LO_F32 = _f32(3.194618329871446e-05)
+_LN2_HI_F64 = _f64(0.6931471805598903)
+_LN2_LO_F64 = _f64(5.497923018708371e-14)
+_LOG2E_F32 = _f32(1.4426950408889634)
+_LOG2E_F64 = _f64(1.4426950408889634)
+# Adding 1.5 * 2^23 (2^52) rounds a float to an integer in the low mantissa bits.
+_SHIFT_F32 = _f32(12582912.0)
+_SHIFT_F64 = _f64(6755399441055744.0)
+_SHIFT_BITS_F32 = 0x4B400000
+_SHIFT_BITS_F64 = 0x4338000000000000
+
+# exp thresholds: above OVF the result is inf; below UNF it rounds to +0.
+_EXP_OVF_F32 = _f32(88.72283172607422)
+_EXP_UNF_F32 = _f32(-103.97207641601562)
+_EXP_OVF_F64 = _f64(709.782712893384)
+_EXP_UNF_F64 = _f64(-745.1332191019412)
+# Clamps that keep k (and the two scale factors) in range for any input.
+_EXP_HI_F32 = _f32(89.0)
+_EXP_LO_F32 = _f32(-104.0)
+_EXP_HI_F64 = _f64(710.0)
+_EXP_LO_F64 = _f64(-746.0)
+
+# e^r = 1 + r + r^2 P(r), |r| <= ln2/2: P fitted (degree 4 for float32, 10 for float64).
+_EP_F32 = tuple(
+    _f32(c)
+    for c in (
+        0.5,
+        0.1666657702559799,
+        0.041666554662050534,
+        0.008363173074513711,
+        0.001392617611993558,
+    )
+)
+_EP_F64 = tuple(
+    _f64(c)
+    for c in (
+        0.5,
+        0.1666666666666667,
+        0.04166666666666667,
+        0.008333333333326141,
+        0.0013888888888883752,
+        0.00019841269874800493,
+        2.4801587325533363e-05,
+        2.7557255425746435e-06,
+        2.7557273661348637e-07,
+        2.510520637395701e-08,
+        2.0914679376583935e-09,
+    )
+)
+_EP0_F32, _EP1_F32, _EP2_F32, _EP3_F32, _EP4_F32 = _EP_F32
+(
+    _EP0_F64,
+    _EP1_F64,
+    _EP2_F64,
+    _EP3_F64,
+    _EP4_F64,
+    _EP5_F64,
+    _EP6_F64,
+    _EP7_F64,
+    _EP8_F64,
+    _EP9_F64,
+    _EP10_F64,
+) = _EP_F64
+
+# log(1+f) = 2 atanh(s), s = f/(2+f): R(z) = z Q(z), z = s^2 <= 0.0295, Q fitted.
+_LQ0_F32, _LQ1_F32, _LQ2_F32, _LQ3_F32 = (
+    _f32(c)
+    for c in (0.6666666655449709, 0.40000121839806124, 0.28550820815960665, 0.23330467216303835)
+)
+_LQ0_F64, _LQ1_F64, _LQ2_F64, _LQ3_F64, _LQ4_F64, _LQ5_F64, _LQ6_F64, _LQ7_F64 = (
+    _f64(c)
+    for c in (
+        0.6666666666666666,
+        0.4000000000000088,
+        0.28571428570803614,
+        0.22222222391713917,
+        0.18181795640132906,
+        0.15386239702814658,
+        0.13268773138656886,
+        0.13086626147840102,
+    )
+)
+_SQRT_HALF_BITS_F32 = 0x3F3504F3
+_SQRT_HALF_BITS_F64 = 0x3FE6A09E667F3BCD
+_TINY_F32 = _f32(1.1754943508222875e-38)  # smallest normal
+_TINY_F64 = _f64(2.2250738585072014e-308)
+_TWO23 = _f32(8388608.0)
+_TWO52 = _f64(4503599627370496.0)
+_MAX_F32 = _f32(3.4028234663852886e38)
+_MAX_F64 = _f64(1.7976931348623157e308)
+
+# tanh(x) = x + x^3 T(x^2) for |x| < 0.625: T fitted (degree 5 / 11).
+_TANH_SMALL_F32 = _f32(0.625)
+_TANH_SMALL_F64 = _f64(0.625)
+_TANH_CLAMP_F32 = _f32(10.0)
+# below these tanh(x) and log1p(x) round to x (also keeps the sign of -0)
+_TINY_ARG_F32 = _f32(2.0**-13)
+_TINY_ARG_F64 = _f64(2.0**-54)
+_LOG1P_TINY_F32 = _f32(2.0**-25)
+_LOG1P_TINY_F64 = _f64(2.0**-54)
+_TANH_CLAMP_F64 = _f64(20.0)
+_TT0_F32, _TT1_F32, _TT2_F32, _TT3_F32, _TT4_F32, _TT5_F32 = (
+    _f32(c)
+    for c in (
+        -0.3333333317214036,
+        0.1333330355691574,
+        -0.053959259577204544,
+        0.02176891865102821,
+        -0.008343945515839153,
+        0.002292744816178142,
+    )
+)
+(
+    _TT0_F64,
+    _TT1_F64,
+    _TT2_F64,
+    _TT3_F64,
+    _TT4_F64,
+    _TT5_F64,
+    _TT6_F64,
+    _TT7_F64,
+    _TT8_F64,
+    _TT9_F64,
+    _TT10_F64,
+    _TT11_F64,
+) = (
+    _f64(c)
+    for c in (
+        -0.3333333333333333,
+        0.13333333333333042,
+        -0.05396825396789699,
+        0.021869488519008305,
+        -0.008863235103240878,
+        0.0035921217511549622,
+        -0.0014557754120478055,
+        0.0005896606577757043,
+        -0.0002375906496055562,
+        9.257116129556769e-05,
+        -3.12011014257974e-05,
+        6.485163482793113e-06,
+    )
+)
+
+# erf(x) = x E(x^2) for |x| < 1 (E fitted, degree 6); erf(x) = 1 - e^(-x^2) G(x - 2) for
+# 1 <= x < 3.92 (G fitted, degree 8, centred at 2 for well-conditioned coefficients).
+_ERF_SPLIT = _f32(1.0)
+# the smallest float32 whose erf rounds to 1
+_ERF_SAT = _f32(3.919205904006958)
+_ERF_CENTRE = _f32(2.0)
+# erf(x) = x + x (E(x^2) - 1): the leading x is exact, which halves the rounding error.
+_EE0M1, _EE1, _EE2, _EE3, _EE4, _EE5, _EE6 = (
+    _f32(c)
+    for c in (
+        1.1283791658483509 - 1.0,
+        -0.37612626666720334,
+        0.11283594715160218,
+        -0.026854212010626412,
+        0.005189087423433974,
+        -0.000801686428716587,
+        7.875875062685488e-05,
+    )
+)
+_EG0, _EG1, _EG2, _EG3, _EG4, _EG5, _EG6, _EG7, _EG8 = (
+    _f32(c)
+    for c in (
+        0.25539560170306413,
+        -0.1067977870255584,
+        0.041801567887765324,
+        -0.015443009677188417,
+        0.0054755436596479155,
+        -0.0018574048327415246,
+        0.0005035017334665571,
+        -0.00020230925044922694,
+        0.00010684383105699859,
+    )
+)
+
+_ZERO_F32 = _f32(0.0)
+_HALF_F32 = _f32(0.5)
+_ONE_F32 = _f32(1.0)
+_TWO_F32 = _f32(2.0)
+_INF_F32 = _f32(np.inf)
+_NAN_F32 = _f32(np.nan)
+_ZERO_F64 = _f64(0.0)
+_HALF_F64 = _f64(0.5)
+_ONE_F64 = _f64(1.0)
+_TWO_F64 = _f64(2.0)
+_INF_F64 = _f64(np.inf)
+_NAN_F64 = _f64(np.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# exp
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def _exp_poly_f32(r):
+    """e^r for |r| <= ln2/2 (relative error well under 1 ulp before rounding)."""
+    p = _EP0_F32 + r * (_EP1_F32 + r * (_EP2_F32 + r * (_EP3_F32 + r * _EP4_F32)))
+    return _ONE_F32 + (r + r * r * p)
+
+
+@njit(inline="always")
+def _exp_poly_f64(r):
+    p = _EP0_F64 + r * (
+        _EP1_F64
+        + r
+        * (
+            _EP2_F64
+            + r
+            * (
+                _EP3_F64
+                + r
+                * (
+                    _EP4_F64
+                    + r
+                    * (
+                        _EP5_F64
+                        + r
+                        * (
+                            _EP6_F64
+                            + r * (_EP7_F64 + r * (_EP8_F64 + r * (_EP9_F64 + r * _EP10_F64)))
+                        )
+                    )
+                )
+            )
+        )
+    )
+    return _ONE_F64 + (r + r * r * p)
+
+
+@njit(inline="always")
+def _exp_mid_f32(x):
+    """e^x for -87 <= x <= 88 (one scale factor, 2^k stays normal); NaN propagates."""
+    t = x * _LOG2E_F32 + _SHIFT_F32
+    kf = t - _SHIFT_F32
+    k = np.int64(np.float32(t).view(np.int32)) - _SHIFT_BITS_F32
+    r = (x - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
+    s = np.int32((k + 127) << 23).view(np.float32)
+    return _exp_poly_f32(r) * s
+
+
+@njit(inline="always")
+def _exp_mid_f64(x):
+    """e^x for -708 <= x <= 709 (one scale factor); NaN propagates."""
+    t = x * _LOG2E_F64 + _SHIFT_F64
+    kf = t - _SHIFT_F64
+    k = np.float64(t).view(np.int64) - _SHIFT_BITS_F64
+    r = (x - kf * _LN2_HI_F64) - kf * _LN2_LO_F64
+    s = np.int64((k + 1023) << 52).view(np.float64)
+    return _exp_poly_f64(r) * s
+
+
+@njit(inline="always")
+def exp_f32(x):
+    """e^x in float32: <= 1 ulp; inf above 88.7228, +0 below -103.972, subnormals kept."""
+    xc0 = _EXP_HI_F32 if x > _EXP_HI_F32 else x
+    xc = _EXP_LO_F32 if xc0 < _EXP_LO_F32 else xc0
+    t = xc * _LOG2E_F32 + _SHIFT_F32
+    kf = t - _SHIFT_F32
+    k = np.int64(np.float32(t).view(np.int32)) - _SHIFT_BITS_F32
+    r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
+    k1 = k >> 1
+    s1 = np.int32((k1 + 127) << 23).view(np.float32)
+    s2 = np.int32((k - k1 + 127) << 23).view(np.float32)
+    y = (_exp_poly_f32(r) * s1) * s2
+    y1 = _INF_F32 if x > _EXP_OVF_F32 else y
+    y2 = _ZERO_F32 if x < _EXP_UNF_F32 else y1
+    return x if x != x else y2
+
+
+@njit(inline="always")
+def exp_f64(x):
+    """e^x in float64: <= 2 ulp; inf above 709.78, +0 below -745.13, subnormals kept."""
+    xc0 = _EXP_HI_F64 if x > _EXP_HI_F64 else x
+    xc = _EXP_LO_F64 if xc0 < _EXP_LO_F64 else xc0
+    t = xc * _LOG2E_F64 + _SHIFT_F64
+    kf = t - _SHIFT_F64
+    k = np.float64(t).view(np.int64) - _SHIFT_BITS_F64
+    r = (xc - kf * _LN2_HI_F64) - kf * _LN2_LO_F64
+    k1 = k >> 1
+    s1 = np.int64((k1 + 1023) << 52).view(np.float64)
+    s2 = np.int64((k - k1 + 1023) << 52).view(np.float64)
+    y = (_exp_poly_f64(r) * s1) * s2
+    y1 = _INF_F64 if x > _EXP_OVF_F64 else y
+    y2 = _ZERO_F64 if x < _EXP_UNF_F64 else y1
+    return x if x != x else y2
+
+
+# ---------------------------------------------------------------------------------------------
+# log, log1p
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def _log_norm_f32(x, eadj):
+    """log(x * 2^eadj) for a positive normal finite x (eadj is an int64 exponent offset)."""
+    ix = np.int64(np.float32(x).view(np.int32))
+    ek = (ix - _SQRT_HALF_BITS_F32) >> 23
+    m = np.int32(ix - (ek << 23)).view(np.float32)  # in [sqrt(1/2), sqrt(2))
+    e = np.float32(ek + eadj)
+    f = m - _ONE_F32
+    s = f / (_TWO_F32 + f)
+    z = s * s
+    r = z * (_LQ0_F32 + z * (_LQ1_F32 + z * (_LQ2_F32 + z * _LQ3_F32)))
+    hfsq = _HALF_F32 * f * f
+    return e * _LN2_HI_F32 + ((f - hfsq) + (s * (hfsq + r) + e * _LN2_LO_F32))
+
+
+@njit(inline="always")
+def _log_norm_f64(x, eadj):
+    ix = np.float64(x).view(np.int64)
+    ek = (ix - _SQRT_HALF_BITS_F64) >> 52
+    m = np.int64(ix - (ek << 52)).view(np.float64)
+    e = np.float64(ek + eadj)
+    f = m - _ONE_F64
+    s = f / (_TWO_F64 + f)
+    z = s * s
+    r = z * (
+        _LQ0_F64
+        + z
+        * (
+            _LQ1_F64
+            + z
+            * (
+                _LQ2_F64
+                + z * (_LQ3_F64 + z * (_LQ4_F64 + z * (_LQ5_F64 + z * (_LQ6_F64 + z * _LQ7_F64))))
+            )
+        )
+    )
+    hfsq = _HALF_F64 * f * f
+    return e * _LN2_HI_F64 + ((f - hfsq) + (s * (hfsq + r) + e * _LN2_LO_F64))
+
+
+@njit(inline="always")
+def log_f32(x):
+    """Natural log in float32: <= 1 ulp; log(0) = -inf, log(<0) = NaN, subnormals handled."""
+    tiny = x < _TINY_F32
+    xs = x * _TWO23 if tiny else x
+    y = _log_norm_f32(xs, -23 if tiny else 0)
+    # x <= 0, inf and NaN: -inf, NaN, inf, NaN
+    special = (-_INF_F32 if x == _ZERO_F32 else _NAN_F32) if x <= _ZERO_F32 else x + x
+    return y if (x > _ZERO_F32 and x <= _MAX_F32) else special
+
+
+@njit(inline="always")
+def log_f64(x):
+    """Natural log in float64: <= 2 ulp; log(0) = -inf, log(<0) = NaN, subnormals handled."""
+    tiny = x < _TINY_F64
+    xs = x * _TWO52 if tiny else x
+    y = _log_norm_f64(xs, -52 if tiny else 0)
+    special = (-_INF_F64 if x == _ZERO_F64 else _NAN_F64) if x <= _ZERO_F64 else x + x
+    return y if (x > _ZERO_F64 and x <= _MAX_F64) else special
+
+
+@njit(inline="always")
+def log1p_f32(x):
+    """log(1 + x) in float32: <= 2 ulp; log1p(-1) = -inf, log1p(<-1) = NaN."""
+    u = _ONE_F32 + x
+    # TwoSum: 1 + x = u + d exactly
+    b = u - _ONE_F32
+    d = (_ONE_F32 - (u - b)) + (x - b)
+    uc = u if u > _TINY_F32 else _ONE_F32  # keep the core on normal input; fixed below
+    y = _log_norm_f32(uc, 0) + d / uc
+    special = (-_INF_F32 if x == -_ONE_F32 else _NAN_F32) if x <= -_ONE_F32 else x + x
+    y1 = x if abs(x) < _LOG1P_TINY_F32 else y
+    return y1 if (x > -_ONE_F32 and x <= _MAX_F32) else special
+
+
+@njit(inline="always")
+def log1p_f64(x):
+    """log(1 + x) in float64: <= 2 ulp; log1p(-1) = -inf, log1p(<-1) = NaN."""
+    u = _ONE_F64 + x
+    b = u - _ONE_F64
+    d = (_ONE_F64 - (u - b)) + (x - b)
+    uc = u if u > _TINY_F64 else _ONE_F64
+    y = _log_norm_f64(uc, 0) + d / uc
+    special = (-_INF_F64 if x == -_ONE_F64 else _NAN_F64) if x <= -_ONE_F64 else x + x
+    y1 = x if abs(x) < _LOG1P_TINY_F64 else y
+    return y1 if (x > -_ONE_F64 and x <= _MAX_F64) else special
+
+
+# ---------------------------------------------------------------------------------------------
+# tanh, sigmoid
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def tanh_f32(x):
+    """tanh in float32: <= 2 ulp; saturates to +-1, NaN propagates, tanh(-0) = -0."""
+    a = abs(x)
+    z = x * x
+    small = x + x * z * (
+        _TT0_F32 + z * (_TT1_F32 + z * (_TT2_F32 + z * (_TT3_F32 + z * (_TT4_F32 + z * _TT5_F32))))
+    )
+    ac = _TANH_CLAMP_F32 if a > _TANH_CLAMP_F32 else a  # NaN stays NaN
+    big = _ONE_F32 - _TWO_F32 / (_exp_mid_f32(ac + ac) + _ONE_F32)
+    y = small if a < _TANH_SMALL_F32 else (-big if x < _ZERO_F32 else big)
+    return x if a < _TINY_ARG_F32 else y
+
+
+@njit(inline="always")
+def tanh_f64(x):
+    """tanh in float64: <= 3 ulp; saturates to +-1, NaN propagates, tanh(-0) = -0."""
+    a = abs(x)
+    z = x * x
+    p = _TT0_F64 + z * (
+        _TT1_F64
+        + z
+        * (
+            _TT2_F64
+            + z
+            * (
+                _TT3_F64
+                + z
+                * (
+                    _TT4_F64
+                    + z
+                    * (
+                        _TT5_F64
+                        + z
+                        * (
+                            _TT6_F64
+                            + z
+                            * (
+                                _TT7_F64
+                                + z * (_TT8_F64 + z * (_TT9_F64 + z * (_TT10_F64 + z * _TT11_F64)))
+                            )
+                        )
+                    )
+                )
+            )
+        )
+    )
+    small = x + x * z * p
+    ac = _TANH_CLAMP_F64 if a > _TANH_CLAMP_F64 else a
+    big = _ONE_F64 - _TWO_F64 / (_exp_mid_f64(ac + ac) + _ONE_F64)
+    y = small if a < _TANH_SMALL_F64 else (-big if x < _ZERO_F64 else big)
+    return x if a < _TINY_ARG_F64 else y
+
+
+@njit(inline="always")
+def sigmoid_f32(x):
+    """1 / (1 + e^-x) in float32: <= 2 ulp; sigmoid(-inf) = 0, sigmoid(inf) = 1."""
+    e = exp_f32(-abs(x))
+    return (_ONE_F32 if x >= _ZERO_F32 else e) / (_ONE_F32 + e)
+
+
+@njit(inline="always")
+def sigmoid_f64(x):
+    """1 / (1 + e^-x) in float64: <= 3 ulp; sigmoid(-inf) = 0, sigmoid(inf) = 1."""
+    e = exp_f64(-abs(x))
+    return (_ONE_F64 if x >= _ZERO_F64 else e) / (_ONE_F64 + e)
+
+
+# ---------------------------------------------------------------------------------------------
+# erf
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def erf_f32(x):
+    """erf in float32: <= 2 ulp; saturates to +-1 for |x| >= 3.92, NaN propagates."""
+    a = abs(x)
+    z = x * x
+    small = x + x * (
+        _EE0M1 + z * (_EE1 + z * (_EE2 + z * (_EE3 + z * (_EE4 + z * (_EE5 + z * _EE6)))))
+    )
+    ac = _ERF_SAT if a > _ERF_SAT else a  # NaN stays NaN
+    t = ac - _ERF_CENTRE
+    g = _EG0 + t * (
+        _EG1
+        + t * (_EG2 + t * (_EG3 + t * (_EG4 + t * (_EG5 + t * (_EG6 + t * (_EG7 + t * _EG8))))))
+    )
+    big0 = _ONE_F32 - _exp_mid_f32(-(ac * ac)) * g
+    big = _ONE_F32 if a >= _ERF_SAT else big0
+    return small if a < _ERF_SPLIT else (-big if x < _ZERO_F32 else big)
+
+
+@njit(inline="always")
+def erf_f64(x):
+    """erf in float64: libm's (see the module docstring for why)."""
+    return math.erf(x)
