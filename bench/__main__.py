@@ -131,7 +131,7 @@ def markdown(
         f"numpy {env['numpy']}, Python {env['python']}; {threads['threads']} threads for both "
         f"engines and BLAS  ",
         f"Roofs measured in this run: copy {roofs.copy_gbps:.1f} GB/s (read + write, numpy "
-        f"copy of 256 MB), float32 GEMM {roofs.gemm_gflops:.0f} GFLOP/s (numpy 2048^3)",
+        f"copy of 256 MB), float32 GEMM {roofs.gemm_gflops:.0f} GFLOP/s (numpy 2048^3)  ",
     ]
     busy = max(_load1(load[0]), _load1(load[1]))
     if busy > (env["cores"] or 1):
@@ -241,6 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             del case
             gc.collect()
+            # rewrite the table after every case so that an interrupted run keeps its figures
+            partial = markdown(
+                results, env, roofs, threads, command, (load_start, _uptime()), missing
+            )
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(partial + "\n(partial: the run is still going)\n")
     load_end = _uptime()
     table = markdown(results, env, roofs, threads, command, (load_start, load_end), missing)
     if cold_results:
