@@ -188,6 +188,8 @@ def fold_static_shapes(graph: ir.Graph) -> int:
     """
     from onnxjit.passes.optimize import fold_node
 
+    if not any(n.op_type in ("Shape", "Size") for n in graph.nodes):
+        return 0
     tracker = _TypeTracker(graph)
     inputs = {v.name for v in graph.inputs}
     constants = {k for k in graph.initializers if k not in inputs}
