@@ -26,6 +26,7 @@ from onnxjit.kernels.cpu import conv as kconv
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.kernels.cpu import pool as kpool
+from onnxjit.ops.fused_norm import layer_norm_rows, softmax_last
 from onnxjit.registry import NodeContext, onnx_op
 
 # Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value
@@ -362,6 +363,10 @@ def _conv_core(
         return np.zeros((N, M, *out), x.dtype)
     if cg == 0 or K == 0:
         return np.zeros((N, M, *out), x.dtype)
+    # Single-threaded BLAS for small GEMMs (see fused_gemm.matmul_into); imported here since
+    # fused_gemm is a sibling operator module.
+    from onnxjit.ops.fused_gemm import matmul_into
+
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
     y = np.empty((N, M, s_out), x.dtype)
@@ -376,7 +381,7 @@ def _conv_core(
         sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st))
         xs = x[(slice(None), slice(None), *sl)]
         xs = np.ascontiguousarray(xs).reshape(N, C, s_out)
-        np.matmul(w.reshape(M, C), xs, out=y)
+        matmul_into(w.reshape(M, C), xs, y)
         return y.reshape(N, M, *out)
     x5 = x.reshape(N, C, *_pad3(x.shape[2:], 1))
     k3, st3, dl3, pb3 = (
@@ -408,7 +413,7 @@ def _conv_core(
             )
             wg = wr[g * mg : (g + 1) * mg]
             for i in range(n1 - n0):
-                np.matmul(wg, cs[i], out=y[n0 + i, g * mg : (g + 1) * mg])
+                matmul_into(wg, cs[i], y[n0 + i, g * mg : (g + 1) * mg])
     return y.reshape(N, M, *out)
 
 
@@ -947,6 +952,10 @@ def _softmax(ctx: NodeContext, x: np.ndarray, axis: int, coerce_2d: bool, log: b
     else:
         n, inner = shape[a], math.prod(shape[a + 1 :])
     dtype = x.dtype
+    if inner == 1 and n > 0:
+        # Softmax over contiguous rows (the last axis, or the 2-D coercion): the row kernel.
+        y2 = softmax_last(_compute(x).reshape(outer, n), log)
+        return _back(y2.reshape(shape), dtype)
     x3 = np.ascontiguousarray(_compute(x)).reshape(outer, n, inner)
     y3 = np.empty_like(x3)
     _launch(knn.softmax, knn.softmax_par, x3.size, x3, y3, log)
@@ -1278,7 +1287,7 @@ def layer_norm(
     a = _norm_axis(ctx, axis, x.ndim)
     stash = _stash_dtype(ctx, stash_type)
     norm_shape = x.shape[a:]
-    R, n = math.prod(x.shape[:a]), math.prod(norm_shape)
+    n = math.prod(norm_shape)
     dtype = x.dtype
     cd = _compute_dtype(dtype)
     try:
@@ -1293,23 +1302,8 @@ def layer_norm(
             f"Scale {scale.shape} / B {None if b is None else b.shape} do not broadcast to the "
             f"normalised shape {norm_shape}"
         ) from None
-    x2 = np.ascontiguousarray(x.astype(cd, copy=False)).reshape(R, n)
-    y2 = np.empty_like(x2)
-    mean = np.empty(R, np.float64)
-    inv = np.empty(R, np.float64)
-    _launch(
-        knorm.standardize_rows,
-        knorm.standardize_rows_par,
-        x2.size,
-        x2,
-        sc,
-        bi,
-        float(epsilon),
-        0.0,
-        y2,
-        mean,
-        inv,
-    )
+    # One pass per row over contiguous (R, n) rows (statistics in the compute type).
+    y2, mean, inv = layer_norm_rows(x, x.ndim - a, float(epsilon), sc, bi)
     stat_shape = (*x.shape[:a], *([1] * (x.ndim - a)))
     return (
         _back(y2.reshape(x.shape), dtype),
