@@ -34,6 +34,12 @@ def _cdtype(dtype: np.dtype) -> np.dtype:
     return dtype if dtype in _NATIVE else np.dtype(np.float32)
 
 
+# Work per element of each row kernel, in units of one elementwise pass: the parallel twin runs
+# when size * cost reaches PARALLEL_THRESHOLD (a LayerNorm row is read three times, a softmax
+# row three times with an exp, a GELU element costs an erf or tanh).
+_COST = {"layer_norm": 3, "skip_layer_norm": 4, "rms_norm": 2, "softmax": 6, "gelu": 8}
+
+
 def _launch(serial, parallel, work: int, *args) -> None:
     if work >= _jit.PARALLEL_THRESHOLD:
         run_parallel(parallel, *args)
@@ -84,7 +90,7 @@ def layer_norm_rows(
         _launch(
             knorm.layer_norm_rows,
             knorm.layer_norm_rows_par,
-            x2.size,
+            x2.size * _COST["layer_norm"],
             x2,
             scale,
             bias,
@@ -178,7 +184,7 @@ def skip_layer_norm(
     _launch(
         knorm.skip_layer_norm_rows,
         knorm.skip_layer_norm_rows_par,
-        a2.size,
+        a2.size * _COST["skip_layer_norm"],
         a2,
         b2,
         sc,
@@ -222,7 +228,16 @@ def rms_norm(
     x2 = _rows(x, k, cd)
     y2 = np.empty_like(x2)
     inv = np.empty(x2.shape[0], cd)
-    _launch(knorm.rms_norm_rows, knorm.rms_norm_rows_par, x2.size, x2, sc, float(epsilon), y2, inv)
+    _launch(
+        knorm.rms_norm_rows,
+        knorm.rms_norm_rows_par,
+        x2.size * _COST["rms_norm"],
+        x2,
+        sc,
+        float(epsilon),
+        y2,
+        inv,
+    )
     return y2.reshape(x.shape).astype(dtype, copy=False)
 
 
@@ -250,7 +265,15 @@ def gelu(
     bi = np.zeros(n, cd) if bias is None else np.ascontiguousarray(bias, dtype=cd).reshape(n)
     y2 = np.empty_like(x2)
     if x2.size:
-        _launch(knn.gelu_rows, knn.gelu_rows_par, x2.size, x2, bi, y2, approximate == "tanh")
+        _launch(
+            knn.gelu_rows,
+            knn.gelu_rows_par,
+            x2.size * _COST["gelu"],
+            x2,
+            bi,
+            y2,
+            approximate == "tanh",
+        )
     return y2.reshape(shape).astype(dtype, copy=False)
 
 
@@ -261,5 +284,5 @@ def softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
     x2 = np.ascontiguousarray(x).reshape(-1, n)
     y2 = np.empty_like(x2)
     if x2.size:
-        _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size, x2, y2, log)
+        _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size * _COST["softmax"], x2, y2, log)
     return y2.reshape(x.shape)

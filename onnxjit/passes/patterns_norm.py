@@ -110,14 +110,17 @@ def _trailing(axes: list[int], rank: int | None) -> int | None:
     return k if sorted(axes) == list(range(-k, 0)) else None
 
 
-def _reduce_mean_k(ix: GraphIndex, node: ir.Node, x: str) -> int | None:
-    """k when ``node`` is ReduceMean(x) over the last k axes with keepdims, else None."""
+def _reduce_mean_k(ix: GraphIndex, node: ir.Node, x: str, rank: int | None = None) -> int | None:
+    """k when ``node`` is ReduceMean(x) over the last k axes with keepdims, else None.
+
+    ``rank`` is x's rank when the caller knows it (an elementwise function of a tensor whose
+    rank is declared); otherwise the declared rank of x, if any, is used."""
     if not is_op(node, "ReduceMean") or node.inputs[0] != x:
         return None
     axes = _reduce_axes(ix, node, 18)
     if axes is None:
         return None
-    return _trailing(axes, _rank(ix.graph, x))
+    return _trailing(axes, rank if rank is not None else _rank(ix.graph, x))
 
 
 def _is_square(ix: GraphIndex, node: ir.Node | None, x: str) -> bool:
@@ -214,7 +217,8 @@ def _match_layernorm(ix: GraphIndex, rm1: ir.Node) -> tuple[list[ir.Node], ir.No
     if sq is None or len(users) != 2:
         return None  # d must be read by the square and the division only
     rm2 = _user(ix, sq.outputs[0], "ReduceMean")
-    if rm2 is None or _reduce_mean_k(ix, rm2, sq.outputs[0]) != k:
+    # d and its square have x's rank (keepdims statistics broadcast back to x's shape).
+    if rm2 is None or _reduce_mean_k(ix, rm2, sq.outputs[0], _rank(ix.graph, x)) != k:
         return None
     m = _eps_sqrt_divide(ix, rm2.outputs[0], d)
     if m is None:
@@ -262,7 +266,7 @@ def _match_rmsnorm(ix: GraphIndex, rm: ir.Node) -> tuple[list[ir.Node], ir.Node]
     x = sq.inputs[0]
     if not _is_square(ix, sq, x) or ix.only_user(sq.outputs[0]) is not rm:
         return None
-    k = _reduce_mean_k(ix, rm, sq.outputs[0])
+    k = _reduce_mean_k(ix, rm, sq.outputs[0], _rank(ix.graph, x))
     if k is None:
         return None
     m = _eps_sqrt_divide(ix, rm.outputs[0], x)
