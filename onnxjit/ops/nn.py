@@ -363,10 +363,6 @@ def _conv_core(
         return np.zeros((N, M, *out), x.dtype)
     if cg == 0 or K == 0:
         return np.zeros((N, M, *out), x.dtype)
-    # Single-threaded BLAS for small GEMMs (see fused_gemm.matmul_into); imported here since
-    # fused_gemm is a sibling operator module.
-    from onnxjit.ops.fused_gemm import matmul_into
-
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
     y = np.empty((N, M, s_out), x.dtype)
@@ -381,7 +377,7 @@ def _conv_core(
         sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st))
         xs = x[(slice(None), slice(None), *sl)]
         xs = np.ascontiguousarray(xs).reshape(N, C, s_out)
-        matmul_into(w.reshape(M, C), xs, y)
+        np.matmul(w.reshape(M, C), xs, out=y)
         return y.reshape(N, M, *out)
     x5 = x.reshape(N, C, *_pad3(x.shape[2:], 1))
     k3, st3, dl3, pb3 = (
@@ -413,7 +409,7 @@ def _conv_core(
             )
             wg = wr[g * mg : (g + 1) * mg]
             for i in range(n1 - n0):
-                matmul_into(wg, cs[i], y[n0 + i, g * mg : (g + 1) * mg])
+                np.matmul(wg, cs[i], out=y[n0 + i, g * mg : (g + 1) * mg])
     return y.reshape(N, M, *out)
 
 
