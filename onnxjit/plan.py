@@ -179,6 +179,11 @@ class Program:
                 scope = dict(outer) if outer else {}
                 scope.update((name, env[slot]) for name, slot in step.captures)
                 ctx = replace(ctx, outer=scope)
+            # Values read for the last time are dropped before the call, so that an op may
+            # reuse the buffer of an input nothing else references (see
+            # onnxjit.ops.fused_elementwise: it checks the reference count).
+            for s in step.release:
+                env[s] = None
             try:
                 if ctx is not None:
                     result = step.fn(ctx, *args, **step.kwargs)
@@ -210,8 +215,7 @@ class Program:
                 for slot, value in zip(step.out_slots, result):
                     if slot >= 0:
                         env[slot] = value
-            for s in step.release:
-                env[s] = None
+            result = value = None  # hold no reference past the step (see the release above)
         outputs = [env[s] for s in self.output_slots]
         for i, v in enumerate(outputs):
             if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:

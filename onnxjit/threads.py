@@ -1,6 +1,7 @@
 """One thread setting for everything onnxjit runs: Numba's parallel kernels and BLAS.
 
-``SessionOptions.intra_op_num_threads`` (as in onnxruntime; 0 = the default: every core)
+``SessionOptions.intra_op_num_threads`` (as in onnxruntime; 0 = the default,
+``ONNXJIT_NUM_THREADS`` or every core)
 sets, when a session runs, Numba's thread count for the calling thread (``numba.set_num_threads``,
 which Numba keeps per thread) and the BLAS library's thread count (through threadpoolctl, which
 knows OpenBLAS, MKL and BLIS; BLAS has one process-wide pool, so sessions with different
@@ -15,19 +16,26 @@ import threading
 
 import numba
 
+from onnxjit.config import SETTINGS
+
 _lock = threading.Lock()
 _blas_threads: int | None = None  # last value set, or None while untouched
 _controller = None
 
 
 def default_threads() -> int:
-    """The thread count used when the setting is 0: Numba's pool size (all cores)."""
-    return int(numba.config.NUMBA_NUM_THREADS)
+    """The thread count used when the setting is 0: ``ONNXJIT_NUM_THREADS`` (default: all
+    cores), at most Numba's pool size."""
+    return max(1, min(SETTINGS.num_threads, int(numba.config.NUMBA_NUM_THREADS)))
 
 
 def apply(threads: int) -> None:
     """Use ``threads`` threads (0 = default) for this thread's Numba kernels and for BLAS."""
-    n = default_threads() if threads <= 0 else min(int(threads), default_threads())
+    n = (
+        default_threads()
+        if threads <= 0
+        else min(int(threads), int(numba.config.NUMBA_NUM_THREADS))
+    )
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     _set_blas(n)

@@ -424,3 +424,70 @@ def test_optimized_model_file_lists_the_fused_members(tmp_path):
         "Mul",
         "Mul",
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# In-place: a fused group writes into an input buffer nothing else refers to
+# ---------------------------------------------------------------------------------------------
+
+
+def _inplace_model(case: str):
+    """Softmax -> m0; a fused group Add(m0, w) -> Relu -> Sigmoid -> y, plus what ``case`` adds
+    to keep m0 (or another input) alive."""
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["m0"]),
+        helper.make_node("Add", ["m0", "w"], ["m"]),
+        helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["y"]),
+    ]
+    outs = [_vi("y", shape=[4, 4])]
+    inits = []
+    if case == "m0_is_output":
+        outs.append(_vi("m0", shape=[4, 4]))
+    elif case == "m0_read_later":
+        nodes.append(helper.make_node("MatMul", ["y", "m0"], ["z"]))
+        outs.append(_vi("z", shape=[4, 4]))
+    elif case == "view_of_m0_read_later":
+        nodes.insert(1, helper.make_node("Reshape", ["m0", "flat"], ["v"]))
+        nodes.append(helper.make_node("ReduceSum", ["v"], ["z"], keepdims=0))
+        outs.append(_vi("z", shape=[]))
+        inits.append(_const("flat", np.array([16], np.int64)))
+    elif case == "constant_operand":
+        nodes[0] = helper.make_node("Identity", ["x"], ["m0"])  # m0 is the caller's array
+    return _model(nodes, [_vi("x", shape=[4, 4]), _vi("w", shape=[4, 4])], outs, inits)
+
+
+@pytest.mark.parametrize(
+    "case,donated",
+    [
+        ("dead", True),
+        ("m0_is_output", False),
+        ("m0_read_later", False),
+        ("view_of_m0_read_later", False),
+        ("constant_operand", False),
+    ],
+)
+def test_fused_group_writes_in_place_only_into_unshared_buffers(monkeypatch, case, donated):
+    import onnxjit.ops.fused_elementwise as fe
+
+    given = []
+    real = fe.apply_many
+
+    def spy(exprs, arrays, dtypes, out=None):
+        given.append(out is not None and any(b is not None for b in out))
+        return real(exprs, arrays, dtypes, out=out)
+
+    monkeypatch.setattr(fe, "apply_many", spy)
+    m = _inplace_model(case)
+    fused, basic = _sessions(m)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    x_before, w_before = x.copy(), w.copy()
+    for _ in range(2):  # the second run must see untouched inputs and weights
+        got = fused.run(None, {"x": x, "w": w})
+        for g, b in zip(got, basic.run(None, {"x": x, "w": w})):
+            _assert_same(g, b)
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_array_equal(w, w_before)
+    assert given and all(g == donated for g in given)

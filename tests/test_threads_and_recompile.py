@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from threadpoolctl import threadpool_info
 
 import onnxjit
+import onnxjit.threads
 
 
 def _mlp_model(seq_dim: bool = False):
@@ -86,7 +87,7 @@ def test_intra_op_num_threads_sets_numba_and_blas():
         so.intra_op_num_threads = threads
         sess = onnxjit.InferenceSession(m.SerializeToString(), so)
         results.append(sess.run(None, {"x": x})[0])
-        want = threads or numba.config.NUMBA_NUM_THREADS
+        want = threads or onnxjit.threads.default_threads()
         want = min(want, numba.config.NUMBA_NUM_THREADS)
         assert numba.get_num_threads() == want
         assert _blas_threads() == want

@@ -511,6 +511,7 @@ def apply_many(
     exprs: Sequence[Expr],
     inputs: Sequence[Any],
     out_dtypes: Sequence[Any] | None = None,
+    out: Sequence[np.ndarray | None] | None = None,
 ) -> list[np.ndarray]:
     """Evaluate several output expressions over broadcast ``inputs`` in one loop nest.
 
@@ -519,7 +520,10 @@ def apply_many(
     kernel). ``out_dtypes[j]`` (default: ``exprs[j].dtype``) is the stored dtype of output j;
     a float16/bfloat16 output of a float32 (or float64) expression is narrowed on store with
     round to nearest even, other dtype changes are converted after the kernel.
-    Returns fresh arrays of the broadcast shape (empty arrays when the shape has a zero).
+    Returns fresh arrays of the broadcast shape (empty arrays when the shape has a zero),
+    except where ``out[j]`` is an array of exactly the output's shape and stored dtype
+    (C-contiguous, writable): output j is written into it. ``out[j]`` may be one of the inputs
+    when that input has the output's full shape (each element is read before it is written).
     """
     exprs = tuple(exprs)
     arrays: list[np.ndarray] = []
@@ -541,7 +545,22 @@ def apply_many(
     plan = _PLANS.get(key)
     if plan is None:
         plan = _plan(exprs, arrays, outd, key)
-    outs = [np.empty(plan.out_shape, dtype=dt) for dt in plan.alloc]
+    if out is None:
+        outs = [np.empty(plan.out_shape, dtype=dt) for dt in plan.alloc]
+    else:
+        outs = [None] * len(plan.alloc)
+        for j, buf in enumerate(out):
+            if (
+                buf is not None
+                and plan.post[j] is None
+                and buf.shape == plan.out_shape
+                and buf.dtype == plan.alloc[j]
+                and buf.flags.c_contiguous
+                and buf.flags.writeable
+            ):
+                outs[j] = buf
+            else:
+                outs[j] = np.empty(plan.out_shape, dtype=plan.alloc[j])
     if plan.size:
         # narrow arrays travel as their uint16 bits
         args = [(o.view(np.uint16) if o.dtype in _NARROW_KIND else o).reshape(-1) for o in outs]

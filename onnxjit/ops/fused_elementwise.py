@@ -18,6 +18,7 @@ error messages.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -200,8 +201,16 @@ class FusedGroup:
         if plan is _FALLBACK:
             return tuple(self._run_members(arrays))
         results: list[Any] = [None] * len(self.outputs)
+        donors = _donors(arrays)
         for cls in plan:
-            outs = apply_many(cls.exprs, [arrays[k] for k in cls.inputs], cls.out_dtypes)
+            buffers = None
+            if donors:
+                buffers = [
+                    _take(donors, shape, dt) for shape, dt in zip(cls.shapes, cls.out_dtypes)
+                ]
+            outs = apply_many(
+                cls.exprs, [arrays[k] for k in cls.inputs], cls.out_dtypes, out=buffers
+            )
             for j, o, shape in zip(cls.outputs, outs, cls.shapes):
                 results[j] = o if o.shape == shape else o.reshape(shape)
         return tuple(results)
@@ -224,6 +233,68 @@ class FusedGroup:
         """A one-line summary: member op types and the values read and written."""
         ops = ", ".join(m.op_type for m in self.members)
         return f"[{ops}] ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)})"
+
+
+def _donors(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Inputs whose buffers this call may overwrite: referenced by nothing else.
+
+    An array the executor has released (its last reader is this node) is referenced only by
+    the call chain; a graph input (the caller holds it), a constant (the session holds it), a
+    value a later node reads (the executor holds it) and the base of a live view (the view
+    holds it) have more references. The call chain's count is measured once (:func:`_baseline`).
+    """
+    limit = _UNSHARED_REFS or _baseline()
+    return [
+        a
+        for a in arrays
+        if a.flags.c_contiguous
+        and a.flags.writeable
+        and a.size
+        and sys.getrefcount(a) <= limit
+        and _sole_owner(a)
+    ]
+
+
+def _sole_owner(a: np.ndarray) -> bool:
+    """True when ``a`` owns its memory, or is a whole-buffer view (a reshape) of an array
+    that only ``a`` refers to."""
+    base = a.base
+    if base is None:
+        return True
+    # a.base, the local name and getrefcount's argument: nothing else holds the base
+    return (
+        type(base) is np.ndarray
+        and base.base is None
+        and base.nbytes == a.nbytes
+        and sys.getrefcount(base) <= 3
+    )
+
+
+_UNSHARED_REFS = 0
+
+
+class _Probe:
+    """Stands in for a FusedGroup to count the references the call chain itself holds."""
+
+    def run(self, arrays: Sequence[Any]) -> tuple[int]:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
+        return ([sys.getrefcount(a) for a in arrays][0],)
+
+
+def _baseline() -> int:
+    """References to a released input seen inside FusedGroup.run, as the executor calls it."""
+    global _UNSHARED_REFS
+    args = [np.empty(1)]  # the executor's argument list, as in Program.run
+    (count,) = (fused_elementwise(*args, **{"group": _Probe()}),)
+    _UNSHARED_REFS = int(count)
+    return _UNSHARED_REFS
+
+
+def _take(donors: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    for i, a in enumerate(donors):
+        if a.shape == shape and a.dtype == dtype:
+            return donors.pop(i)
+    return None
 
 
 def _kernel_dtype(dt: np.dtype) -> bool:
