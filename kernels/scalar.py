@@ -18,6 +18,11 @@ exists for the operand type:
 Numba's CPU target types ``math.floor``/``math.ceil`` as int (Python semantics) and lacks
 ``math.fmod``, so those three use the numpy scalar functions, which keep the float type.
 
+exp, log, log1p, tanh, sigmoid and erf of float32 (and float64, except erf) come from
+:mod:`onnxjit.kernels.vecmath`: plain arithmetic instead of libm calls, so that LLVM vectorises
+the generated loops (ulp budgets in ``vecmath.ULP_BUDGET``). The generic ``exp``/``log``/
+``tanh`` below (libm) remain for any other type.
+
 Integer helpers compute in Numba's promoted integer type (int64/uint64); the generator casts
 the result back to the operand type, which wraps exactly like numpy.
 """
@@ -29,7 +34,22 @@ import types
 
 import numpy as np
 
+from . import vecmath as _vm
 from ._jit import njit
+from .vecmath import (  # noqa: F401  (re-exported: the code generator picks these by name)
+    erf_f32,
+    erf_f64,
+    exp_f32,
+    exp_f64,
+    log1p_f32,
+    log1p_f64,
+    log_f32,
+    log_f64,
+    sigmoid_f32,
+    sigmoid_f64,
+    tanh_f32,
+    tanh_f64,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Per-precision specialisation of float helpers
@@ -50,10 +70,18 @@ _CONSTS = {
 
 _F32_GLOBALS = {k: np.float32(v) for k, v in _CONSTS.items()}
 _F64_GLOBALS = {k: np.float64(v) for k, v in _CONSTS.items()}
+# The vectorisable transcendental functions (kernels/vecmath.py) a float body may call: plain
+# arithmetic instead of libm calls, so that loops over these helpers are SIMD-vectorised.
+_F32_GLOBALS.update(EXP=_vm.exp_f32, LOG1P=_vm.log1p_f32, TANH=_vm.tanh_f32, ERF=_vm.erf_f32)
+_F64_GLOBALS.update(EXP=_vm.exp_f64, LOG1P=_vm.log1p_f64, TANH=_vm.tanh_f64, ERF=_vm.erf_f64)
 
 
 def _per_precision(body):
-    """Compile ``body`` twice, with float32 and float64 constants; returns (f32, f64)."""
+    """Compile ``body`` twice, with float32 and float64 globals; returns (f32, f64).
+
+    The globals are the typed constants (``ZERO``...) and the per-precision vecmath functions
+    (``EXP``, ``LOG1P``, ``TANH``, ``ERF``).
+    """
     out = []
     for suffix, consts in (("f32", _F32_GLOBALS), ("f64", _F64_GLOBALS)):
         g = dict(body.__globals__)
@@ -70,6 +98,7 @@ def _per_precision(body):
 
 # Placeholders so that linters know the names; _per_precision rebinds them per precision.
 ZERO = HALF = ONE = TWO = THREE = SIXTH = SQRT1_2 = SQRT2_PI = GELU_C = None
+EXP = LOG1P = TANH = ERF = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,18 +310,13 @@ def _reciprocal_f(x):
     return ONE / x
 
 
-def _sigmoid_f(x):
-    """Logistic function, stable for large |x| (never evaluates exp of a large positive)."""
-    if x >= ZERO:
-        return ONE / (ONE + math.exp(-x))
-    e = math.exp(x)
-    return e / (ONE + e)
+# Sigmoid and Erf are vecmath's sigmoid_f32/_f64 and erf_f32/_f64, imported above.
 
 
 def _softplus_f(x):
-    """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))."""
+    """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|)); vectorisable."""
     m = x if x > ZERO else ZERO
-    return m + math.log1p(math.exp(-abs(x)))
+    return m + LOG1P(EXP(-abs(x)))
 
 
 def _softsign_f(x):
@@ -343,19 +367,19 @@ def _thresholdedrelu_f(x, alpha):
 
 
 def _mish_f(x):
-    """x * tanh(softplus(x))."""
+    """x * tanh(softplus(x)); vectorisable."""
     m = x if x > ZERO else ZERO
-    return x * math.tanh(m + math.log1p(math.exp(-abs(x))))
+    return x * TANH(m + LOG1P(EXP(-abs(x))))
 
 
 def _gelu_f(x):
-    """Gelu, erf form: x/2 * (1 + erf(x/sqrt(2)))."""
-    return HALF * x * (ONE + math.erf(x * SQRT1_2))
+    """Gelu, erf form: x/2 * (1 + erf(x/sqrt(2))); vectorisable in float32."""
+    return HALF * x * (ONE + ERF(x * SQRT1_2))
 
 
 def _gelu_tanh_f(x):
-    """Gelu, tanh form: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
-    return HALF * x * (ONE + math.tanh(SQRT2_PI * (x + GELU_C * x * x * x)))
+    """Gelu, tanh form: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))); vectorisable."""
+    return HALF * x * (ONE + TANH(SQRT2_PI * (x + GELU_C * x * x * x)))
 
 
 def _shrink_f(x, lambd, bias):
@@ -364,10 +388,6 @@ def _shrink_f(x, lambd, bias):
     if x > lambd:
         return x - bias
     return ZERO
-
-
-def _erf_f(x):
-    return math.erf(x)
 
 
 def _isinf_f(x):
@@ -394,7 +414,6 @@ round_f32, round_f64 = _per_precision(_round_f)
 sign_f32, sign_f64 = _per_precision(_sign_f)
 relu_f32, relu_f64 = _per_precision(_relu_f)
 reciprocal_f32, reciprocal_f64 = _per_precision(_reciprocal_f)
-sigmoid_f32, sigmoid_f64 = _per_precision(_sigmoid_f)
 softplus_f32, softplus_f64 = _per_precision(_softplus_f)
 softsign_f32, softsign_f64 = _per_precision(_softsign_f)
 hardsigmoid_f32, hardsigmoid_f64 = _per_precision(_hardsigmoid_f)
@@ -409,7 +428,6 @@ mish_f32, mish_f64 = _per_precision(_mish_f)
 gelu_f32, gelu_f64 = _per_precision(_gelu_f)
 gelu_tanh_f32, gelu_tanh_f64 = _per_precision(_gelu_tanh_f)
 shrink_f32, shrink_f64 = _per_precision(_shrink_f)
-erf_f32, erf_f64 = _per_precision(_erf_f)
 isinf_f32, isinf_f64 = _per_precision(_isinf_f)
 isposinf_f32, isposinf_f64 = _per_precision(_isposinf_f)
 isneginf_f32, isneginf_f64 = _per_precision(_isneginf_f)

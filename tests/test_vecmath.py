@@ -329,8 +329,8 @@ def test_composite_helpers(name, f32, f64, oracle, ulp, absx) -> None:
             bound += np.abs(x.astype(np.float64)) * 2.0**-149
         else:
             bound += absx * np.abs(x.astype(np.float64)) * np.finfo(np.float32).eps
-    same = (np.isnan(y) & np.isnan(ref)) | (y == r32)
-    bad = ~same & ~(np.abs(y - ref) <= bound)
+        same = (np.isnan(y) & np.isnan(ref)) | (y == r32)
+        bad = ~same & ~(np.abs(y - ref) <= bound)
     assert not bad.any(), (name, x[bad][:5], y[bad][:5], ref[bad][:5])
     # float64 flavour: within 1e-14 relative (+ the same cancellation allowance)
     x64 = x.astype(np.float64)
