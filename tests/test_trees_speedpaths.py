@@ -1,0 +1,292 @@
+"""The fast tree-ensemble walk (kernels/cpu/trees.py, "Fast layout") against onnxruntime.
+
+The fast layout serves ensembles whose branches are LEQ/LT/GT/GTE under SUM/AVERAGE; these
+tests build unbalanced random trees (so lock-step walks run past shallow leaves), batches that
+hit every path of the kernel (eight-row groups, the eight-tree groups of the last rows, single
+trees, several row blocks, the parallel twin), rows with NaN (which take the general walk),
+and ensembles that must fall back to the general walk (EQ branches, leaves that give a target
+only in some of a tree's leaves, MIN/MAX). onnxruntime is the oracle throughout: it is what
+skl2onnx models are checked against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle")
+
+from test_ops_ml import _compare, _node_model, _run_onnxjit  # noqa: E402
+
+import onnxjit.ops.ml as ml  # noqa: E402
+
+FAST_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GT", "BRANCH_GTE"]
+
+
+def _unbalanced_forest(rng, n_trees, max_depth, n_features, n_targets, modes, *, uniform=True):
+    """Legacy-format attributes of random trees whose leaves sit at depths 1..max_depth.
+
+    Node ids are shuffled per tree (root first in attribute order, as onnxruntime wants).
+    ``uniform``: every leaf of a tree writes the same targets (tree t writes target
+    t % n_targets, plus all targets for even t), as skl2onnx's ensembles do; otherwise each
+    leaf writes one random target.
+    """
+    a = {
+        k: []
+        for k in (
+            "nodes_treeids",
+            "nodes_nodeids",
+            "nodes_featureids",
+            "nodes_values",
+            "nodes_modes",
+            "nodes_truenodeids",
+            "nodes_falsenodeids",
+            "nodes_missing_value_tracks_true",
+            "w_treeids",
+            "w_nodeids",
+            "w_ids",
+            "w_weights",
+        )
+    }
+    for t in range(n_trees):
+        # shape first: list of (depth, children) built breadth-first
+        nodes = [[0, None]]
+        k = 0
+        while k < len(nodes):
+            d = nodes[k][0]
+            if d < max_depth and (d == 0 or rng.random() < 0.75):
+                nodes[k][1] = (len(nodes), len(nodes) + 1)
+                nodes.append([d + 1, None])
+                nodes.append([d + 1, None])
+            k += 1
+        ids = np.concatenate([[0], 1 + rng.permutation(len(nodes) - 1)])
+        targets = [t % n_targets] if t % 2 else list(range(n_targets))
+        for k, (_, children) in enumerate(nodes):
+            a["nodes_treeids"].append(t)
+            a["nodes_nodeids"].append(int(ids[k]))
+            a["nodes_missing_value_tracks_true"].append(int(rng.random() < 0.5))
+            if children is None:
+                a["nodes_featureids"].append(0)
+                a["nodes_values"].append(0.0)
+                a["nodes_modes"].append("LEAF")
+                a["nodes_truenodeids"].append(0)
+                a["nodes_falsenodeids"].append(0)
+                for tg in targets if uniform else [int(rng.integers(n_targets))]:
+                    a["w_treeids"].append(t)
+                    a["w_nodeids"].append(int(ids[k]))
+                    a["w_ids"].append(int(tg))
+                    a["w_weights"].append(float(np.round(rng.standard_normal(), 3)))
+            else:
+                a["nodes_featureids"].append(int(rng.integers(n_features)))
+                # thresholds on the 0.1 grid of the features: ties exercise LT/GTE exactly
+                a["nodes_values"].append(float(np.round(rng.standard_normal() * 0.7, 1)))
+                a["nodes_modes"].append(str(rng.choice(modes)))
+                a["nodes_truenodeids"].append(int(ids[children[0]]))
+                a["nodes_falsenodeids"].append(int(ids[children[1]]))
+    return a
+
+
+def _x(rng, n, f, dtype=np.float32, nan_rows=0.0):
+    x = np.round(rng.standard_normal((n, f)) * 0.7, 1)
+    if nan_rows:
+        rows = rng.random(n) < nan_rows
+        cols = rng.integers(f, size=n)
+        x[rows, cols[rows]] = np.nan
+    return x.astype(dtype)
+
+
+def _regressor(a, n_targets, **extra):
+    attrs = {k: v for k, v in a.items() if not k.startswith("w_")}
+    attrs.update(
+        target_treeids=a["w_treeids"],
+        target_nodeids=a["w_nodeids"],
+        target_ids=a["w_ids"],
+        target_weights=a["w_weights"],
+        n_targets=n_targets,
+    )
+    attrs.update(extra)
+    return attrs
+
+
+def _classifier(a, labels, **extra):
+    attrs = {k: v for k, v in a.items() if not k.startswith("w_")}
+    attrs.update(
+        class_treeids=a["w_treeids"],
+        class_nodeids=a["w_nodeids"],
+        class_ids=a["w_ids"],
+        class_weights=a["w_weights"],
+        classlabels_int64s=labels,
+    )
+    attrs.update(extra)
+    return attrs
+
+
+def _fast_tables() -> list:
+    """Fast layouts built so far (None where an ensemble fell back to the general walk)."""
+    with ml._TABLES_LOCK:
+        return [f for _, table in ml._TABLES.values() for f in table.fast.values()]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tables():
+    with ml._TABLES_LOCK:
+        ml._TABLES.clear()
+    yield
+
+
+@pytest.mark.parametrize("rows", [1, 5, 8, 13, 64, 131])
+@pytest.mark.parametrize("mode", FAST_MODES + ["mixed"])
+def test_fast_regressor_rows_and_modes(rows, mode):
+    rng = np.random.default_rng(rows * 7 + len(mode))
+    modes = FAST_MODES if mode == "mixed" else [mode]
+    # 11 trees: one group of eight and three single trees for the last rows
+    a = _unbalanced_forest(rng, 11, 6, 5, 1, modes)
+    x = _x(rng, rows, 5)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1))
+    _compare(model, {"x": x}, oracle="ort")
+    fast = _fast_tables()
+    assert fast and all(f is not None for f in fast)
+
+
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE"])
+@pytest.mark.parametrize("base", [False, True])
+def test_fast_regressor_targets(agg, base):
+    rng = np.random.default_rng(3)
+    a = _unbalanced_forest(rng, 10, 5, 4, 3, FAST_MODES)
+    x = _x(rng, 37, 4)
+    extra = {"aggregate_function": agg}
+    if base:
+        extra["base_values"] = [0.5, -1.0, 2.0]
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 3, **extra))
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(f is not None for f in _fast_tables())
+
+
+@pytest.mark.parametrize("rows", [3, 40])
+def test_fast_rows_with_nan_take_the_general_walk(rows):
+    rng = np.random.default_rng(rows)
+    a = _unbalanced_forest(rng, 9, 5, 4, 1, FAST_MODES)
+    x = _x(rng, rows, 4, nan_rows=0.4)
+    assert np.isnan(x).any() and not np.isnan(x).all(axis=1).all()
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1))
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(f is not None for f in _fast_tables())
+
+
+def test_fast_parallel_twin(monkeypatch):
+    monkeypatch.setattr(ml, "_FAST_PARALLEL_VISITS", 0)
+    rng = np.random.default_rng(11)
+    a = _unbalanced_forest(rng, 12, 6, 6, 2, FAST_MODES)
+    x = _x(rng, 300, 6, nan_rows=0.05)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 2))
+    _compare(model, {"x": x}, oracle="ort")
+
+
+def test_fast_float64_input():
+    rng = np.random.default_rng(5)
+    a = _unbalanced_forest(rng, 9, 5, 4, 1, FAST_MODES)
+    x = _x(rng, 29, 4, np.float64)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1))
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(f is not None for f in _fast_tables())
+
+
+def test_fast_float32_input_double_thresholds(monkeypatch):
+    # Thresholds float32 cannot hold: the fast layout keeps them in float64, comparing as the
+    # general walk does. Neither oracle serves here (onnxruntime's float kernel rounds the
+    # thresholds to float32; the reference evaluator rejects *_as_tensor attributes), so the
+    # fast walk is checked against the general walk, which test_ops_ml checks against both.
+    rng = np.random.default_rng(6)
+    a = _unbalanced_forest(rng, 9, 5, 4, 1, ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE"])
+    values = np.asarray(a.pop("nodes_values"), dtype=np.float64) + 1e-9
+    # features on the float32 values next to the thresholds, so that rounding would show
+    x = np.nextafter(values[:4].astype(np.float32), np.float32(np.inf))
+    x = np.concatenate([_x(rng, 21, 4), np.tile(x, (5, 1))]).astype(np.float32)
+    attrs = _regressor(a, 1, nodes_values_as_tensor=numpy_helper.from_array(values, "v"))
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, attrs)
+    fast = _run_onnxjit(model, {"x": x})
+    tables = _fast_tables()
+    assert tables and tables[0] is not None and tables[0].f_thr.dtype == np.float64
+    monkeypatch.setattr(ml, "_build_fast", lambda *args: None)
+    with ml._TABLES_LOCK:
+        ml._TABLES.clear()
+    general = _run_onnxjit(model, {"x": x})
+    assert _fast_tables() == [None]
+    np.testing.assert_array_equal(fast[0], general[0])
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+@pytest.mark.parametrize("rows", [1, 50])
+def test_fast_classifier(n_classes, rows):
+    rng = np.random.default_rng(n_classes * 10 + rows)
+    a = _unbalanced_forest(rng, 10, 6, 5, n_classes, FAST_MODES)
+    x = _x(rng, rows, 5)
+    # labels 0..C-1: with other labels onnxruntime's binary case returns the class index
+    # (a quirk test_ops_ml covers), which is not what this test is about
+    attrs = _classifier(a, list(range(n_classes)), post_transform="SOFTMAX")
+    model = _node_model("TreeEnsembleClassifier", {"x": x}, attrs, n_outputs=2)
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(f is not None for f in _fast_tables())
+
+
+def test_fast_tree_ensemble_5():
+    # TreeEnsemble-5 from the legacy regressor (onnx's version converter is not needed:
+    # onnxruntime runs both, the reference evaluator runs TreeEnsemble-5)
+    rng = np.random.default_rng(8)
+    n_trees, depth = 9, 4
+    roots, modes, feats, splits, tids, fids, tleaf, fleaf, lt, lw = ([] for _ in range(10))
+    for _ in range(n_trees):
+        roots.append(len(modes))
+        n_int = 2**depth - 1
+        base = len(modes)
+        for k in range(n_int):
+            modes.append(int(rng.integers(4)))  # LEQ, LT, GTE, GT
+            feats.append(int(rng.integers(3)))
+            splits.append(float(np.round(rng.standard_normal() * 0.7, 1)))
+            for c, ids, leafs in ((2 * k + 1, tids, tleaf), (2 * k + 2, fids, fleaf)):
+                if c < n_int:
+                    ids.append(base + c)
+                    leafs.append(0)
+                else:
+                    ids.append(len(lt))
+                    leafs.append(1)
+                    lt.append(0)
+                    lw.append(float(np.round(rng.standard_normal(), 3)))
+    x = _x(rng, 33, 3)
+    attrs = dict(
+        n_targets=1,
+        aggregate_function=1,
+        post_transform=0,
+        tree_roots=roots,
+        nodes_modes=np.array(modes, dtype=np.uint8),
+        nodes_featureids=feats,
+        nodes_splits=np.array(splits, dtype=np.float32),
+        nodes_truenodeids=tids,
+        nodes_falsenodeids=fids,
+        nodes_trueleafs=tleaf,
+        nodes_falseleafs=fleaf,
+        leaf_targetids=lt,
+        leaf_weights=np.array(lw, dtype=np.float32),
+    )
+    for k in ("nodes_modes", "nodes_splits", "leaf_weights"):
+        attrs[k] = numpy_helper.from_array(attrs[k])
+    model = _node_model("TreeEnsemble", {"x": x}, attrs, ml_opset=5)
+    _compare(model, {"x": x}, oracle="ref")
+    assert all(f is not None for f in _fast_tables())
+
+
+@pytest.mark.parametrize("why", ["eq_mode", "mixed_targets", "min", "max"])
+def test_general_walk_fallbacks(why):
+    rng = np.random.default_rng(len(why))
+    modes = FAST_MODES + ["BRANCH_EQ"] if why == "eq_mode" else FAST_MODES
+    a = _unbalanced_forest(rng, 9, 5, 4, 3, modes, uniform=why != "mixed_targets")
+    x = _x(rng, 24, 4)
+    extra = {"aggregate_function": why.upper()} if why in ("min", "max") else {}
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 3, **extra))
+    _compare(model, {"x": x}, oracle="ort")
+    fast = _fast_tables()
+    if why in ("min", "max"):
+        assert fast == []  # MIN/MAX never ask for a fast layout
+    else:
+        assert fast == [None]
