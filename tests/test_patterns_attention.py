@@ -464,3 +464,24 @@ def _torch_model(kind: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 def test_torch_exports(kind):
     model, feeds = _torch_model(kind)
     _check(model, feeds, fused=True)
+
+
+def test_scores_added_to_themselves_are_not_a_mask():
+    # Add(s, s): the "mask" is a value inside the pattern, so nothing can be fused.
+    rng = np.random.default_rng(9)
+    shape = [1, 2, 5, 4]
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Add", ["s", "s"], ["s2"]),
+        helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", vi, out), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in "qkv"}
+    _check(model, feeds, fused=False)

@@ -253,6 +253,10 @@ def _finish(
             return None
         if node.outputs[0] != final and idx.used_outside(node.outputs[0], members):
             return None
+    # The node's inputs must exist once the members are gone (Add(s, s) reads s as its mask).
+    made = {node.outputs[0] for node in members}
+    if any(x in made for x in (q, kt, pv.inputs[1], mask, cond)):
+        return None
     k, k_transposed, k_rank = kt, 1, 0
     tr = idx.producer_of(kt)
     if is_op(tr, "Transpose") and _swaps_last_two(tr.attrs.get("perm")):
