@@ -34,12 +34,6 @@ def _cdtype(dtype: np.dtype) -> np.dtype:
     return dtype if dtype in _NATIVE else np.dtype(np.float32)
 
 
-# Work per element of each row kernel, in units of one elementwise pass: the parallel twin runs
-# when size * cost reaches PARALLEL_THRESHOLD (a LayerNorm row is read three times, a softmax
-# row three times with an exp, a GELU element costs an erf or tanh).
-_COST = {"layer_norm": 3, "skip_layer_norm": 4, "rms_norm": 2, "softmax": 6, "gelu": 8}
-
-
 def _launch(serial, parallel, work: int, *args) -> None:
     if work >= _jit.PARALLEL_THRESHOLD:
         run_parallel(parallel, *args)
@@ -49,8 +43,9 @@ def _launch(serial, parallel, work: int, *args) -> None:
 
 def _rows(x: np.ndarray, k: int, cd: np.dtype) -> np.ndarray:
     """``x`` in type ``cd`` as a contiguous (rows, n) array over its last ``k`` dims."""
+    rows = math.prod(x.shape[: x.ndim - k])
     n = math.prod(x.shape[x.ndim - k :])
-    return np.ascontiguousarray(x, dtype=cd).reshape(-1, n) if n else x.reshape(-1, 0)
+    return np.ascontiguousarray(x, dtype=cd).reshape(rows, n)
 
 
 def _param(p: np.ndarray | None, norm_shape: tuple[int, ...], cd: np.dtype, fill: float):
@@ -90,7 +85,7 @@ def layer_norm_rows(
         _launch(
             knorm.layer_norm_rows,
             knorm.layer_norm_rows_par,
-            x2.size * _COST["layer_norm"],
+            x2.size,
             x2,
             scale,
             bias,
@@ -184,7 +179,7 @@ def skip_layer_norm(
     _launch(
         knorm.skip_layer_norm_rows,
         knorm.skip_layer_norm_rows_par,
-        a2.size * _COST["skip_layer_norm"],
+        a2.size,
         a2,
         b2,
         sc,
@@ -231,7 +226,7 @@ def rms_norm(
     _launch(
         knorm.rms_norm_rows,
         knorm.rms_norm_rows_par,
-        x2.size * _COST["rms_norm"],
+        x2.size,
         x2,
         sc,
         float(epsilon),
@@ -255,20 +250,22 @@ def gelu(
         raise ctx.unsupported(f"approximate={approximate!r} (expected 'none' or 'tanh')")
     dtype = x.dtype
     cd = _cdtype(dtype)
-    if bias is not None and (bias.ndim > 1 or bias.ndim > x.ndim or bias.size != x.shape[-1]):
+    if bias is not None and (
+        x.ndim == 0 or bias.ndim > 1 or bias.ndim > x.ndim or bias.size != x.shape[-1]
+    ):
         x = x + bias  # general broadcasting: add first, as the graph did
         dtype = x.dtype
         bias = None
     shape = x.shape
     n = shape[-1] if x.ndim else 1
-    x2 = np.ascontiguousarray(x, dtype=cd).reshape(-1, n) if x.size else x.reshape(-1, n)
+    x2 = np.ascontiguousarray(x, dtype=cd).reshape(math.prod(shape[:-1]), n)
     bi = np.zeros(n, cd) if bias is None else np.ascontiguousarray(bias, dtype=cd).reshape(n)
     y2 = np.empty_like(x2)
     if x2.size:
         _launch(
             knn.gelu_rows,
             knn.gelu_rows_par,
-            x2.size * _COST["gelu"],
+            x2.size,
             x2,
             bi,
             y2,
@@ -281,8 +278,8 @@ def softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
     """Softmax (or log-softmax) over the last axis of ``x`` (float32/float64, any rank >= 1),
     in a new array of x's shape and type."""
     n = x.shape[-1]
-    x2 = np.ascontiguousarray(x).reshape(-1, n)
+    x2 = np.ascontiguousarray(x).reshape(math.prod(x.shape[:-1]), n)
     y2 = np.empty_like(x2)
     if x2.size:
-        _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size * _COST["softmax"], x2, y2, log)
+        _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size, x2, y2, log)
     return y2.reshape(x.shape)
