@@ -138,6 +138,8 @@ def _dw_one(x, w, k, st, dl, pb, y, idx, mult):
         for kh in range(k[1]):
             for kw in range(k[2]):
                 wv = w[m, 0, kd, kh, kw]
+                woff = kw * dl[2] - pb[2]
+                lo, hi = _span(OW, W, st[2], woff)
                 for od in range(OD):
                     d = od * st[0] - pb[0] + kd * dl[0]
                     if d < 0 or d >= D:
@@ -146,10 +148,15 @@ def _dw_one(x, w, k, st, dl, pb, y, idx, mult):
                         h = oh * st[1] - pb[1] + kh * dl[1]
                         if h < 0 or h >= H:
                             continue
-                        for ow in range(OW):
-                            ww = ow * st[2] - pb[2] + kw * dl[2]
-                            if ww >= 0 and ww < W:
-                                y[n, m, od, oh, ow] += wv * x[n, c, d, h, ww]
+                        # In-range taps form one run [lo, hi): no per-element bounds test.
+                        src = x[n, c, d, h]
+                        dst = y[n, m, od, oh]
+                        if st[2] == 1:
+                            for ow in range(lo, hi):
+                                dst[ow] += wv * src[ow + woff]
+                        else:
+                            for ow in range(lo, hi):
+                                dst[ow] += wv * src[ow * st[2] + woff]
 
 
 @njit

@@ -38,6 +38,48 @@ ACTIVATIONS: dict[str, tuple[int, int]] = {
 
 _EMPTY: dict[np.dtype, np.ndarray] = {}
 
+# GEMMs below this many multiply-adds (about 0.5 ms on one core) run single-threaded: BLAS's
+# thread hand-off costs more than it saves there, and on a loaded machine OpenBLAS's threads
+# wait for cores (measured: a 64x784x512 float32 GEMM took 2 s with 2 threads and 30 other
+# runnable processes, against 0.3-70 ms with one thread).
+SINGLE_THREAD_MACS = 1 << 25
+_blas = None
+
+
+def _blas_controller():
+    """threadpoolctl's controller of the BLAS library numpy uses (False when unavailable)."""
+    global _blas
+    if _blas is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            libs = ThreadpoolController().select(user_api="blas").lib_controllers
+            _blas = libs[0] if libs else False
+        except Exception:  # pragma: no cover - threadpoolctl missing or unusable
+            _blas = False
+    return _blas
+
+
+def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``np.matmul(a, b, out=out)`` (2-D or batched), single-threaded BLAS for small GEMMs.
+
+    The BLAS thread count set for the session (onnxjit.threads) is restored afterwards.
+    """
+    macs = out.size * a.shape[-1]
+    ctl = _blas_controller() if macs < SINGLE_THREAD_MACS else False
+    if not ctl:
+        np.matmul(a, b, out=out)
+        return
+    n = ctl.get_num_threads()
+    if n is None or n <= 1:
+        np.matmul(a, b, out=out)
+        return
+    ctl.set_num_threads(1)
+    try:
+        np.matmul(a, b, out=out)
+    finally:
+        ctl.set_num_threads(n)
+
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """float32/float64 stay; float16, bfloat16 compute in float32."""
@@ -126,7 +168,7 @@ def fused_gemm(
         if K == 0:
             y.fill(0)
         else:
-            np.matmul(a2, w, out=y)
+            matmul_into(a2, w, y)
         code, p0, p1 = activation_args(ctx, activation, activation_params, cd)
         run_rows(y, alpha, bias, code, p0, p1)
     shape = lead + (N,)

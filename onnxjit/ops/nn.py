@@ -363,6 +363,10 @@ def _conv_core(
         return np.zeros((N, M, *out), x.dtype)
     if cg == 0 or K == 0:
         return np.zeros((N, M, *out), x.dtype)
+    # Single-threaded BLAS for small GEMMs (see fused_gemm.matmul_into); imported here since
+    # fused_gemm is a sibling operator module.
+    from onnxjit.ops.fused_gemm import matmul_into
+
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
     y = np.empty((N, M, s_out), x.dtype)
@@ -377,7 +381,7 @@ def _conv_core(
         sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st))
         xs = x[(slice(None), slice(None), *sl)]
         xs = np.ascontiguousarray(xs).reshape(N, C, s_out)
-        np.matmul(w.reshape(M, C), xs, out=y)
+        matmul_into(w.reshape(M, C), xs, y)
         return y.reshape(N, M, *out)
     x5 = x.reshape(N, C, *_pad3(x.shape[2:], 1))
     k3, st3, dl3, pb3 = (
@@ -409,7 +413,7 @@ def _conv_core(
             )
             wg = wr[g * mg : (g + 1) * mg]
             for i in range(n1 - n0):
-                np.matmul(wg, cs[i], out=y[n0 + i, g * mg : (g + 1) * mg])
+                matmul_into(wg, cs[i], y[n0 + i, g * mg : (g + 1) * mg])
     return y.reshape(N, M, *out)
 
 
