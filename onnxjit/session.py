@@ -76,6 +76,8 @@ class GraphNode:
     op_type: str
     domain: str
     members: list[str]
+    # Attribute values that are plain data (numbers, strings, arrays and lists of them).
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -308,9 +310,16 @@ class InferenceSession:
                 op_type=n.op_type,
                 domain=n.domain,
                 members=[f"{m.label} {m.name}".strip() for m in n.members],
+                attrs={k: v for k, v in n.attrs.items() if _plain(v)},
             )
             for n in self._model.graph.nodes
         ]
+
+
+def _plain(v: Any) -> bool:
+    if isinstance(v, list):
+        return all(_plain(x) for x in v)
+    return isinstance(v, (int, float, str, bytes, np.ndarray))
 
 
 def _session_event(name: str, profiler: Profiler, t0: int, t1: int) -> dict[str, Any]:
