@@ -1,0 +1,633 @@
+"""GEMM epilogue fusion, Conv+BatchNorm folding and Conv+activation fusion.
+
+Every model runs three ways: optimised (default level), unoptimised (level 0) and with the pass
+under test switched off by name; all must equal onnxruntime (its optimisations off), and the
+optimised graph must show (or, for near misses, must not show) the fused node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from oracle import assert_close, ort_outputs, reference_outputs
+
+import onnxjit
+from onnxjit import registry
+
+_ET = {
+    np.float32: TensorProto.FLOAT,
+    np.float64: TensorProto.DOUBLE,
+    np.float16: TensorProto.FLOAT16,
+}
+_TOL = {np.float32: (1e-4, 1e-5), np.float64: (1e-10, 1e-12), np.float16: (1e-2, 1e-2)}
+
+
+def _model(nodes, inputs, outputs, inits, opset=17, dtype=np.float32):
+    """A model from helper nodes; ``inputs``/``outputs`` map names to shapes (dtype ``dtype``)."""
+    et = _ET[dtype]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(k, et, s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info(k, et, s) for k, s in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v).astype(dtype), k) for k, v in inits.items()],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _session(model, level=None, disabled=()):
+    so = onnxjit.SessionOptions()
+    if level is not None:
+        so.graph_optimization_level = onnxjit.GraphOptimizationLevel(level)
+    return onnxjit.InferenceSession(model.SerializeToString(), so, disabled_optimizers=disabled)
+
+
+def _check(model, feeds, pass_name, dtype=np.float32, oracle="ort"):
+    """Run optimised / level 0 / pass off, compare with onnxruntime; return the fused nodes."""
+    rtol, atol = _TOL[dtype]
+    want = None
+    if oracle == "ort":
+        try:
+            want = ort_outputs(model, feeds)
+        except Exception as exc:
+            # onnxruntime's CPU provider lacks some float64 kernels (HardSigmoid, Clip-6):
+            # the reference evaluator is the oracle for those.
+            if "NOT_IMPLEMENTED" not in str(exc):
+                raise
+    if want is None:
+        want = reference_outputs(model, feeds)
+    sess = _session(model)
+    for s in (sess, _session(model, level=0), _session(model, disabled=[pass_name])):
+        assert_close(s.run(None, feeds), want, rtol=rtol, atol=atol)
+    return sess.graph_nodes()
+
+
+def _ops(nodes):
+    return [n.op_type for n in nodes]
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+# --------------------------------------------------------------------------------------------
+# GEMM epilogues
+
+
+# (activation node(s) builder: input name -> (nodes, output name, extra inits), opset, fused name)
+def _act(op, **attrs):
+    def build(x):
+        return [helper.make_node(op, [x], ["y"], **attrs)], "y", {}
+
+    return build
+
+
+def _clip13(x):
+    return (
+        [helper.make_node("Clip", [x, "lo", "hi"], ["y"])],
+        "y",
+        {"lo": np.array(0.0), "hi": np.array(6.0)},
+    )
+
+
+def _silu(order):
+    def build(x):
+        mul_in = [x, "s"] if order == 0 else ["s", x]
+        return (
+            [helper.make_node("Sigmoid", [x], ["s"]), helper.make_node("Mul", mul_in, ["y"])],
+            "y",
+            {},
+        )
+
+    return build
+
+
+ACTS = [
+    ("Relu", _act("Relu"), 17),
+    ("LeakyRelu", _act("LeakyRelu", alpha=0.2), 17),
+    ("Sigmoid", _act("Sigmoid"), 17),
+    ("Tanh", _act("Tanh"), 17),
+    ("Clip", _clip13, 17),
+    ("Clip", _act("Clip", min=-0.5, max=0.7), 10),
+    ("HardSigmoid", _act("HardSigmoid", alpha=0.3, beta=0.4), 17),
+    ("HardSwish", _act("HardSwish"), 17),
+    ("Silu", _silu(0), 17),
+    ("Silu", _silu(1), 17),
+    ("Gelu", _act("Gelu"), 20),
+    ("GeluTanh", _act("Gelu", approximate="tanh"), 20),
+]
+
+
+def _mlp_layer(act_builder, opset, dtype, m=5, k=7, n=6, bias_first=False, seed=0):
+    rng = _rng(seed)
+    inits = {"w": rng.standard_normal((k, n)), "b": rng.standard_normal(n)}
+    add_in = ["b", "mm"] if bias_first else ["mm", "b"]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", add_in, ["z"])]
+    out = "z"
+    if act_builder is not None:
+        more, out, extra = act_builder("z")
+        nodes += more
+        inits.update(extra)
+    model = _model(nodes, {"x": [m, k]}, {out: [m, n]}, inits, opset, dtype)
+    x = (rng.standard_normal((m, k)) * 2).astype(dtype)
+    return model, {"x": x}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "name,build,opset", ACTS, ids=[f"{a[0]}-{a[2]}-{i}" for i, a in enumerate(ACTS)]
+)
+def test_matmul_bias_activation_fuses(name, build, opset, dtype):
+    model, feeds = _mlp_layer(build, opset, dtype)
+    # onnxruntime has no float64 Clip-6 kernel: the reference evaluator is the oracle there.
+    oracle = "ref" if (opset == 10 and dtype == np.float64) else "ort"
+    nodes = _check(model, feeds, "gemm_epilogue_fusion", dtype, oracle)
+    assert _ops(nodes) == ["FusedGemm"]
+    assert len(nodes[0].members) == len(model.graph.node)
+
+
+def test_float16_matmul_bias_relu_fuses():
+    model, feeds = _mlp_layer(_act("Relu"), 17, np.float16)
+    nodes = _check(model, feeds, "gemm_epilogue_fusion", np.float16)
+    assert _ops(nodes) == ["FusedGemm"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bias_first_and_no_activation(dtype):
+    model, feeds = _mlp_layer(None, 17, dtype, bias_first=True)
+    assert _ops(_check(model, feeds, "gemm_epilogue_fusion", dtype)) == ["FusedGemm"]
+
+
+def test_large_rows_use_parallel_epilogue():
+    # 600 x 512 outputs: above PARALLEL_THRESHOLD (2**17), so the parallel twin runs.
+    model, feeds = _mlp_layer(_act("Relu"), 17, np.float32, m=600, k=33, n=512)
+    assert _ops(_check(model, feeds, "gemm_epilogue_fusion")) == ["FusedGemm"]
+
+
+@pytest.mark.parametrize(
+    "xshape,bshape",
+    [((2, 3, 7), (6,)), ((7,), (1, 6)), ((4, 7), (1, 1, 6)), ((0, 7), (6,)), ((3, 7), (1,))],
+    ids=["batched", "vector-input", "bias-raises-rank", "empty", "scalar-bias"],
+)
+def test_matmul_shapes(xshape, bshape):
+    rng = _rng(1)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "b"], ["z"]),
+        helper.make_node("Relu", ["z"], ["y"]),
+    ]
+    inits = {"w": rng.standard_normal((7, 6)), "b": rng.standard_normal(bshape)}
+    yshape = np.broadcast_shapes((*xshape[:-1], 6), bshape)
+    model = _model(nodes, {"x": list(xshape)}, {"y": list(yshape)}, inits)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    assert _ops(_check(model, {"x": x}, "gemm_epilogue_fusion")) == ["FusedGemm"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "attrs,cshape",
+    [
+        ({}, (6,)),
+        ({"transB": 1}, (1, 6)),
+        ({"transA": 1, "alpha": 0.5, "beta": 2.0}, (6,)),
+        ({"transA": 1, "transB": 1}, (1,)),
+        ({"beta": 0.0}, (6,)),
+        ({"alpha": 3.0}, None),
+    ],
+)
+def test_gemm_relu_fuses(attrs, cshape, dtype):
+    rng = _rng(2)
+    a_shape = (7, 5) if attrs.get("transA") else (5, 7)
+    b_shape = (6, 7) if attrs.get("transB") else (7, 6)
+    inits = {"B": rng.standard_normal(b_shape)}
+    ins = ["a", "B"]
+    if cshape is not None:
+        inits["C"] = rng.standard_normal(cshape)
+        ins.append("C")
+    nodes = [helper.make_node("Gemm", ins, ["g"], **attrs), helper.make_node("Relu", ["g"], ["y"])]
+    model = _model(nodes, {"a": list(a_shape)}, {"y": [5, 6]}, inits, 13, dtype)
+    feeds = {"a": rng.standard_normal(a_shape).astype(dtype)}
+    nodes = _check(model, feeds, "gemm_epilogue_fusion", dtype)
+    assert _ops(nodes) == ["FusedGemm"] and len(nodes[0].members) == 2
+
+
+def test_gemm_opset_7_without_activation():
+    rng = _rng(3)
+    inits = {"B": rng.standard_normal((7, 6)), "C": rng.standard_normal(6)}
+    nodes = [helper.make_node("Gemm", ["a", "B", "C"], ["y"], transB=0)]
+    model = _model(nodes, {"a": [5, 7]}, {"y": [5, 6]}, inits, 7)
+    feeds = {"a": rng.standard_normal((5, 7)).astype(np.float32)}
+    assert _ops(_check(model, feeds, "gemm_epilogue_fusion")) == ["FusedGemm"]
+
+
+def test_mlp_chain_fuses_every_layer():
+    rng = _rng(4)
+    dims = [20, 16, 12, 4]
+    nodes, inits, cur = [], {}, "x"
+    for i in range(3):
+        inits[f"w{i}"] = rng.standard_normal((dims[i + 1], dims[i]))
+        inits[f"b{i}"] = rng.standard_normal(dims[i + 1])
+        nodes.append(helper.make_node("Gemm", [cur, f"w{i}", f"b{i}"], [f"g{i}"], transB=1))
+        cur = f"g{i}"
+        if i < 2:
+            nodes.append(helper.make_node("Relu", [cur], [f"r{i}"]))
+            cur = f"r{i}"
+    model = _model(nodes, {"x": ["n", 20]}, {cur: ["n", 4]}, inits, 13)
+    for n in (1, 9):
+        feeds = {"x": rng.standard_normal((n, 20)).astype(np.float32)}
+        assert _ops(_check(model, feeds, "gemm_epilogue_fusion")) == ["FusedGemm"] * 3
+
+
+def _near_miss_models():
+    rng = _rng(5)
+    w, b = rng.standard_normal((7, 6)), rng.standard_normal(6)
+    mm = helper.make_node("MatMul", ["x", "w"], ["mm"])
+    add = helper.make_node("Add", ["mm", "b"], ["z"])
+    relu = helper.make_node("Relu", ["z"], ["y"])
+    out = {"y": [5, 6]}
+    yield (
+        "bias-not-constant",
+        _model([mm, add, relu], {"x": [5, 7], "b": [6]}, out, {"w": w}),
+        [
+            "MatMul",
+            "Add",
+            "Relu",
+        ],
+    )
+    yield (
+        "product-used-twice",
+        _model([mm, add, relu], {"x": [5, 7]}, {"y": [5, 6], "mm": [5, 6]}, {"w": w, "b": b}),
+        ["MatMul", "Add", "Relu"],
+    )
+    yield (
+        "bias-per-row",
+        _model([mm, add, relu], {"x": [5, 7]}, out, {"w": w, "b": rng.standard_normal((5, 1))}),
+        ["MatMul", "Add", "Relu"],
+    )
+    yield (
+        "bias-full-matrix",
+        _model([mm, add, relu], {"x": [5, 7]}, out, {"w": w, "b": rng.standard_normal((5, 6))}),
+        ["MatMul", "Add", "Relu"],
+    )
+    yield (
+        "weight-not-constant",
+        _model([mm, add, relu], {"x": [5, 7], "w": [7, 6]}, out, {"b": b}),
+        ["MatMul", "Add", "Relu"],
+    )
+    yield (
+        "activation-output-used-twice",
+        _model([mm, add, relu], {"x": [5, 7]}, {"y": [5, 6], "z": [5, 6]}, {"w": w, "b": b}),
+        ["FusedGemm", "Relu"],
+    )
+    clip = helper.make_node("Clip", ["z", "lo"], ["y"])
+    yield (
+        "clip-bound-not-constant",
+        _model([mm, add, clip], {"x": [5, 7], "lo": []}, out, {"w": w, "b": b}),
+        ["FusedGemm", "Clip"],
+    )
+    gemm = helper.make_node("Gemm", ["x", "w", "c"], ["y"])
+    yield "gemm-c-not-constant", _model([gemm], {"x": [5, 7], "c": [6]}, out, {"w": w}), ["Gemm"]
+    yield (
+        "gemm-c-full-matrix",
+        _model([gemm], {"x": [5, 7]}, out, {"w": w, "c": rng.standard_normal((5, 6))}),
+        ["Gemm"],
+    )
+
+
+@pytest.mark.parametrize("case", list(_near_miss_models()), ids=lambda c: c[0])
+def test_gemm_near_misses_not_fused(case):
+    _, model, expected = case
+    rng = _rng(6)
+    feeds = {
+        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
+            np.float32
+        )
+        for i in model.graph.input
+    }
+    assert _ops(_check(model, feeds, "gemm_epilogue_fusion")) == expected
+
+
+def test_internal_gelu_with_bias_fuses_when_gelu_fusion_runs():
+    if "Gelu" not in registry.internal_ops():
+        pytest.skip("the internal onnxjit Gelu op (gelu_fusion, another engineer's pass) is absent")
+    rng = _rng(7)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "b"], ["z"]),
+        helper.make_node("Div", ["z", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["e1"]),
+        helper.make_node("Mul", ["z", "e1"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["y"]),
+    ]
+    inits = {
+        "w": rng.standard_normal((7, 6)),
+        "b": rng.standard_normal(6),
+        "sqrt2": np.array(np.sqrt(2.0)),
+        "one": np.array(1.0),
+        "half": np.array(0.5),
+    }
+    model = _model(nodes, {"x": [5, 7]}, {"y": [5, 6]}, inits)
+    feeds = {"x": rng.standard_normal((5, 7)).astype(np.float32)}
+    nodes = _check(model, feeds, "gemm_epilogue_fusion")
+    assert _ops(nodes) == ["FusedGemm"]
+
+
+# --------------------------------------------------------------------------------------------
+# Conv + BatchNormalization folding
+
+
+def _conv_w(rng, m, c, ks):
+    return rng.standard_normal((m, c, *ks)) / np.sqrt(c * np.prod(ks))
+
+
+def _bn_inits(rng, m, prefix="bn"):
+    return {
+        f"{prefix}_s": 1 + 0.2 * rng.standard_normal(m),
+        f"{prefix}_b": 0.2 * rng.standard_normal(m),
+        f"{prefix}_m": 0.2 * rng.standard_normal(m),
+        f"{prefix}_v": 0.5 + rng.random(m),
+    }
+
+
+def _bn(x, y, prefix="bn", **attrs):
+    return helper.make_node(
+        "BatchNormalization",
+        [x, f"{prefix}_s", f"{prefix}_b", f"{prefix}_m", f"{prefix}_v"],
+        [y],
+        **attrs,
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+# BatchNormalization-7 is not folded (see patterns_conv._bn_scale_shift).
+@pytest.mark.parametrize("opset", [9, 14, 15, 22])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_conv_batchnorm_folds(opset, with_bias, dtype):
+    rng = _rng(8)
+    inits = {"w": _conv_w(rng, 4, 3, (3, 3)), **_bn_inits(rng, 4)}
+    ins = ["x", "w"]
+    if with_bias:
+        inits["cb"] = rng.standard_normal(4)
+        ins.append("cb")
+    nodes = [
+        helper.make_node("Conv", ins, ["c"], pads=[1, 1, 1, 1]),
+        _bn("c", "y", epsilon=1e-3),
+    ]
+    model = _model(nodes, {"x": [2, 3, 6, 5]}, {"y": [2, 4, 6, 5]}, inits, opset, dtype)
+    feeds = {"x": rng.standard_normal((2, 3, 6, 5)).astype(dtype)}
+    got = _check(model, feeds, "conv_bn_folding", dtype)
+    assert _ops(got) == ["Conv"] and len(got[0].members) == 2
+
+
+def test_conv_mul_add_constants_fold():
+    rng = _rng(9)
+    inits = {
+        "w": _conv_w(rng, 4, 2, (3,)),
+        "k": rng.standard_normal((4, 1)),
+        "s": np.array(0.5),
+        "a": rng.standard_normal((1, 4, 1)),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], strides=[2]),
+        helper.make_node("Mul", ["k", "c"], ["c1"]),
+        helper.make_node("Mul", ["c1", "s"], ["c2"]),
+        helper.make_node("Add", ["c2", "a"], ["y"]),
+    ]
+    model = _model(nodes, {"x": [1, 2, 9]}, {"y": [1, 4, 4]}, inits)
+    feeds = {"x": rng.standard_normal((1, 2, 9)).astype(np.float32)}
+    got = _check(model, feeds, "conv_bn_folding")
+    assert _ops(got) == ["Conv"] and len(got[0].members) == 4
+
+
+def _conv_near_misses():
+    rng = _rng(10)
+    w = _conv_w(rng, 4, 3, (3, 3))
+    bn = _bn_inits(rng, 4)
+    conv = helper.make_node("Conv", ["x", "w"], ["c"])
+    x = {"x": [1, 3, 5, 5]}
+    out = {"y": [1, 4, 3, 3]}
+    yield (
+        "bn-mean-not-constant",
+        _model(
+            [conv, _bn("c", "y")],
+            {**x, "bn_m": [4]},
+            out,
+            {"w": w, **{k: v for k, v in bn.items() if k != "bn_m"}},
+        ),
+        ["Conv", "BatchNormalization"],
+        15,
+    )
+    yield (
+        "conv-output-used-twice",
+        _model([conv, _bn("c", "y")], x, {**out, "c": [1, 4, 3, 3]}, {"w": w, **bn}),
+        ["Conv", "BatchNormalization"],
+        15,
+    )
+    yield (
+        "mul-not-per-channel",
+        _model(
+            [conv, helper.make_node("Mul", ["c", "k"], ["y"])],
+            x,
+            out,
+            {"w": w, "k": rng.standard_normal((1, 1, 3, 1))},
+        ),
+        ["Conv", "Mul"],
+        15,
+    )
+    yield (
+        "mul-raises-rank",
+        _model(
+            [conv, helper.make_node("Mul", ["c", "k"], ["y"])],
+            x,
+            {"y": [1, 1, 4, 3, 3]},
+            {"w": w, "k": rng.standard_normal((1, 1, 4, 1, 1))},
+        ),
+        ["Conv", "Mul"],
+        15,
+    )
+    yield (
+        "weight-not-constant",
+        _model([conv, _bn("c", "y")], {**x, "w": [4, 3, 3, 3]}, out, bn),
+        ["Conv", "BatchNormalization"],
+        15,
+    )
+
+
+@pytest.mark.parametrize("case", list(_conv_near_misses()), ids=lambda c: c[0])
+def test_conv_fold_near_misses(case):
+    _, model, expected, _opset = case
+    rng = _rng(11)
+    feeds = {
+        i.name: (0.5 + rng.random([d.dim_value for d in i.type.tensor_type.shape.dim])).astype(
+            np.float32
+        )
+        for i in model.graph.input
+    }
+    assert _ops(_check(model, feeds, "conv_bn_folding")) == expected
+
+
+def test_batchnorm_training_mode_not_folded():
+    # Training mode with its running-statistics outputs: onnxruntime's CPU provider has no
+    # inference kernel for it, so the unoptimised onnxjit run is the reference here (both runs
+    # are onnxjit; the point is that folding leaves the node alone and changes nothing).
+    rng = _rng(12)
+    inits = {"w": _conv_w(rng, 4, 3, (3, 3)), **_bn_inits(rng, 4)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node(
+            "BatchNormalization",
+            ["c", "bn_s", "bn_b", "bn_m", "bn_v"],
+            ["y", "rm", "rv"],
+            training_mode=1,
+        ),
+    ]
+    model = _model(nodes, {"x": [2, 3, 5, 5]}, {"y": [2, 4, 3, 3], "rm": [4], "rv": [4]}, inits, 15)
+    feeds = {"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32)}
+    sess = _session(model)
+    assert _ops(sess.graph_nodes()) == ["Conv", "BatchNormalization"]
+    assert_close(sess.run(None, feeds), _session(model, level=0).run(None, feeds))
+
+
+# --------------------------------------------------------------------------------------------
+# Conv + activation (+ residual)
+
+CONV_ACTS = [a for a in ACTS if a[0] not in ("Gelu", "GeluTanh")]
+
+# (x shape, w shape, attrs): strided, padded, dilated, grouped, depthwise, 1x1, 1-D, 3-D.
+GEOMETRIES = [
+    ((1, 3, 8, 7), (5, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 4, 9, 9), (6, 2, 3, 3), {"group": 2, "strides": [2, 2], "pads": [1, 0, 1, 0]}),
+    ((1, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((1, 4, 9, 9), (8, 1, 3, 3), {"group": 4, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((2, 6, 7, 7), (5, 6, 1, 1), {}),
+    ((1, 6, 7, 7), (5, 6, 1, 1), {"strides": [2, 2]}),
+    ((1, 6, 7, 7), (5, 6, 1, 1), {"pads": [0, 0, 1, 1]}),
+    ((2, 3, 11), (4, 3, 3), {"strides": [2], "dilations": [2]}),
+    ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 0]}),
+]
+
+
+def _conv_model(xs, ws, attrs, act_builder, opset, dtype, residual=None, bias=True, seed=13):
+    rng = _rng(seed)
+    inits = {"w": _conv_w(rng, ws[0], ws[1], ws[2:])}
+    ins = ["x", "w"]
+    if bias:
+        inits["cb"] = rng.standard_normal(ws[0])
+        ins.append("cb")
+    nodes = [helper.make_node("Conv", ins, ["c"], **attrs)]
+    graph_in = {"x": list(xs)}
+    cur = "c"
+    feeds = {"x": rng.standard_normal(xs).astype(dtype)}
+    if residual is not None:
+        nodes.append(helper.make_node("Add", ["r", "c"], ["a"]))
+        graph_in["r"] = list(residual)
+        feeds["r"] = rng.standard_normal(residual).astype(dtype)
+        cur = "a"
+    if act_builder is not None:
+        more, cur, extra = act_builder(cur)
+        nodes += more
+        inits.update(extra)
+    rank = max(len(xs), len(residual or ()))
+    dims = [f"d{i}" for i in range(rank)]
+    return _model(nodes, graph_in, {cur: dims}, inits, opset, dtype), feeds
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "name,build,opset", CONV_ACTS, ids=[f"{a[0]}-{a[2]}-{i}" for i, a in enumerate(CONV_ACTS)]
+)
+def test_conv_activation_fuses(name, build, opset, dtype):
+    model, feeds = _conv_model(*GEOMETRIES[0], build, opset, dtype)
+    got = _check(model, feeds, "conv_activation_fusion", dtype)
+    assert _ops(got) == ["FusedConv"] and len(got[0].members) == len(model.graph.node)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geom", GEOMETRIES, ids=[str(i) for i in range(len(GEOMETRIES))])
+def test_conv_residual_relu_geometries(geom, dtype):
+    xs, ws, attrs = geom
+    out = ort_outputs(
+        _conv_model(xs, ws, attrs, None, 17, dtype, bias=False)[0], {"x": np.zeros(xs, dtype)}
+    )[0].shape
+    model, feeds = _conv_model(xs, ws, attrs, _act("Relu"), 17, dtype, residual=out)
+    got = _check(model, feeds, "conv_activation_fusion", dtype)
+    assert _ops(got) == ["FusedConv"] and len(got[0].members) == 3
+
+
+def test_conv_residual_broadcast_and_no_bias():
+    # The residual (1, M, 1, 1) broadcasts: fused, added by numpy's broadcasting path.
+    model, feeds = _conv_model(*GEOMETRIES[0], _act("Relu"), 17, np.float32, (1, 5, 1, 1), False)
+    assert _ops(_check(model, feeds, "conv_activation_fusion")) == ["FusedConv"]
+    # A residual that raises the output's shape (batch 3 against batch 1).
+    model, feeds = _conv_model(*GEOMETRIES[0], _act("Sigmoid"), 17, np.float32, (3, 5, 8, 7))
+    assert _ops(_check(model, feeds, "conv_activation_fusion")) == ["FusedConv"]
+
+
+def test_conv_add_without_activation_fuses():
+    model, feeds = _conv_model(*GEOMETRIES[1], None, 17, np.float32, (2, 6, 5, 5))
+    assert _ops(_check(model, feeds, "conv_activation_fusion")) == ["FusedConv"]
+
+
+def test_conv_parallel_epilogue():
+    # 1 x 16 x 96 x 96 outputs > PARALLEL_THRESHOLD: parallel im2col and epilogue.
+    model, feeds = _conv_model(
+        (1, 8, 96, 96),
+        (16, 8, 3, 3),
+        {"pads": [1, 1, 1, 1]},
+        _act("Relu"),
+        17,
+        np.float32,
+        (1, 16, 96, 96),
+    )
+    assert _ops(_check(model, feeds, "conv_activation_fusion")) == ["FusedConv"]
+
+
+def test_float16_conv_relu_fuses():
+    model, feeds = _conv_model(*GEOMETRIES[0], _act("Relu"), 17, np.float16)
+    want = _session(model, level=0).run(None, feeds)
+    sess = _session(model)
+    assert _ops(sess.graph_nodes()) == ["FusedConv"]
+    assert_close(sess.run(None, feeds), want, rtol=1e-2, atol=1e-2)
+
+
+def test_resnet_block_folds_and_fuses():
+    rng = _rng(14)
+    inits = {
+        "w1": _conv_w(rng, 8, 8, (3, 3)),
+        "w2": _conv_w(rng, 8, 8, (3, 3)),
+        **_bn_inits(rng, 8, "b1"),
+        **_bn_inits(rng, 8, "b2"),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        _bn("c1", "n1", "b1"),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        _bn("c2", "n2", "b2"),
+        helper.make_node("Add", ["n2", "x"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    model = _model(nodes, {"x": [1, 8, 10, 10]}, {"y": [1, 8, 10, 10]}, inits, 15)
+    feeds = {"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)}
+    got = _check(model, feeds, "conv_activation_fusion")
+    assert _ops(got) == ["FusedConv", "FusedConv"]
+    sess = _session(model, disabled=["conv_bn_folding"])
+    assert _ops(sess.graph_nodes()).count("BatchNormalization") == 2
+    stats = _session(model).stats()["passes"]
+    assert stats["conv_bn_folding"]["rewrites"] == 2
+    assert stats["conv_activation_fusion"]["rewrites"] == 2
+
+
+def test_optimised_model_written_with_fused_nodes(tmp_path):
+    model, feeds = _conv_model(*GEOMETRIES[0], _act("Relu"), 17, np.float32)
+    so = onnxjit.SessionOptions()
+    path = tmp_path / "opt.onnx"
+    so.optimized_model_filepath = str(path)
+    onnxjit.InferenceSession(model.SerializeToString(), so)
+    written = onnx.load(str(path))
+    assert [n.op_type for n in written.graph.node] == ["FusedConv"]
