@@ -56,7 +56,11 @@ _TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12
 
 # Part of every generated source, so that editing a scalar helper changes the file name (Numba's
 # cache would otherwise keep machine code with the old helper inlined).
-_SCALAR_HASH = hashlib.sha256(Path(_scalar.__file__).read_bytes()).hexdigest()[:16]
+# The helpers inline kernels/vecmath.py too, so both files are part of the key.
+_SCALAR_HASH = hashlib.sha256(
+    Path(_scalar.__file__).read_bytes()
+    + (Path(_scalar.__file__).parent / "vecmath.py").read_bytes()
+).hexdigest()[:16]
 
 
 def compute_dtype(dtype: Any) -> np.dtype:
