@@ -20,7 +20,9 @@ import onnxjit
 from onnxjit.kernels import _jit
 
 F16, F32, F64 = np.float16, np.float32, np.float64
-TOL = {F16: (2e-2, 2e-2), F32: (1e-4, 1e-5), F64: (1e-9, 1e-11)}
+# float64: the fused GELU uses exact sqrt(2) etc. where the graph holds float32-rounded constants
+# (1.4142135), a 6e-8 relative difference the passes accept by design.
+TOL = {F16: (2e-2, 2e-2), F32: (1e-4, 1e-5), F64: (1e-6, 1e-9)}
 
 
 class Builder:
@@ -60,9 +62,13 @@ class Builder:
         return m
 
 
-def run_all(model, feeds, dtype, pass_name, expect_ops, *, absent=()):
-    """Run optimised / unoptimised / pass-off; compare with the oracle; check the nodes."""
-    want = reference_outputs(model, feeds) if np.dtype(dtype) == F16 else ort_outputs(model, feeds)
+def run_all(model, feeds, dtype, pass_name, expect_ops, *, absent=(), ref=False):
+    """Run optimised / unoptimised / pass-off; compare with the oracle; check the nodes.
+
+    The oracle is onnxruntime, or the reference evaluator for float16 and where ``ref`` (float64
+    Erf: onnxruntime has no double Erf kernel)."""
+    use_ref = ref or np.dtype(dtype) == F16
+    want = reference_outputs(model, feeds) if use_ref else ort_outputs(model, feeds)
     rtol, atol = TOL[dtype]
     sess = onnxjit.InferenceSession(model)
     ops = [n.op_type for n in sess.graph_nodes()]
@@ -381,7 +387,9 @@ def test_gelu(dtype, form, variant, order):
     b = Builder(dtype)
     y = gelu_erf(b, "x", variant, order) if form == "erf" else gelu_tanh(b, "x", variant, order)
     model = b.model([("x", _dims(shape, True))], [(y, "y", _dims(shape, True))], 17)
-    ops = run_all(model, {"x": _feed(shape, dtype, scale=2.0)}, dtype, "gelu_fusion", ["Gelu"])
+    feeds = {"x": _feed(shape, dtype, scale=2.0)}
+    ref = form == "erf" and dtype == F64
+    ops = run_all(model, feeds, dtype, "gelu_fusion", ["Gelu"], ref=ref)
     assert ops[0] == "Gelu" and ops.count("Gelu") == 1 and len(ops) <= 2
 
 
@@ -393,7 +401,9 @@ def test_bias_gelu(dtype, form):
     xb = b.op("Add", "x", b.const(np.random.default_rng(6).standard_normal(24)))
     y = gelu_erf(b, xb) if form == "erf" else gelu_tanh(b, xb)
     model = b.model([("x", shape)], [(y, "y", list(shape))], 17)
-    ops = run_all(model, {"x": _feed(shape, dtype)}, dtype, "gelu_fusion", ["Gelu"], absent=["Add"])
+    feeds = {"x": _feed(shape, dtype)}
+    ref = form == "erf" and dtype == F64
+    ops = run_all(model, feeds, dtype, "gelu_fusion", ["Gelu"], absent=["Add"], ref=ref)
     assert ops.count("Gelu") == 1
 
 
