@@ -19,6 +19,14 @@ PARALLEL_LOCK = threading.RLock()
 
 _OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
 
+# Numba's own "workqueue" threading layer unless the user chose one (NUMBA_THREADING_LAYER).
+# Its workers sleep between parallel regions; OpenMP's spin for a while after each region and,
+# on a machine with few cores, take the cores BLAS threads (and the next kernel) need: a BERT
+# block at 2 threads ran 5x slower with the OpenMP layer. Workqueue cannot host two parallel
+# regions at once, which PARALLEL_LOCK already rules out.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+
 
 def configure(cache_dir: str | None = None, parallel_threshold: int | None = None) -> None:
     """Set the on-disk cache folder and the parallel threshold (call before kernels import)."""
