@@ -11,7 +11,7 @@ import threading
 
 import numba
 
-PARALLEL_THRESHOLD = 1 << 17
+PARALLEL_THRESHOLD = 1 << 20
 
 # Numba's default threading layers abort when two Python threads enter parallel regions at
 # once; parallel kernels are therefore entered under this lock (see run_parallel).

@@ -25,6 +25,14 @@ def test_ops_table_is_current():
     )
 
 
+def test_passes_table_is_current():
+    import update_readme
+
+    assert _section("passes-table") == update_readme.passes_markdown(), (
+        "the graph-pass table in README.md is stale; regenerate it with tests/update_readme.py"
+    )
+
+
 def test_ops_table_lists_versions_and_element_types():
     """Every row names its versions and a non-empty element-type summary from the schemas."""
     rows = [r for r in supported_ops_markdown().splitlines()[2:] if r]

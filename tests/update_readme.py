@@ -19,7 +19,28 @@ def replace_section(text: str, name: str, body: str) -> str:
     return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
 
 
+def passes_markdown() -> str:
+    """The graph passes, their levels and what each rewrites (from the pass table)."""
+    from onnxjit.passes.manager import PASSES
+
+    names = {1: "basic (1)", 2: "extended (2)", 3: "all (3, 99)"}
+    rows = ["| pass | from level | rewrites |", "|---|---|---|"]
+    rows += [f"| `{p.name}` | {names[p.level]} | {p.doc} |" for p in PASSES]
+    return "\n".join(rows) + "\n"
+
+
+def bench_markdown() -> str:
+    """The table of bench/results.md (written by ``python -m bench``), with its header lines."""
+    results = README.parent / "bench" / "results.md"
+    if not results.exists():
+        return "No results yet: run `python -m bench`.\n"
+    return results.read_text()
+
+
 if __name__ == "__main__":
     text = README.read_text()
-    README.write_text(replace_section(text, "ops-table", supported_ops_markdown()))
+    text = replace_section(text, "ops-table", supported_ops_markdown())
+    text = replace_section(text, "passes-table", passes_markdown())
+    text = replace_section(text, "bench-table", bench_markdown())
+    README.write_text(text)
     print("README.md updated")
