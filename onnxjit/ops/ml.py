@@ -118,6 +118,23 @@ class _TreeTable:
     def n_trees(self) -> int:
         return int(self.roots.shape[0])
 
+    def walk_arrays(self) -> tuple[np.ndarray, ...]:
+        """The arrays the general tree walk kernels take, in their parameter order."""
+        return (
+            self.roots,
+            self.mode,
+            self.feat,
+            self.thr,
+            self.tnode,
+            self.fnode,
+            self.miss,
+            self.aux0,
+            self.aux1,
+            self.members,
+            self.w_target,
+            self.w_value,
+        )
+
     def fast_for(self, dtype: Any, n_targets: int) -> _FastTable | None:
         """The fast layout for inputs of ``dtype`` (built on first use), or None."""
         key = (np.dtype(dtype).str, n_targets)
@@ -433,34 +450,21 @@ def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: 
     has = np.zeros((n, n_targets), dtype=np.uint8)
     if n == 0 or table.n_trees == 0:
         return out.astype(np.float64), has
-    args = (
-        x,
-        table.roots,
-        table.mode,
-        table.feat,
-        table.thr,
-        table.tnode,
-        table.fnode,
-        table.miss,
-        table.aux0,
-        table.aux1,
-        table.members,
-        table.w_target,
-        table.w_value,
-        agg,
-        out,
-        has,
-    )
+    args = (x, *table.walk_arrays(), agg, out, has)
     if n > 1 and n * table.n_trees * 8 >= PARALLEL_THRESHOLD:
         bad = run_parallel(ktrees.predict_parallel, *args)
     else:
         bad = ktrees.predict_serial(*args)
     if bad:
-        raise ctx.error(
-            "a tree walk did not reach a leaf (the true/false node ids form a cycle); fix the "
-            "nodes_truenodeids / nodes_falsenodeids attributes"
-        )
+        raise _cycle_error(ctx)
     return out.astype(np.float64), has
+
+
+def _cycle_error(ctx: Any) -> Exception:
+    return ctx.error(
+        "a tree walk did not reach a leaf (the true/false node ids form a cycle); fix the "
+        "nodes_truenodeids / nodes_falsenodeids attributes"
+    )
 
 
 def _run_fast(
@@ -492,30 +496,8 @@ def _run_fast(
     if n_nan:
         rows = np.flatnonzero(skip).astype(np.int64)
         has[rows] = 0
-        bad = ktrees.rows_general(
-            x,
-            rows,
-            table.roots,
-            table.mode,
-            table.feat,
-            table.thr,
-            table.tnode,
-            table.fnode,
-            table.miss,
-            table.aux0,
-            table.aux1,
-            table.members,
-            table.w_target,
-            table.w_value,
-            agg,
-            out,
-            has,
-        )
-        if bad:
-            raise ctx.error(
-                "a tree walk did not reach a leaf (the true/false node ids form a cycle); fix "
-                "the nodes_truenodeids / nodes_falsenodeids attributes"
-            )
+        if ktrees.rows_general(x, rows, *table.walk_arrays(), agg, out, has):
+            raise _cycle_error(ctx)
     return out.astype(np.float64), has
 
 
