@@ -14,6 +14,7 @@ import onnxjit
 import onnxjit.kernels
 
 PKG = Path(onnxjit.__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent
 INSTALLED = "site-packages" in str(PKG) and (PKG / "kernels").is_dir()
 
 
@@ -26,7 +27,12 @@ def test_kernels_live_in_the_onnxjit_namespace():
 def test_no_top_level_kernels_package_of_ours():
     # A top-level `kernels` would collide with an unrelated PyPI package of that name; the
     # installed distribution's file list must not carry one.
-    files = importlib.metadata.files("onnxjit") or []
+    # Look only outside the checkout: `pip install .` leaves onnxjit.egg-info in the source tree,
+    # whose SOURCES.txt lists the repository layout (kernels/ included), and the checkout is on
+    # sys.path when pytest runs from it.
+    path = [p for p in sys.path if p and Path(p).resolve() != REPO]
+    dists = list(importlib.metadata.distributions(name="onnxjit", path=path))
+    files = (dists[0].files if dists else None) or []
     top_level = {Path(str(f)).parts[0] for f in files}
     assert "kernels" not in top_level
     assert "onnxjit" in top_level or not INSTALLED
@@ -41,9 +47,6 @@ def test_installed_copy_carries_the_kernels():
     assert kernels_dir == PKG / "kernels"
     assert (kernels_dir / "_jit.py").is_file()
     assert (PKG / "demo" / "demo.onnx").is_file()
-
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("where", ["repository root", "elsewhere"])
