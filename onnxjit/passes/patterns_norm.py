@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from onnxjit import ir
 from onnxjit.passes.rewrite import GraphIndex, fused_node, is_op, onnx_node
 
@@ -32,9 +34,19 @@ _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 # matching helpers
 
 
-def _close(value: float | None, target: float) -> bool:
-    """``value`` equals ``target`` within float32 rounding (a few ulps)."""
-    return value is not None and abs(value - target) <= 4e-7 * abs(target)
+def _near(ix: GraphIndex, name: str, target: float) -> bool:
+    """``name`` is a one-element constant equal to ``target`` up to the rounding of its own dtype.
+
+    Exporters store constants such as 1/sqrt(2) in the graph's dtype, so a float16 graph's
+    constant is ~5e-4 off in relative terms; a float32 or float64 one must be within a few
+    float32 ulps.
+    """
+    value = _scalar(ix, name)
+    if value is None:
+        return False
+    dtype = ix.const(name).dtype
+    tol = max(4e-7, 2.0 * float(np.finfo(dtype).eps)) if dtype.kind == "f" else 4e-7
+    return abs(value - target) <= tol * abs(target)
 
 
 def _scalar(ix: GraphIndex, name: str) -> float | None:
@@ -152,7 +164,7 @@ def _eps_sqrt_divide(
     if len(users) != 1:
         return None
     u = users[0]
-    if is_op(u, "Pow") and u.inputs[0] == ve and _close(_scalar(ix, u.inputs[1]), -0.5):
+    if is_op(u, "Pow") and u.inputs[0] == ve and _near(ix, u.inputs[1], -0.5):
         inv_node = u  # (var + eps) ** -0.5
     elif is_op(u, "Sqrt"):
         nodes.append(u)
@@ -382,10 +394,10 @@ def _match_gelu_erf(ix: GraphIndex, erf: ir.Node) -> tuple[list[ir.Node], ir.Nod
     pa = ix.producer_of(a)
     if pa is None or ix.only_user(a) is not erf:
         return None
-    if is_op(pa, "Div") and _close(_scalar(ix, pa.inputs[1]), _SQRT2):
+    if is_op(pa, "Div") and _near(ix, pa.inputs[1], _SQRT2):
         x = pa.inputs[0]
     elif is_op(pa, "Mul"):
-        c = next((i for i in pa.inputs if _close(_scalar(ix, i), 1 / _SQRT2)), None)
+        c = next((i for i in pa.inputs if _near(ix, i, 1 / _SQRT2)), None)
         x = _other(pa, c) if c is not None else None
         if x is None or x == c:
             return None
@@ -416,7 +428,7 @@ def _match_gelu_tanh(ix: GraphIndex, th: ir.Node) -> tuple[list[ir.Node], ir.Nod
     pu = _producer(ix, u, "Mul")
     if pu is None or ix.only_user(u) is not th:
         return None
-    c = next((i for i in pu.inputs if _close(_scalar(ix, i), _SQRT_2_PI)), None)
+    c = next((i for i in pu.inputs if _near(ix, i, _SQRT_2_PI)), None)
     s = _other(pu, c) if c is not None else None
     ps = _producer(ix, s or "", "Add")
     if ps is None or ix.only_user(s) is not pu:
@@ -426,7 +438,7 @@ def _match_gelu_tanh(ix: GraphIndex, th: ir.Node) -> tuple[list[ir.Node], ir.Nod
         pk = _producer(ix, kname, "Mul")
         if pk is None or ix.only_user(kname) is not ps:
             continue
-        c2 = next((j for j in pk.inputs if _close(_scalar(ix, j), 0.044715)), None)
+        c2 = next((j for j in pk.inputs if _near(ix, j, 0.044715)), None)
         cube = _other(pk, c2) if c2 is not None else None
         if cube is None or cube == c2 or ix.only_user(cube) is not pk:
             continue
@@ -450,12 +462,14 @@ def fuse_gelu(graph: ir.Graph) -> int:
 # Softmax
 
 
-def _single_axis(ix: GraphIndex, node: ir.Node, since: int, x: str) -> int | None:
+def _single_axis(ix: GraphIndex, node: ir.Node, since: int, *same_shape: str) -> int | None:
+    """The one axis ``node`` reduces, negative where the rank of any of ``same_shape`` (values
+    of the reduced input's shape) is known, so that 1 and -2 of a rank-3 input compare equal."""
     axes = _reduce_axes(ix, node, since)
     if axes is None or len(axes) != 1:
         return None
     a = axes[0]
-    rank = _rank(ix.graph, x)
+    rank = next((r for r in (_rank(ix.graph, v) for v in same_shape) if r is not None), None)
     if rank is not None:
         if not -rank <= a < rank:
             return None
@@ -485,7 +499,8 @@ def _match_softmax(ix: GraphIndex, exp: ir.Node) -> tuple[list[ir.Node], ir.Node
         return None
     if ix.only_user(rs.outputs[0]) is not div:
         return None
-    sum_axis = _single_axis(ix, rs, 13, ev)
+    # exp(...) has the shape of x, whose rank is known more often (graph input).
+    sum_axis = _single_axis(ix, rs, 13, ev, x, e)
     if sum_axis is None or (axis is not None and sum_axis != axis):
         return None
     members += [rs, div]
