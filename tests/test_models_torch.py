@@ -112,9 +112,15 @@ class _Exported:
 
 
 @pytest.fixture(scope="session")
-def torch_model(request: pytest.FixtureRequest) -> Any:
+def torch_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``torch_model(name) -> _Exported``, building and exporting each model at most once."""
-    cache_dir = Path(request.config.cache.mkdir("onnxjit_torch_exports"))
+    cache = getattr(request.config, "cache", None)
+    # Exports persist in pytest's cache folder; with the cacheprovider plugin off
+    # (-p no:cacheprovider) they live for this run only.
+    if cache is not None:
+        cache_dir = Path(cache.mkdir("onnxjit_torch_exports"))
+    else:
+        cache_dir = tmp_path_factory.mktemp("onnxjit_torch_exports")
     done: dict[str, _Exported] = {}
 
     def get(name: str) -> _Exported:
