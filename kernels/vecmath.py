@@ -46,6 +46,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 from ._jit import njit
 
@@ -562,3 +564,56 @@ def erf_f32(x):
 def erf_f64(x):
     """erf in float64: libm's (see the module docstring for why)."""
     return math.erf(x)
+
+
+# --------------------------------------------------------------------------------------------
+# Type-dispatching names for kernels that are compiled for several float types. In jitted code
+# ``vexp(x)`` becomes exp_f32 for a float32 x and exp_f64 for a float64 x (chosen at typing
+# time, then inlined), and the libm function for any other number type. Called from Python
+# they are the math functions. Keep constants in the operand's type (``x.dtype.type(0.5)``):
+# a float64 literal promotes a float32 operand and picks the float64 flavour.
+
+
+def vexp(x):
+    """e^x (see the dispatch note above)."""
+    return math.exp(x)
+
+
+def vlog(x):
+    """Natural logarithm (see the dispatch note above)."""
+    return math.log(x)
+
+
+def vtanh(x):
+    """tanh (see the dispatch note above)."""
+    return math.tanh(x)
+
+
+def verf(x):
+    """erf (see the dispatch note above)."""
+    return math.erf(x)
+
+
+def vsigmoid(x):
+    """1 / (1 + e^-x) (see the dispatch note above)."""
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def _register(generic, f32, f64) -> None:
+    def typer(x):
+        if x == types.float32:
+            return lambda x: f32(x)
+        if x == types.float64:
+            return lambda x: f64(x)
+        if isinstance(x, (types.Float, types.Integer)):
+            return lambda x: f64(np.float64(x))
+        return None
+
+    overload(generic, inline="always")(typer)
+
+
+_register(vexp, exp_f32, exp_f64)
+_register(vlog, log_f32, log_f64)
+_register(vtanh, tanh_f32, tanh_f64)
+_register(verf, erf_f32, erf_f64)
+_register(vsigmoid, sigmoid_f32, sigmoid_f64)

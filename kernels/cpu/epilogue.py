@@ -18,11 +18,10 @@ specialisations). Parameters are passed in ``y``'s dtype so that float32 stays f
 
 from __future__ import annotations
 
-import math
-
 from numba import prange
 
 from .._jit import njit, pjit
+from ..vecmath import verf, vsigmoid, vtanh
 
 # Activation codes (shared with onnxjit.ops.fused_gemm / fused_conv).
 ACT_NONE = 0
@@ -46,6 +45,10 @@ def _activate(v, act, p0, p1):
     NaN passes through Relu/LeakyRelu/Clip as in onnxruntime (comparisons with NaN are false).
     """
     n = v.shape[0]
+    # Constants in v's type: a float64 literal would promote float32 rows to the float64 math.
+    t = v.dtype.type
+    half, one = t(0.5), t(1.0)
+    sqrt1_2, sqrt_2_pi, k3 = t(0.7071067811865476), t(0.7978845608028654), t(0.044715)
     if act == ACT_RELU:
         for j in range(n):
             if v[j] < 0:
@@ -56,10 +59,10 @@ def _activate(v, act, p0, p1):
                 v[j] = v[j] * p0
     elif act == ACT_SIGMOID:
         for j in range(n):
-            v[j] = 1.0 / (1.0 + math.exp(-v[j]))
+            v[j] = vsigmoid(v[j])
     elif act == ACT_TANH:
         for j in range(n):
-            v[j] = math.tanh(v[j])
+            v[j] = vtanh(v[j])
     elif act == ACT_CLIP:
         for j in range(n):
             x = v[j]
@@ -70,11 +73,11 @@ def _activate(v, act, p0, p1):
     elif act == ACT_GELU:
         for j in range(n):
             x = v[j]
-            v[j] = 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
+            v[j] = half * x * (one + verf(x * sqrt1_2))
     elif act == ACT_GELU_TANH:
         for j in range(n):
             x = v[j]
-            v[j] = 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+            v[j] = half * x * (one + vtanh(sqrt_2_pi * (x + k3 * x * x * x)))
     elif act == ACT_HARD_SIGMOID:
         for j in range(n):
             t = v[j] * p0 + p1
@@ -82,7 +85,7 @@ def _activate(v, act, p0, p1):
     elif act == ACT_SILU:
         for j in range(n):
             x = v[j]
-            v[j] = x / (1.0 + math.exp(-x))
+            v[j] = x * vsigmoid(x)
     elif act == ACT_HARD_SWISH:
         for j in range(n):
             x = v[j]

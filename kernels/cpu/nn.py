@@ -13,6 +13,7 @@ import numpy as np
 from numba import prange
 
 from .._jit import njit, pjit
+from ..vecmath import verf, vexp, vtanh
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
 # signed zeros keep their IEEE meaning.
@@ -36,7 +37,7 @@ def _softmax_block(x, y, o, log):
                 mx[i] = v
     for k in range(n):
         for i in range(inner):
-            e = math.exp(x[o, k, i] - mx[i])
+            e = vexp(x[o, k, i] - mx[i])
             sm[i] += e
             if not log:
                 y[o, k, i] = e
@@ -94,7 +95,7 @@ def _softmax_row(x, y, r, log):
     mx = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
     z = x.dtype.type(0.0)
     for j in range(n):
-        y[r, j] = math.exp(x[r, j] - mx)
+        y[r, j] = vexp(x[r, j] - mx)
     total = z
     for j in range(n):
         total += y[r, j]
@@ -140,12 +141,12 @@ def _gelu_row(x, bias, y, r, tanh_form):
         k = x.dtype.type(0.044715)
         for j in range(n):
             v = x[r, j] + bias[j]
-            y[r, j] = half * v * (one + math.tanh(c * (v + k * v * v * v)))
+            y[r, j] = half * v * (one + vtanh(c * (v + k * v * v * v)))
     else:
         c = x.dtype.type(_SQRT1_2)
         for j in range(n):
             v = x[r, j] + bias[j]
-            y[r, j] = half * v * (one + math.erf(v * c))
+            y[r, j] = half * v * (one + verf(v * c))
 
 
 @njit
