@@ -44,9 +44,11 @@ checked in tests/test_vecmath.py; float64 against numpy's float64 libm): see ``U
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from numba import types
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
 
 from ._jit import njit
@@ -599,6 +601,17 @@ def vsigmoid(x):
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
+# Numba's SSA check reports "variable ... is not in scope" after inlining these dispatch
+# lambdas into kernels whose loops branch (the GEMM epilogue's activation switch). It is a
+# pedantic internal check, not an error (the results are tested against numpy and
+# onnxruntime); only the messages that name these lambdas are silenced.
+warnings.filterwarnings(
+    "ignore",
+    message=r"variable '_register__locals__typer__locals___lambda",
+    category=NumbaIRAssumptionWarning,
+)
+
+
 def _register(generic, f32, f64) -> None:
     def typer(x):
         if x == types.float32:
@@ -606,7 +619,11 @@ def _register(generic, f32, f64) -> None:
         if x == types.float64:
             return lambda x: f64(x)
         if isinstance(x, (types.Float, types.Integer)):
-            return lambda x: f64(np.float64(x))
+
+            def other(x):
+                return f64(np.float64(x))
+
+            return other
         return None
 
     overload(generic, inline="always")(typer)

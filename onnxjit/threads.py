@@ -29,8 +29,18 @@ def default_threads() -> int:
     return max(1, min(SETTINGS.num_threads, int(numba.config.NUMBA_NUM_THREADS)))
 
 
+_applied = threading.local()  # .key: the last `threads` argument applied on this thread
+
+
 def apply(threads: int) -> None:
-    """Use ``threads`` threads (0 = default) for this thread's Numba kernels and for BLAS."""
+    """Use ``threads`` threads (0 = default) for this thread's Numba kernels and for BLAS.
+
+    Runs before every session run, so a repeat of the last call on the same thread returns at
+    once (querying Numba costs microseconds). Code that calls ``numba.set_num_threads`` itself
+    between runs should call :func:`forget` afterwards.
+    """
+    if getattr(_applied, "key", None) == threads and _blas_threads == _applied.n:
+        return
     n = (
         default_threads()
         if threads <= 0
@@ -39,6 +49,13 @@ def apply(threads: int) -> None:
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     _set_blas(n)
+    _applied.key = threads
+    _applied.n = n
+
+
+def forget() -> None:
+    """Make the next :func:`apply` on this thread set both pools again."""
+    _applied.key = None
 
 
 def _set_blas(n: int) -> None:

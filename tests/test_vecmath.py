@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import numba
 import numpy as np
@@ -386,3 +387,42 @@ def test_loops_are_vectorised(fn) -> None:
     # AT&T syntax: "vmulps %zmm1, %zmm2, %zmm3"; a scalar loop would use xmm and *ss/*sd forms
     packed = re.findall(r"\bv(?:mul|add|sub|fmadd\w*)p[sd]\s+[^\n]*%[yz]mm", asm)
     assert len(packed) >= 4, f"only {len(packed)} packed ymm/zmm arithmetic instructions"
+
+
+# -- type dispatch (vexp, vlog, vtanh, verf, vsigmoid) ----------------------------------------
+
+_DISPATCH = [
+    ("vexp", "exp", np.exp),
+    ("vlog", "log", np.log),
+    ("vtanh", "tanh", np.tanh),
+    ("verf", "erf", _erf64),
+    ("vsigmoid", "sigmoid", lambda v: 1.0 / (1.0 + np.exp(-v))),
+]
+
+
+@pytest.mark.parametrize("generic,base,oracle", _DISPATCH, ids=[d[0] for d in _DISPATCH])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dispatch_picks_the_flavour_of_the_operand_type(generic, base, oracle, dtype):
+    g = getattr(V, generic)
+    flavour = getattr(V, f"{base}_{'f32' if dtype == np.float32 else 'f64'}")
+
+    # A branch in the loop, as in the GEMM epilogue, where numba once reported SSA warnings.
+    @numba.njit
+    def run(x, y, z, mode):
+        for i in range(x.size):
+            if mode == 1:
+                y[i] = g(x[i])
+                z[i] = flavour(x[i])
+            else:
+                y[i] = x[i]
+
+    x = np.linspace(0.05, 4.0, 301).astype(dtype)
+    y, z = np.empty_like(x), np.empty_like(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(x, y, z, 1)
+    np.testing.assert_array_equal(y, z)  # the same code: bit-identical
+    rtol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(y, oracle(x.astype(np.float64)), rtol=rtol)
+    # Called from Python they are the math functions.
+    assert g(0.5) == pytest.approx(float(oracle(np.float64(0.5))), rel=1e-15)
