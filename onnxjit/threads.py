@@ -16,11 +16,13 @@ import threading
 
 import numba
 
+from onnxjit import jitstats
 from onnxjit.config import SETTINGS
 
 _lock = threading.Lock()
 _blas_threads: int | None = None  # last value set, or None while untouched
 _controller = None
+_scanned_at = -1  # jitstats.compile_count() when the BLAS libraries were last listed
 
 
 def default_threads() -> int:
@@ -39,7 +41,14 @@ def apply(threads: int) -> None:
     once (querying Numba costs microseconds). Code that calls ``numba.set_num_threads`` itself
     between runs should call :func:`forget` afterwards.
     """
-    if getattr(_applied, "key", None) == threads and _blas_threads == _applied.n:
+    # Compiling can load a BLAS library that was not there when the limit was set (Numba's
+    # np.dot lowering loads scipy's OpenBLAS), so a compile since the last call means rescan.
+    compiles = jitstats.compile_count()
+    if (
+        getattr(_applied, "key", None) == threads
+        and _blas_threads == _applied.n
+        and compiles == _scanned_at
+    ):
         return
     n = (
         default_threads()
@@ -48,7 +57,7 @@ def apply(threads: int) -> None:
     )
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
-    _set_blas(n)
+    _set_blas(n, rescan=compiles != _scanned_at)
     _applied.key = threads
     _applied.n = n
 
@@ -58,16 +67,15 @@ def forget() -> None:
     _applied.key = None
 
 
-def _set_blas(n: int) -> None:
-    global _blas_threads, _controller
-    if _blas_threads == n:
+def _set_blas(n: int, rescan: bool) -> None:
+    global _blas_threads, _controller, _scanned_at
+    if _blas_threads == n and not rescan:
         return
     with _lock:
-        if _blas_threads == n:
-            return
-        if _controller is None:
+        if _controller is None or rescan:
             from threadpoolctl import ThreadpoolController
 
+            _scanned_at = jitstats.compile_count()
             _controller = ThreadpoolController()
         _controller.limit(limits=n, user_api="blas")
         _blas_threads = n
