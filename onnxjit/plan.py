@@ -95,6 +95,7 @@ class Program:
                 self.outer_slots.setdefault(name, self._slot(name))
         self.output_slots = [self.slots[n] for n in self.output_names]
         self._compute_releases()
+        self._fast: list[tuple] | None = None  # built by the first _run_steps
         self.n_slots = len(self.slots)
         # Buffers of constants: an output that views one is copied before it is returned, so
         # a caller writing into an output can never change the session's weights.
@@ -169,10 +170,58 @@ class Program:
             for name, slot in self.outer_slots.items():
                 if name in outer:
                     env[slot] = outer[name]
+        if profiler is None and not outer:
+            self._run_steps(env)
+        else:
+            self._run_steps_traced(env, outer, profiler)
+        outputs = [env[s] for s in self.output_slots]
+        for i, v in enumerate(outputs):
+            if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:
+                outputs[i] = v.copy()
+        return outputs
+
+    def _run_steps(self, env: list[Any]) -> None:
+        """The steps without profiling or outer scope: the per-node path kept short (it is
+        the whole cost of a run on small tensors)."""
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = [
+                (
+                    step,
+                    step.fn,
+                    step.ctx,
+                    _padded_slots(step),
+                    step.kwargs,
+                    step.release,
+                    step.out_slots[0] if len(step.out_slots) == 1 else None,
+                )
+                for step in self.steps
+            ]
+        for step, fn, ctx, slots, kwargs, release, out1 in fast:
+            args = [env[s] if s >= 0 else None for s in slots]
+            if step.captures:
+                ctx = replace(ctx, outer={name: env[slot] for name, slot in step.captures})
+            for s in release:  # see _run_steps_traced
+                env[s] = None
+            try:
+                result = fn(ctx, *args, **kwargs) if ctx is not None else fn(*args, **kwargs)
+            except OnnxJitError:
+                raise
+            except Exception as exc:
+                raise _execution_error(step.node, args, exc) from exc
+            if out1 is not None:
+                env[out1] = result[0] if isinstance(result, tuple) else result
+            else:
+                for slot, value in zip(step.out_slots, result):
+                    if slot >= 0:
+                        env[slot] = value
+            result = value = None
+
+    def _run_steps_traced(
+        self, env: list[Any], outer: dict[str, Any] | None, profiler: Profiler | None
+    ) -> None:
         for step in self.steps:
-            args = [env[s] if s >= 0 else None for s in step.in_slots]
-            if not step.variadic and len(args) < step.n_fixed:
-                args.extend([None] * (step.n_fixed - len(args)))
+            args = [env[s] if s >= 0 else None for s in _padded_slots(step)]
             t0 = time.perf_counter_ns() if profiler is not None else 0
             ctx = step.ctx
             if step.captures:
@@ -216,11 +265,14 @@ class Program:
                     if slot >= 0:
                         env[slot] = value
             result = value = None  # hold no reference past the step (see the release above)
-        outputs = [env[s] for s in self.output_slots]
-        for i, v in enumerate(outputs):
-            if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:
-                outputs[i] = v.copy()
-        return outputs
+
+
+def _padded_slots(step: Step) -> tuple[int, ...]:
+    """Input slots, with -1 (None) for trailing optional inputs the node leaves out."""
+    slots = step.in_slots
+    if not step.variadic and len(slots) < step.n_fixed:
+        slots = slots + (-1,) * (step.n_fixed - len(slots))
+    return slots
 
 
 def _root(a: np.ndarray) -> object:

@@ -154,6 +154,7 @@ class InferenceSession:
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._output_index = {v.name: i for i, v in enumerate(graph.outputs)}
         self._defaults = [graph.initializers.get(v.name) for v in graph.inputs]
+        self._accepted_feed: tuple | None = None  # see _validate_feed
         self._create_seconds = time.perf_counter() - t0
         if self._profiler is not None:
             self._profiler.events.append(
@@ -241,6 +242,41 @@ class InferenceSession:
         return [outputs[i] for i in wanted]
 
     def _validate_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        fast = self._repeat_feed(input_feed)
+        if fast is not None:
+            return fast
+        values = self._check_feed(input_feed)
+        # Remember what passed the full check, so that the next run with the same names,
+        # dtypes and shapes (the common case) skips it.
+        self._accepted_feed = self._feed_key(input_feed)
+        return values
+
+    def _feed_key(self, input_feed: Mapping[str, Any]) -> tuple | None:
+        """(name, dtype, shape) of each feed when all are C-contiguous numeric arrays."""
+        key = []
+        for name, arr in input_feed.items():
+            if type(arr) is not np.ndarray or not arr.flags.c_contiguous:
+                return None
+            if arr.dtype.kind in "OUS":
+                return None
+            key.append((name, arr.dtype, arr.shape))
+        return tuple(key)
+
+    def _repeat_feed(self, input_feed: Mapping[str, Any]) -> list[Any] | None:
+        """The positional inputs when ``input_feed`` matches the last accepted feed's names,
+        dtypes and shapes (so its checks would pass again), else None."""
+        accepted = self._accepted_feed
+        if accepted is None or type(input_feed) is not dict:
+            return None
+        if self._feed_key(input_feed) != accepted:
+            return None
+        values = list(self._defaults)
+        index = self._input_index
+        for name, arr in input_feed.items():
+            values[index[name]] = arr
+        return values
+
+    def _check_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
         if not isinstance(input_feed, Mapping):
             example = self._inputs[0].name if self._inputs else "x"
             raise InvalidInputError(
