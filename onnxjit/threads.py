@@ -31,40 +31,27 @@ def default_threads() -> int:
     return max(1, min(SETTINGS.num_threads, int(numba.config.NUMBA_NUM_THREADS)))
 
 
-_applied = threading.local()  # .key: the last `threads` argument applied on this thread
+_resolved: dict[int, int] = {}  # setting -> thread count (both inputs are fixed per process)
 
 
 def apply(threads: int) -> None:
     """Use ``threads`` threads (0 = default) for this thread's Numba kernels and for BLAS.
 
-    Runs before every session run, so a repeat of the last call on the same thread returns at
-    once (querying Numba costs microseconds). Code that calls ``numba.set_num_threads`` itself
-    between runs should call :func:`forget` afterwards.
+    Runs before every session run: the thread count is resolved once per setting, and BLAS is
+    set only when the count changes or a compile may have loaded another BLAS library.
     """
-    # Compiling can load a BLAS library that was not there when the limit was set (Numba's
-    # np.dot lowering loads scipy's OpenBLAS), so a compile since the last call means rescan.
-    compiles = jitstats.compile_count()
-    if (
-        getattr(_applied, "key", None) == threads
-        and _blas_threads == _applied.n
-        and compiles == _scanned_at
-    ):
-        return
-    n = (
-        default_threads()
-        if threads <= 0
-        else min(int(threads), int(numba.config.NUMBA_NUM_THREADS))
-    )
+    n = _resolved.get(threads)
+    if n is None:
+        n = _resolved[threads] = (
+            default_threads()
+            if threads <= 0
+            else min(int(threads), int(numba.config.NUMBA_NUM_THREADS))
+        )
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
-    _set_blas(n, rescan=compiles != _scanned_at)
-    _applied.key = threads
-    _applied.n = n
-
-
-def forget() -> None:
-    """Make the next :func:`apply` on this thread set both pools again."""
-    _applied.key = None
+    # Compiling can load a BLAS library that was not there when the limit was set (Numba's
+    # np.dot lowering loads scipy's OpenBLAS), so a compile since the last listing means rescan.
+    _set_blas(n, rescan=jitstats.compile_count() != _scanned_at)
 
 
 def _set_blas(n: int, rescan: bool) -> None:
