@@ -4,6 +4,8 @@
                         (default: ``$XDG_CACHE_HOME/onnxjit`` or ``~/.cache/onnxjit``).
 ``ONNXJIT_NUM_THREADS`` default thread count for Numba kernels and BLAS (default: all cores).
 ``ONNXJIT_PARALLEL_THRESHOLD`` element count above which kernels run multi-threaded.
+``ONNXJIT_VECTOR_WIDTH`` ``auto`` (default: 512-bit vectors on CPUs with AVX-512) or
+                        ``native`` (LLVM's tuning, which prefers 256-bit vectors there).
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ class Settings:
     cache_dir: Path
     num_threads: int
     parallel_threshold: int
+    vector_width: str
+
+
+_VECTOR_WIDTHS = ("auto", "native")
+
+
+def _choice_env(name: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name) or choices[0]
+    if raw not in choices:
+        raise ValueError(f"{name}={raw!r} is not one of {', '.join(choices)}; unset it or pick one")
+    return raw
 
 
 def read_settings() -> Settings:
@@ -42,6 +55,7 @@ def read_settings() -> Settings:
         cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
         num_threads=_int_env("ONNXJIT_NUM_THREADS", os.cpu_count() or 1),
         parallel_threshold=_int_env("ONNXJIT_PARALLEL_THRESHOLD", 1 << 20),
+        vector_width=_choice_env("ONNXJIT_VECTOR_WIDTH", _VECTOR_WIDTHS),
     )
 
 
@@ -56,6 +70,7 @@ def _configure_kernels() -> None:
     _jit.configure(
         cache_dir=str(SETTINGS.cache_dir / "numba"),
         parallel_threshold=SETTINGS.parallel_threshold,
+        vector_width=SETTINGS.vector_width,
     )
 
 

@@ -69,22 +69,29 @@ def _gelu_tanh64(x: np.ndarray) -> np.ndarray:
 _LOOPS: dict = {}
 
 
-def _loop(fn):
-    """A compiled ``y[i] = fn(x[i])`` loop over 1-D arrays."""
-    if fn not in _LOOPS:
+def _loop(fn, fma: bool = False):
+    """A compiled ``y[i] = fn(x[i])`` loop over 1-D arrays.
+
+    ``fma``: compiled with floating-point contraction, as the generated and activation
+    kernels are (kernels/_jit.py), which changes how the polynomials round.
+    """
+    if (fn, fma) not in _LOOPS:
 
         def body(x, y):
             for i in range(x.size):
                 y[i] = fn(x[i])
 
         # error_model="numpy" as in onnxjit's own kernels: a division must not raise
-        _LOOPS[fn] = numba.njit(error_model="numpy")(body)
-    return _LOOPS[fn]
+        opts: dict = {"error_model": "numpy"}
+        if fma:
+            opts["fastmath"] = {"contract"}
+        _LOOPS[fn, fma] = numba.njit(**opts)(body)
+    return _LOOPS[fn, fma]
 
 
-def _apply(fn, x: np.ndarray) -> np.ndarray:
+def _apply(fn, x: np.ndarray, fma: bool = False) -> np.ndarray:
     y = np.empty_like(x)
-    _loop(fn)(x, y)
+    _loop(fn, fma)(x, y)
     return y
 
 
@@ -187,11 +194,15 @@ F32_CASES = {
 }
 
 
+_FMA = pytest.mark.parametrize("fma", [False, True], ids=["plain", "fma"])
+
+
+@_FMA
 @pytest.mark.parametrize("name", sorted(F32_CASES))
-def test_float32_within_ulp_budget(name: str) -> None:
+def test_float32_within_ulp_budget(name: str, fma: bool) -> None:
     fn, oracle, grid = F32_CASES[name]
     x = grid()
-    y = _apply(fn, x)
+    y = _apply(fn, x, fma)
     assert y.dtype == np.float32
     with np.errstate(all="ignore"):
         ref = oracle(x.astype(np.float64))
@@ -241,12 +252,13 @@ F64_CASES = {
 }
 
 
+@_FMA
 @pytest.mark.parametrize("name", sorted(F64_CASES))
-def test_float64_within_ulp_budget(name: str) -> None:
+def test_float64_within_ulp_budget(name: str, fma: bool) -> None:
     fn, oracle, grid = F64_CASES[name]
     x = grid()
     x = x[~np.isnan(oracle(x))] if name.startswith("log") else x
-    y = _apply(fn, x)
+    y = _apply(fn, x, fma)
     assert y.dtype == np.float64
     with np.errstate(all="ignore"):
         ref = oracle(x)
@@ -267,15 +279,16 @@ _ALL = [
 ]
 
 
+@_FMA
 @pytest.mark.parametrize("name,f32,f64,oracle", _ALL, ids=[a[0] for a in _ALL])
-def test_special_values(name, f32, f64, oracle) -> None:
+def test_special_values(name, f32, f64, oracle, fma) -> None:
     """NaN propagates; overflow -> inf, underflow -> 0 (subnormals kept), log(0) = -inf,
     log(<0) = NaN, saturation to +-1 and to 0 / 1; the sign of a zero result is numpy's."""
     for dt, fn in ((np.float32, f32), (np.float64, f64)):
         x = np.array(_SPECIALS + [-1.0000001, 88.8, -104.0, 1e5, -1e5], dtype=dt)
         if dt == np.float64:
             x = np.concatenate([x, [710.0, -746.0, 5e-324, -5e-324, 1.7976931348623157e308]])
-        y = _apply(fn, x)
+        y = _apply(fn, x, fma)
         with np.errstate(all="ignore"):
             want = oracle(x.astype(np.float64)).astype(dt)
         for xi, yi, wi in zip(x, y, want):

@@ -106,14 +106,14 @@ def _row(y, r, alpha, bias, has_bias, act, p0, p1):
     _activate(v, act, p0, p1)
 
 
-@njit
+@njit(fma=True)
 def rows(y, alpha, bias, has_bias, act, p0, p1):
     """``y[r, :] = act(alpha * y[r, :] + bias)`` in place for every row of ``y`` (R, C)."""
     for r in range(y.shape[0]):
         _row(y, r, alpha, bias, has_bias, act, p0, p1)
 
 
-@pjit
+@pjit(fma=True)
 def rows_par(y, alpha, bias, has_bias, act, p0, p1):
     """Parallel twin of :func:`rows` (threads over rows)."""
     for r in prange(y.shape[0]):
@@ -143,14 +143,14 @@ def _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1):
     _activate(v, act, p0, p1)
 
 
-@njit
+@njit(fma=True)
 def planes(y, bias, has_bias, res, has_res, act, p0, p1):
     """``y[n, m, :] = act(y[n, m, :] + bias[m] + res[n, m, :])`` in place for ``y`` (N, M, S)."""
     for idx in range(y.shape[0] * y.shape[1]):
         _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1)
 
 
-@pjit
+@pjit(fma=True)
 def planes_par(y, bias, has_bias, res, has_res, act, p0, p1):
     """Parallel twin of :func:`planes` (threads over (image, channel) planes)."""
     for idx in prange(y.shape[0] * y.shape[1]):

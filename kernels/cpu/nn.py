@@ -55,7 +55,7 @@ def _softmax_block(x, y, o, log):
                 y[o, k, i] = y[o, k, i] * sm[i]
 
 
-@njit
+@njit(fma=True)
 def softmax(x, y, log):
     """Softmax (``log=False``) or log-softmax (``log=True``) of ``x`` (outer, n, inner) over
     axis 1, written into ``y`` (same shape and dtype). Numerically stable (subtracts the max)."""
@@ -63,7 +63,7 @@ def softmax(x, y, log):
         _softmax_block(x, y, o, log)
 
 
-@pjit
+@pjit(fma=True)
 def softmax_par(x, y, log):
     """Parallel twin of :func:`softmax` (threads over the outer axis)."""
     for o in prange(x.shape[0]):
@@ -109,7 +109,7 @@ def _softmax_row(x, y, r, log):
             y[r, j] = y[r, j] * inv
 
 
-@njit(fastmath=_REASSOC)
+@njit(fastmath=_REASSOC, fma=True)
 def softmax_rows(x, y, log):
     """Softmax (or log-softmax) of each row of ``x`` (R, n) into ``y`` (same shape and type).
 
@@ -119,7 +119,7 @@ def softmax_rows(x, y, log):
         _softmax_row(x, y, r, log)
 
 
-@pjit(fastmath=_REASSOC)
+@pjit(fastmath=_REASSOC, fma=True)
 def softmax_rows_par(x, y, log):
     """Parallel twin of :func:`softmax_rows` (threads over rows)."""
     for r in prange(x.shape[0]):
@@ -149,7 +149,7 @@ def _gelu_row(x, bias, y, r, tanh_form):
             y[r, j] = half * v * (one + verf(v * c))
 
 
-@njit
+@njit(fma=True)
 def gelu_rows(x, bias, y, tanh_form):
     """GELU of ``x + bias`` for ``x`` (R, n) and ``bias`` (n,) into ``y``: the erf form
     ``0.5 v (1 + erf(v / sqrt 2))``, or with ``tanh_form`` the tanh approximation
@@ -158,7 +158,7 @@ def gelu_rows(x, bias, y, tanh_form):
         _gelu_row(x, bias, y, r, tanh_form)
 
 
-@pjit
+@pjit(fma=True)
 def gelu_rows_par(x, bias, y, tanh_form):
     """Parallel twin of :func:`gelu_rows` (threads over rows)."""
     for r in prange(x.shape[0]):

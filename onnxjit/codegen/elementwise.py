@@ -20,7 +20,8 @@ outermost loop level where their value is known (a scalar input is read once).
 Generated code is built as a Python AST, rendered with ``ast.unparse`` and imported from a file
 named by the hash of its source (:mod:`onnxjit.codegen.modcache`) so that Numba's on-disk cache
 works. The module defines ``kernel`` (serial) and ``kernel_par`` (``prange`` over the outermost
-loop, used above ``PARALLEL_THRESHOLD`` output elements and compiled on first use).
+loop, used when the output's element count times the kernel's work per element (see
+:func:`work_weight`) passes ``PARALLEL_THRESHOLD``; compiled on first use).
 """
 
 from __future__ import annotations
@@ -260,7 +261,12 @@ class _Emitter:
             + [f"x{k}" for k in range(self.n_in)]
             + [f"n{d}" for d in range(r)]
         )
-        deco = _name("pjit" if parallel else "njit")
+        # fma: contraction shortens the vecmath polynomials (see kernels/_jit.py)
+        deco = ast.Call(
+            func=_name("pjit" if parallel else "njit"),
+            args=[],
+            keywords=[ast.keyword(arg="fma", value=ast.Constant(True))],
+        )
         return ast.FunctionDef(
             name=name,
             args=ast.arguments(
@@ -361,13 +367,50 @@ def generate_source(
 # ---------------------------------------------------------------------------------------------
 
 
-class _Entry:
-    __slots__ = ("module", "in_dtypes", "source_path")
+# Rough cost of one node per element, in units of a vectorised add, for deciding when a kernel
+# is worth threads (not for anything exact). The vecmath functions and the activations built
+# on them are polynomials of some 20 to 40 instructions; the libm ones are scalar calls.
+_VECMATH = ("exp", "log", "log1p", "tanh", "sigmoid", "erf", "softplus", "elu", "selu", "celu")
+_LIBM = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+_NODE_COST: dict[str, float] = {
+    **dict.fromkeys(_VECMATH, 10.0),
+    **dict.fromkeys(_LIBM, 30.0),
+    "gelu": 12.0,
+    "gelu_tanh": 12.0,
+    "mish": 25.0,
+    "fpow": 30.0,
+    "pow": 30.0,
+    "mod": 30.0,
+    "fmod": 30.0,
+    "truediv": 4.0,
+    "div": 10.0,  # integer division does not vectorise
+    "sqrt": 4.0,
+    "reciprocal": 4.0,
+}
+# A kernel of this cost per element or less streams memory; one of cost c does about
+# c / _STREAM_COST times the work per element, so it is worth threads that much sooner.
+_STREAM_COST = 4.0
 
-    def __init__(self, module: ModuleType, in_dtypes: tuple[np.dtype, ...], path: str):
+
+def work_weight(exprs: Sequence[Expr]) -> float:
+    """Work per output element of ``exprs`` relative to a memory-bound kernel (>= 1).
+
+    A kernel runs multi-threaded when ``elements * work_weight > PARALLEL_THRESHOLD``.
+    """
+    cost = sum(_NODE_COST.get(n.name, 1.0) for n in walk(exprs) if isinstance(n, Op))
+    return max(1.0, cost / _STREAM_COST)
+
+
+class _Entry:
+    __slots__ = ("module", "in_dtypes", "source_path", "weight")
+
+    def __init__(
+        self, module: ModuleType, in_dtypes: tuple[np.dtype, ...], path: str, weight: float
+    ):
         self.module = module
         self.in_dtypes = in_dtypes
         self.source_path = path
+        self.weight = weight
 
 
 # (exprs, masks) -> compiled module; masks encode the collapsed rank and broadcast pattern.
@@ -434,7 +477,8 @@ def _entry(
     if entry is None:
         src = generate_source(exprs, masks, loads, stores)
         mod = modcache.load(src)
-        entry = _Entry(mod, input_dtypes(exprs), str(modcache.path_for(src)))
+        path = str(modcache.path_for(src))
+        entry = _Entry(mod, input_dtypes(exprs), path, work_weight(exprs))
         _KERNELS[key] = entry
     return entry
 
@@ -447,7 +491,7 @@ class _Plan:
     kernel (a stored dtype the kernel cannot write), else None.
     """
 
-    __slots__ = ("out_shape", "sizes", "size", "entry", "alloc", "post")
+    __slots__ = ("out_shape", "sizes", "size", "entry", "alloc", "post", "work")
 
     def __init__(self, out_shape, sizes, size, entry, alloc, post):
         self.out_shape = out_shape
@@ -456,6 +500,8 @@ class _Plan:
         self.entry = entry
         self.alloc = alloc
         self.post = post
+        # element count scaled by the kernel's work per element (see work_weight)
+        self.work = size * entry.weight if entry is not None else 0.0
 
 
 # (exprs, input shapes, input dtypes, output dtypes) -> _Plan; bounded, it only saves shape
@@ -570,7 +616,7 @@ def apply_many(
         args = [(o.view(np.uint16) if o.dtype in _NARROW_KIND else o).reshape(-1) for o in outs]
         args += [(a.view(np.uint16) if a.dtype in _NARROW_KIND else a).reshape(-1) for a in arrays]
         args += plan.sizes
-        if plan.sizes and plan.size > _jit.PARALLEL_THRESHOLD:
+        if plan.sizes and plan.work > _jit.PARALLEL_THRESHOLD:
             _jit.run_parallel(plan.entry.module.kernel_par, *args)
         else:
             plan.entry.module.kernel(*args)
