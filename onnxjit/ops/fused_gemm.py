@@ -17,6 +17,7 @@ import numpy as np
 from onnxjit.kernels import _jit
 from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.kernels.cpu import gemv as kgemv
 from onnxjit.registry import NodeContext, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
@@ -167,6 +168,9 @@ def fused_gemm(
     if y.size:
         if K == 0:
             y.fill(0)
+        elif a2.shape[0] <= kgemv.MAX_ROWS:
+            # batch 1 and other skinny products: no BLAS packing (kernels/cpu/gemv.py)
+            kgemv.skinny_matmul(np.ascontiguousarray(a2), w, y)
         else:
             matmul_into(a2, w, y)
         code, p0, p1 = activation_args(ctx, activation, activation_params, cd)

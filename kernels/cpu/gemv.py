@@ -1,0 +1,46 @@
+"""Skinny GEMM (a few rows of A times a stored weight), for batch-1 and small-batch inference.
+
+BLAS sgemm packs its operands into blocked panels on every call, which for one row of A costs
+as much as the product itself (a 1x784 by 784x512 float32 GEMM spent about 20 us there); a
+matrix-vector loop over the weight as stored streams it once with no packing. The weight is
+(K, N) row-major, as FusedGemm keeps it, so the inner loop runs along a row of W and a row of
+Y and LLVM vectorises it; four rows of W are folded per pass over the output row to keep the
+output's loads and stores to a quarter of the weight's.
+"""
+
+from __future__ import annotations
+
+from .._jit import njit
+
+# Rows of A up to which the loop beats BLAS (above, BLAS's register blocking reuses each
+# loaded weight across rows of A and wins).
+MAX_ROWS = 4
+
+
+@njit(fma=True)
+def skinny_matmul(a, w, y):
+    """``y = a @ w`` for ``a`` (M, K), ``w`` (K, N) C-contiguous and ``y`` (M, N) C-contiguous.
+
+    Accumulates in the arrays' type; the sum over K runs in order of k in blocks of four, so
+    the result may differ from BLAS's in the last bits (both are within float rounding of
+    the exact product).
+    """
+    M, K = a.shape
+    N = w.shape[1]
+    for m in range(M):
+        for j in range(N):
+            y[m, j] = 0
+        k = 0
+        while k + 4 <= K:
+            a0 = a[m, k]
+            a1 = a[m, k + 1]
+            a2 = a[m, k + 2]
+            a3 = a[m, k + 3]
+            for j in range(N):
+                y[m, j] += a0 * w[k, j] + a1 * w[k + 1, j] + a2 * w[k + 2, j] + a3 * w[k + 3, j]
+            k += 4
+        while k < K:
+            a0 = a[m, k]
+            for j in range(N):
+                y[m, j] += a0 * w[k, j]
+            k += 1
