@@ -387,9 +387,13 @@ _NODE_COST: dict[str, float] = {
     "sqrt": 4.0,
     "reciprocal": 4.0,
 }
-# A kernel of this cost per element or less streams memory; one of cost c does about
-# c / _STREAM_COST times the work per element, so it is worth threads that much sooner.
-_STREAM_COST = 4.0
+# A kernel of this cost per element or less is as fast as a copy; one of cost c takes about
+# c / _STREAM_COST times as long per element. The ratio is deliberately conservative: the
+# threshold was set for memory-bound kernels, and on the 2-core VM this was tuned on waking
+# Numba's workqueue threads costs some 150 us, so a 16-op chain with tanh, log and sigmoid ran
+# slower on two threads than on one at 256K elements (1.31 ms against 0.86 ms) and only gained
+# from 4M elements on.
+_STREAM_COST = 16.0
 
 
 def work_weight(exprs: Sequence[Expr]) -> float:

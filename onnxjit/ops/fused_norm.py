@@ -34,13 +34,6 @@ def _cdtype(dtype: np.dtype) -> np.dtype:
     return dtype if dtype in _NATIVE else np.dtype(np.float32)
 
 
-# Work per element of the GELU and softmax row kernels relative to a memory-bound pass (an erf
-# or tanh polynomial, or an exp and three passes over the row), so that they take threads at a
-# proportionally smaller size (the elementwise generator's work_weight, written down).
-_GELU_WEIGHT = 4
-_SOFTMAX_WEIGHT = 3
-
-
 def _launch(serial, parallel, work: int, *args) -> None:
     if work >= _jit.PARALLEL_THRESHOLD:
         run_parallel(parallel, *args)
@@ -272,7 +265,7 @@ def gelu(
         _launch(
             knn.gelu_rows,
             knn.gelu_rows_par,
-            x2.size * _GELU_WEIGHT,
+            x2.size,
             x2,
             bi,
             y2,
@@ -288,5 +281,5 @@ def softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
     x2 = np.ascontiguousarray(x).reshape(math.prod(x.shape[:-1]), n)
     y2 = np.empty_like(x2)
     if x2.size:
-        _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size * _SOFTMAX_WEIGHT, x2, y2, log)
+        _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size, x2, y2, log)
     return y2.reshape(x.shape)
