@@ -72,8 +72,9 @@ def softmax_par(x, y, log):
 
 @njit(inline="always")
 def _softmax_row(x, y, r, log):
-    # One row of a (R, n) array, softmax over the row: max, exp and sum, scale. The max keeps
-    # eight partial results (independent chains); the sum is vectorised by reassociation.
+    # One row of a (R, n) array, softmax over the row: max, then exp with the sum in the same
+    # pass, then scale. The max keeps eight partial results (independent chains; IEEE max is
+    # not associative, so LLVM does not vectorise it); the sum vectorises by reassociation.
     n = x.shape[1]
     if n == 0:
         return
@@ -93,12 +94,11 @@ def _softmax_row(x, y, r, log):
         m0 = max(m0, x[r, j])
         j += 1
     mx = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
-    z = x.dtype.type(0.0)
+    total = x.dtype.type(0.0)
     for j in range(n):
-        y[r, j] = vexp(x[r, j] - mx)
-    total = z
-    for j in range(n):
-        total += y[r, j]
+        e = vexp(x[r, j] - mx)
+        y[r, j] = e
+        total += e
     if log:
         lse = mx + math.log(total)
         for j in range(n):
@@ -119,11 +119,19 @@ def softmax_rows(x, y, log):
         _softmax_row(x, y, r, log)
 
 
+# Rows per parallel task, so that Numba's per-task scheduling is paid once per block instead of
+# once per row (a 1024x1024 float32 softmax on two threads: 1.15 ms with a task per row, 0.57
+# to 0.99 ms over four runs with blocks of 64, on a noisy 2-core VM).
+_ROWS_PER_TASK = 64
+
+
 @pjit(fastmath=_REASSOC, fma=True)
 def softmax_rows_par(x, y, log):
-    """Parallel twin of :func:`softmax_rows` (threads over rows)."""
-    for r in prange(x.shape[0]):
-        _softmax_row(x, y, r, log)
+    """Parallel twin of :func:`softmax_rows` (threads over blocks of rows)."""
+    R = x.shape[0]
+    for t in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
+        for r in range(t * _ROWS_PER_TASK, min(R, (t + 1) * _ROWS_PER_TASK)):
+            _softmax_row(x, y, r, log)
 
 
 _SQRT1_2 = 0.7071067811865476
