@@ -39,13 +39,11 @@ ACTIVATIONS: dict[str, tuple[int, int]] = {
 
 _EMPTY: dict[np.dtype, np.ndarray] = {}
 
-# GEMMs below this many multiply-adds (some 40 us on one core) run single-threaded: BLAS's
-# thread hand-off costs more than it saves there. Above it BLAS uses the session's threads, as
-# onnxruntime's GEMMs do: the 64x784x512 layer of the MLP benchmark took 0.42 ms on two
-# threads against 0.73 ms on one (this limit was 32M multiply-adds before, set after a GEMM
-# of that size took 2 s with 2 threads and 30 other runnable processes; an oversubscribed
-# machine should lower intra_op_num_threads instead).
-SINGLE_THREAD_MACS = 1 << 22
+# GEMMs below this many multiply-adds (about 0.5 ms on one core) run single-threaded: BLAS's
+# thread hand-off costs more than it saves there, and on a loaded machine OpenBLAS's threads
+# wait for cores (measured: a 64x784x512 float32 GEMM took 2 s with 2 threads and 30 other
+# runnable processes, against 0.3-70 ms with one thread).
+SINGLE_THREAD_MACS = 1 << 25
 _blas = None
 
 
