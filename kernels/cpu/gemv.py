@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from .._jit import njit
 
-# Rows of A up to which the loop beats BLAS (above, BLAS's register blocking reuses each
-# loaded weight across rows of A and wins).
+# Rows of A the loop takes. Measured only at one row; the limit is kept small because from a
+# few rows on BLAS's register blocking reuses each loaded weight across rows of A.
 MAX_ROWS = 4
 
 
