@@ -63,10 +63,9 @@ def _wide_vectors() -> bool:
     LLVM's tuning for Intel server cores prefers 256-bit vectors (older parts lowered their
     clock for 512-bit work), which costs the compute-bound kernels much of their speed:
     vecmath chains ran 1.4 to 1.6 times as fast with 16 float32 lanes on this project's
-    test machine. Numba reads the
-    feature string once, when its CPU code generator starts, and keys its on-disk cache with
-    it, so kernels compiled either way never mix. A feature string or CPU name the user gave
-    Numba (NUMBA_CPU_FEATURES, NUMBA_CPU_NAME) is left alone.
+    test machine. Numba reads the feature string once, when its CPU code generator starts,
+    and keys its on-disk cache with it, so kernels compiled either way never mix. A feature
+    string or CPU name the user gave Numba (NUMBA_CPU_FEATURES, NUMBA_CPU_NAME) is left alone.
     """
     if numba.config.CPU_FEATURES is not None or numba.config.CPU_NAME is not None:
         return False
