@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from onnxjit import threads
 from onnxjit.kernels import _jit
 from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import epilogue as kep
-from onnxjit.kernels.cpu import gemv as kgemv
 from onnxjit.registry import NodeContext, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
@@ -71,7 +71,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if not ctl:
         np.matmul(a, b, out=out)
         return
-    n = ctl.get_num_threads()
+    # the count onnxjit.threads set for this run, else ask the library (one ctypes call less
+    # per small GEMM on the run's hot path)
+    n = threads.blas_threads() or ctl.get_num_threads()
     if n is None or n <= 1:
         np.matmul(a, b, out=out)
         return
@@ -168,9 +170,6 @@ def fused_gemm(
     if y.size:
         if K == 0:
             y.fill(0)
-        elif a2.shape[0] <= kgemv.MAX_ROWS:
-            # batch 1 and other skinny products: no BLAS packing (kernels/cpu/gemv.py)
-            kgemv.skinny_matmul(np.ascontiguousarray(a2), w, y)
         else:
             matmul_into(a2, w, y)
         code, p0, p1 = activation_args(ctx, activation, activation_params, cd)
