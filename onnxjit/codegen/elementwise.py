@@ -495,9 +495,9 @@ class _Plan:
     kernel (a stored dtype the kernel cannot write), else None.
     """
 
-    __slots__ = ("out_shape", "sizes", "size", "entry", "alloc", "post", "work")
+    __slots__ = ("out_shape", "sizes", "size", "entry", "alloc", "post", "work", "narrow")
 
-    def __init__(self, out_shape, sizes, size, entry, alloc, post):
+    def __init__(self, out_shape, sizes, size, entry, alloc, post, narrow):
         self.out_shape = out_shape
         self.sizes = sizes
         self.size = size
@@ -506,6 +506,8 @@ class _Plan:
         self.post = post
         # element count scaled by the kernel's work per element (see work_weight)
         self.work = size * entry.weight if entry is not None else 0.0
+        # some input or output is float16/bfloat16 (passed to the kernel as its bits)
+        self.narrow = narrow
 
 
 # (exprs, input shapes, input dtypes, output dtypes) -> _Plan; bounded, it only saves shape
@@ -554,7 +556,8 @@ def _plan(
         # nothing runs: allocate the stored dtypes directly
         alloc = [e.dtype if dt is None else dt for e, dt in zip(exprs, out_dtypes)]
         post = [None] * len(exprs)
-    plan = _Plan(out_shape, sizes, size, entry, tuple(alloc), tuple(post))
+    narrow = any(loads) or any(dt in _NARROW_KIND for dt in alloc)
+    plan = _Plan(out_shape, sizes, size, entry, tuple(alloc), tuple(post), narrow)
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = plan
@@ -579,7 +582,12 @@ def apply_many(
     (C-contiguous, writable): output j is written into it. ``out[j]`` may be one of the inputs
     when that input has the output's full shape (each element is read before it is written).
     """
-    exprs = tuple(exprs)
+    arrays = kernel_inputs(inputs)
+    return run_plan(plan_for(exprs, arrays, out_dtypes), arrays, out)
+
+
+def kernel_inputs(inputs: Sequence[Any]) -> list[np.ndarray]:
+    """``inputs`` as arrays a kernel takes: C-contiguous and writable (copied where not)."""
     arrays: list[np.ndarray] = []
     for a in inputs:
         if type(a) is not np.ndarray:
@@ -591,6 +599,16 @@ def apply_many(
         arrays.append(a)
     if not arrays:
         raise ValueError("an elementwise kernel needs at least one input")
+    return arrays
+
+
+def plan_for(
+    exprs: Sequence[Expr], arrays: Sequence[np.ndarray], out_dtypes: Sequence[Any] | None = None
+) -> _Plan:
+    """The plan (kernel, output shape and dtypes) of ``exprs`` over arrays of these shapes and
+    dtypes; see :func:`apply_many` for the arguments. Plans are cached: a caller that keeps the
+    plan for a shape signature skips even this lookup (:func:`run_plan`)."""
+    exprs = tuple(exprs)
     if out_dtypes is None:
         outd: tuple[np.dtype | None, ...] = (None,) * len(exprs)
     else:
@@ -598,7 +616,15 @@ def apply_many(
     key = (exprs, tuple([a.shape for a in arrays]), tuple([a.dtype for a in arrays]), outd)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _plan(exprs, arrays, outd, key)
+        plan = _plan(exprs, list(arrays), outd, key)
+    return plan
+
+
+def run_plan(
+    plan: _Plan, arrays: Sequence[np.ndarray], out: Sequence[np.ndarray | None] | None = None
+) -> list[np.ndarray]:
+    """Run ``plan`` on ``arrays``: the shapes and dtypes the plan was made for, each
+    C-contiguous and writable (:func:`kernel_inputs`). ``out`` as in :func:`apply_many`."""
     if out is None:
         outs = [np.empty(plan.out_shape, dtype=dt) for dt in plan.alloc]
     else:
@@ -616,9 +642,11 @@ def apply_many(
             else:
                 outs[j] = np.empty(plan.out_shape, dtype=plan.alloc[j])
     if plan.size:
-        # narrow arrays travel as their uint16 bits
-        args = [(o.view(np.uint16) if o.dtype in _NARROW_KIND else o).reshape(-1) for o in outs]
-        args += [(a.view(np.uint16) if a.dtype in _NARROW_KIND else a).reshape(-1) for a in arrays]
+        if plan.narrow:
+            # narrow arrays travel as their uint16 bits
+            args = [_flat_bits(o) for o in outs] + [_flat_bits(a) for a in arrays]
+        else:
+            args = [o.ravel() for o in outs] + [a.ravel() for a in arrays]
         args += plan.sizes
         if plan.sizes and plan.work > _jit.PARALLEL_THRESHOLD:
             _jit.run_parallel(plan.entry.module.kernel_par, *args)
@@ -628,6 +656,10 @@ def apply_many(
             if dt is not None:
                 outs[j] = outs[j].astype(dt)
     return outs
+
+
+def _flat_bits(a: np.ndarray) -> np.ndarray:
+    return (a.view(np.uint16) if a.dtype in _NARROW_KIND else a).ravel()
 
 
 def apply(expr: Expr, inputs: Sequence[Any], out_dtype: Any = None) -> np.ndarray:

@@ -21,14 +21,20 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from onnxjit import ir
 from onnxjit.codegen import expr as E
-from onnxjit.codegen.elementwise import NARROW_FLOATS, apply_many, compute_dtype
+from onnxjit.codegen.elementwise import (
+    NARROW_FLOATS,
+    compute_dtype,
+    kernel_inputs,
+    plan_for,
+    run_plan,
+)
 from onnxjit.ops.elementwise import NotFusable, fused_expr
 from onnxjit.registry import internal_op
 
@@ -45,6 +51,8 @@ class _Class:
     exprs: tuple[E.Expr, ...]
     out_dtypes: tuple[np.dtype, ...]
     shapes: tuple[tuple[int, ...], ...]
+    kernel: Any  # the elementwise plan for these input shapes and dtypes (plan_for)
+    direct: bool = False  # the kernel's outputs are the group's, as they are (see _plan)
 
 
 _FALLBACK = object()
@@ -176,15 +184,24 @@ class FusedGroup:
             used = sorted(set().union(*[self._out_deps[j][0] for j in outs]))
             remap = {old: new for new, old in enumerate(used)}
             cls_exprs = _renumber([exprs[j][0] for j in outs], remap)
+            out_dtypes = tuple(exprs[j][1] for j in outs)
             classes.append(
                 _Class(
                     outputs=tuple(outs),
                     inputs=tuple(used),
                     exprs=tuple(cls_exprs),
-                    out_dtypes=tuple(exprs[j][1] for j in outs),
+                    out_dtypes=out_dtypes,
                     shapes=tuple(tuple(shape) for _ in outs),
+                    kernel=plan_for(cls_exprs, [arrays[k] for k in used], out_dtypes),
                 )
             )
+        if len(classes) == 1:
+            cls = classes[0]
+            # one kernel writes every output, in order and in its final shape
+            direct = cls.outputs == tuple(range(len(self.outputs))) and all(
+                s == cls.kernel.out_shape for s in cls.shapes
+            )
+            classes[0] = replace(cls, direct=direct)
         return classes
 
     def run(self, arrays: Sequence[Any]) -> tuple[np.ndarray, ...]:
@@ -208,9 +225,14 @@ class FusedGroup:
                 buffers = [
                     _take(donors, shape, dt) for shape, dt in zip(cls.shapes, cls.out_dtypes)
                 ]
-            outs = apply_many(
-                cls.exprs, [arrays[k] for k in cls.inputs], cls.out_dtypes, out=buffers
-            )
+            ins = [arrays[k] for k in cls.inputs]
+            for a in ins:
+                if not a.flags.c_contiguous or not a.flags.writeable:
+                    ins = kernel_inputs(ins)
+                    break
+            outs = run_plan(cls.kernel, ins, buffers)
+            if cls.direct:
+                return tuple(outs)
             for j, o, shape in zip(cls.outputs, outs, cls.shapes):
                 results[j] = o if o.shape == shape else o.reshape(shape)
         return tuple(results)
@@ -247,10 +269,10 @@ def _donors(arrays: list[np.ndarray]) -> list[np.ndarray]:
     return [
         a
         for a in arrays
-        if a.flags.c_contiguous
+        if sys.getrefcount(a) <= limit  # the cheapest test first
+        and a.flags.c_contiguous
         and a.flags.writeable
         and a.size
-        and sys.getrefcount(a) <= limit
         and _sole_owner(a)
     ]
 

@@ -63,7 +63,10 @@ def _norm_axis(ctx: NodeContext, axis: int, rank: int, what: str = "axis") -> in
 
 
 def _ints(value: Any) -> list[int]:
-    return [int(v) for v in np.asarray(value).reshape(-1)]
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iu":
+        return arr.ravel().tolist()  # Python ints already, without a per-element int()
+    return [int(v) for v in arr.reshape(-1)]
 
 
 def _scalar(ctx: NodeContext, value: Any, what: str) -> Any:
@@ -337,12 +340,13 @@ def unsqueeze_13(ctx, data, axes):
 @onnx_op("Transpose", since=1)
 def transpose_1(ctx, data, *, perm=None):
     """Permute axes (default: reverse them); the result is contiguous."""
-    x = np.asarray(data)
-    p = list(range(x.ndim))[::-1] if perm is None else [int(v) for v in perm]
+    x = data if type(data) is np.ndarray else np.asarray(data)
+    p = list(range(x.ndim))[::-1] if perm is None else perm
     if sorted(p) != list(range(x.ndim)):
+        p = [int(v) for v in p]
         raise ctx.error(f"perm {p} is not a permutation of the {x.ndim} axes of the input")
     # np.ascontiguousarray would turn a 0-d result into 1-d; copy(order="C") keeps the rank.
-    return np.transpose(x, p).copy(order="C")
+    return x.transpose(p).copy(order="C")
 
 
 @onnx_op("Expand", since=8)
