@@ -45,7 +45,9 @@ def _rows(x: np.ndarray, k: int, cd: np.dtype) -> np.ndarray:
     """``x`` in type ``cd`` as a contiguous (rows, n) array over its last ``k`` dims."""
     rows = math.prod(x.shape[: x.ndim - k])
     n = math.prod(x.shape[x.ndim - k :])
-    return np.ascontiguousarray(x, dtype=cd).reshape(rows, n)
+    if x.dtype != cd or not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x, dtype=cd)
+    return x.reshape(rows, n)
 
 
 def _param(p: np.ndarray | None, norm_shape: tuple[int, ...], cd: np.dtype, fill: float):
@@ -54,6 +56,8 @@ def _param(p: np.ndarray | None, norm_shape: tuple[int, ...], cd: np.dtype, fill
     n = math.prod(norm_shape)
     if p is None:
         return np.full(n, fill, cd)
+    if p.shape == norm_shape and p.dtype == cd and p.flags.c_contiguous:
+        return p.ravel()  # the usual case, without numpy's broadcasting machinery
     if p.ndim > len(norm_shape):
         return None
     try:
@@ -159,7 +163,7 @@ def skip_layer_norm(
     dtype = a.dtype
     cd = _cdtype(dtype)
     want_sum = ctx.n_outputs > 1 and ctx.outputs_used[1]
-    shape = np.broadcast_shapes(a.shape, b.shape)
+    shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
     ax = _check_axis(ctx, axis, len(shape))
     k = len(shape) - ax
     norm_shape = shape[ax:]
