@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
 import onnxruntime as ort
@@ -78,6 +80,17 @@ def _blas_threads() -> int:
     return next(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
 
 
+def _numpy_blas_threads() -> int:
+    """The thread count of the BLAS inside numpy's install (scipy's copy may be loaded too)."""
+    home = os.path.dirname(os.path.realpath(np.__file__))
+    own = [
+        i["num_threads"]
+        for i in threadpool_info()
+        if i["user_api"] == "blas" and os.path.realpath(i["filepath"]).startswith(home)
+    ]
+    return own[0] if own else _blas_threads()  # numpy linked to a BLAS outside its install
+
+
 def test_intra_op_num_threads_sets_numba_and_blas():
     m = _mlp_model()
     x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
@@ -93,3 +106,37 @@ def test_intra_op_num_threads_sets_numba_and_blas():
         assert _blas_threads() == want
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(results[0], results[2], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_small_gemms_run_with_single_threaded_blas_and_the_setting_comes_back(monkeypatch, small):
+    """GEMMs under SINGLE_THREAD_MACS see numpy's BLAS at one thread, larger ones at the
+    session's count; after the run the count is the session's again."""
+    import onnxjit.ops.fused_gemm as fg
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs Numba's pool to have two threads to tell 1 from the setting")
+    if not small:
+        monkeypatch.setattr(fg, "SINGLE_THREAD_MACS", 0)
+    seen = []
+    real = np.matmul
+
+    def spy(*args, **kw):
+        seen.append(_numpy_blas_threads())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(fg.np, "matmul", spy)
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = 2
+    m = _mlp_model()
+    sess = onnxjit.InferenceSession(m.SerializeToString(), so)
+    x = np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(
+        got,
+        ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0],
+        rtol=1e-4,
+        atol=1e-5,
+    )
+    assert seen and all(n == (1 if small else 2) for n in seen), seen
+    assert _numpy_blas_threads() == 2

@@ -44,44 +44,16 @@ _EMPTY: dict[np.dtype, np.ndarray] = {}
 # wait for cores (measured: a 64x784x512 float32 GEMM took 2 s with 2 threads and 30 other
 # runnable processes, against 0.3-70 ms with one thread).
 SINGLE_THREAD_MACS = 1 << 25
-_blas = None
-
-
-def _blas_controller():
-    """threadpoolctl's controller of the BLAS library numpy uses (False when unavailable)."""
-    global _blas
-    if _blas is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            libs = ThreadpoolController().select(user_api="blas").lib_controllers
-            _blas = libs[0] if libs else False
-        except Exception:  # pragma: no cover - threadpoolctl missing or unusable
-            _blas = False
-    return _blas
 
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``np.matmul(a, b, out=out)`` (2-D or batched), single-threaded BLAS for small GEMMs.
 
-    The BLAS thread count set for the session (onnxjit.threads) is restored afterwards.
+    The BLAS thread count is switched only when it changes; the session puts the run's count
+    back when the run ends (onnxjit.threads.end_run).
     """
-    macs = out.size * a.shape[-1]
-    ctl = _blas_controller() if macs < SINGLE_THREAD_MACS else False
-    if not ctl:
-        np.matmul(a, b, out=out)
-        return
-    # the count onnxjit.threads set for this run, else ask the library (one ctypes call less
-    # per small GEMM on the run's hot path)
-    n = threads.blas_threads() or ctl.get_num_threads()
-    if n is None or n <= 1:
-        np.matmul(a, b, out=out)
-        return
-    ctl.set_num_threads(1)
-    try:
-        np.matmul(a, b, out=out)
-    finally:
-        ctl.set_num_threads(n)
+    threads.blas_for_gemm(out.size * a.shape[-1] < SINGLE_THREAD_MACS)
+    np.matmul(a, b, out=out)
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
