@@ -232,10 +232,7 @@ class InferenceSession:
         threads_mod.apply(int(self._options.intra_op_num_threads or 0))
         profiler = self._profiler
         t0 = time.perf_counter_ns()
-        try:
-            outputs = self._program.run(feeds, profiler=profiler)
-        finally:
-            threads_mod.end_run()
+        outputs = self._program.run(feeds, profiler=profiler)
         if profiler is not None:
             profiler.events.append(
                 _session_event("model_run", profiler, t0, time.perf_counter_ns())

@@ -24,8 +24,6 @@ _lock = threading.Lock()
 _blas_threads: int | None = None  # last value set, or None while untouched
 _controller = None
 _scanned_at = -1  # jitstats.compile_count() when the BLAS libraries were last listed
-# numpy's BLAS thread count as last set here (blas_for_gemm may lower it during a run)
-_blas_now: int | None = None
 _numpy_blas = None  # threadpoolctl's controller of numpy's BLAS; False when there is none
 
 
@@ -59,8 +57,8 @@ def apply(threads: int) -> None:
 
 
 def _set_blas(n: int, rescan: bool) -> None:
-    global _blas_threads, _controller, _scanned_at, _blas_now
-    if _blas_threads == n and _blas_now == n and not rescan:
+    global _blas_threads, _controller, _scanned_at
+    if _blas_threads == n and not rescan:
         return
     with _lock:
         if _controller is None or rescan:
@@ -69,7 +67,7 @@ def _set_blas(n: int, rescan: bool) -> None:
             _scanned_at = jitstats.compile_count()
             _controller = ThreadpoolController()
         _controller.limit(limits=n, user_api="blas")
-        _blas_threads = _blas_now = n
+        _blas_threads = n
 
 
 def blas_threads() -> int | None:
@@ -77,32 +75,9 @@ def blas_threads() -> int | None:
     return _blas_threads
 
 
-def blas_for_gemm(single: bool) -> None:
-    """Before a GEMM in a run: numpy's BLAS at one thread (``single``) or at the run's count.
-
-    Small GEMMs run single-threaded (see ``onnxjit.ops.fused_gemm.SINGLE_THREAD_MACS``). The
-    count changes only when it differs from the last one set, so a run of small GEMMs pays
-    for one switch instead of two per GEMM; :func:`end_run` puts the run's count back.
-    """
-    global _blas_now
-    want = 1 if single else _blas_threads
-    if want is None or want == _blas_now:
-        return
-    ctl = _numpy_blas_controller()
-    if ctl:
-        ctl.set_num_threads(want)
-        _blas_now = want
-
-
-def end_run() -> None:
-    """After a run: numpy's BLAS back at the count :func:`apply` set, so that the caller's
-    own numpy code sees the same setting before and after a run."""
-    if _blas_now is not None and _blas_now != _blas_threads:
-        blas_for_gemm(False)
-
-
-def _numpy_blas_controller():
-    """threadpoolctl's controllers of the BLAS library numpy calls (False when none).
+def numpy_blas():
+    """threadpoolctl's controllers of the BLAS library numpy calls (False when none), with
+    ``set_num_threads``.
 
     Other BLAS copies may be loaded too (scipy's, which Numba's np.dot lowering loads), so
     the one shipped inside numpy's install is preferred; without one (numpy linked to a system

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numba
 import numpy as np
@@ -110,19 +111,21 @@ def test_intra_op_num_threads_sets_numba_and_blas():
 
 @pytest.mark.parametrize("small", [True, False])
 def test_small_gemms_run_with_single_threaded_blas_and_the_setting_comes_back(monkeypatch, small):
-    """GEMMs under SINGLE_THREAD_MACS see numpy's BLAS at one thread, larger ones at the
-    session's count; after the run the count is the session's again."""
+    """GEMMs under SINGLE_THREAD_MACS see numpy's BLAS at one thread, larger ones and ops
+    that call BLAS themselves see the session's count, which is also back after the run."""
     import onnxjit.ops.fused_gemm as fg
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("needs Numba's pool to have two threads to tell 1 from the setting")
     if not small:
         monkeypatch.setattr(fg, "SINGLE_THREAD_MACS", 0)
-    seen = []
+    seen = []  # from FusedGemm's matmul_into
+    direct = []  # from ops that call BLAS themselves (the plain MatMul here)
     real = np.matmul
 
     def spy(*args, **kw):
-        seen.append(_numpy_blas_threads())
+        caller = sys._getframe(1).f_code.co_name
+        (seen if caller == "matmul_into" else direct).append(_numpy_blas_threads())
         return real(*args, **kw)
 
     monkeypatch.setattr(fg.np, "matmul", spy)
@@ -139,4 +142,5 @@ def test_small_gemms_run_with_single_threaded_blas_and_the_setting_comes_back(mo
         atol=1e-5,
     )
     assert seen and all(n == (1 if small else 2) for n in seen), seen
+    assert direct and all(n == 2 for n in direct), direct
     assert _numpy_blas_threads() == 2

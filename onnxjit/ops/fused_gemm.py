@@ -49,11 +49,19 @@ SINGLE_THREAD_MACS = 1 << 25
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``np.matmul(a, b, out=out)`` (2-D or batched), single-threaded BLAS for small GEMMs.
 
-    The BLAS thread count is switched only when it changes; the session puts the run's count
-    back when the run ends (onnxjit.threads.end_run).
+    The count goes back to the run's at once, not at the end of the run: other ops call BLAS
+    directly (plain MatMul, attention, RNN steps) and must see the session's setting.
     """
-    threads.blas_for_gemm(out.size * a.shape[-1] < SINGLE_THREAD_MACS)
-    np.matmul(a, b, out=out)
+    n = threads.blas_threads()
+    ctl = threads.numpy_blas() if n is not None and n > 1 else False
+    if not ctl or out.size * a.shape[-1] >= SINGLE_THREAD_MACS:
+        np.matmul(a, b, out=out)
+        return
+    ctl.set_num_threads(1)
+    try:
+        np.matmul(a, b, out=out)
+    finally:
+        ctl.set_num_threads(n)
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
