@@ -9,6 +9,7 @@ what ``InferenceSession.stats()`` and later plan-level optimisations read.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -190,16 +191,17 @@ class Program:
                     step,
                     step.fn,
                     step.ctx,
-                    _padded_slots(step),
+                    _arg_getter(_padded_slots(step)),
                     step.kwargs,
                     step.release,
                     step.out_slots[0] if len(step.out_slots) == 1 else None,
+                    bool(step.captures),
                 )
                 for step in self.steps
             ]
-        for step, fn, ctx, slots, kwargs, release, out1 in fast:
-            args = [env[s] if s >= 0 else None for s in slots]
-            if step.captures:
+        for step, fn, ctx, getter, kwargs, release, out1, captures in fast:
+            args = getter(env)
+            if captures:
                 ctx = replace(ctx, outer={name: env[slot] for name, slot in step.captures})
             for s in release:  # see _run_steps_traced
                 env[s] = None
@@ -208,20 +210,20 @@ class Program:
             except OnnxJitError:
                 raise
             except Exception as exc:
-                raise _execution_error(step.node, args, exc) from exc
+                raise _execution_error(step.node, list(args), exc) from exc
             if out1 is not None:
                 env[out1] = result[0] if isinstance(result, tuple) else result
             else:
                 for slot, value in zip(step.out_slots, result):
                     if slot >= 0:
                         env[slot] = value
-            result = value = None
+            result = value = args = None
 
     def _run_steps_traced(
         self, env: list[Any], outer: dict[str, Any] | None, profiler: Profiler | None
     ) -> None:
         for step in self.steps:
-            args = [env[s] if s >= 0 else None for s in _padded_slots(step)]
+            args = tuple([env[s] if s >= 0 else None for s in _padded_slots(step)])
             t0 = time.perf_counter_ns() if profiler is not None else 0
             ctx = step.ctx
             if step.captures:
@@ -273,6 +275,21 @@ def _padded_slots(step: Step) -> tuple[int, ...]:
     if not step.variadic and len(slots) < step.n_fixed:
         slots = slots + (-1,) * (step.n_fixed - len(slots))
     return slots
+
+
+def _arg_getter(slots: tuple[int, ...]) -> Callable[[list[Any]], Sequence[Any]]:
+    """A function of the value list giving a step's arguments as a tuple (None for slot -1);
+    the common case of no omitted input is one C-level itemgetter call. Always a tuple: the
+    reference counts that FusedElementwise reads to find buffers it may reuse depend on the
+    container (see onnxjit.ops.fused_elementwise._baseline)."""
+    if any(s < 0 for s in slots):
+        return lambda env: tuple([env[s] if s >= 0 else None for s in slots])
+    if len(slots) == 0:
+        return lambda env: ()
+    if len(slots) == 1:
+        (only,) = slots
+        return lambda env: (env[only],)
+    return operator.itemgetter(*slots)
 
 
 def _root(a: np.ndarray) -> object:

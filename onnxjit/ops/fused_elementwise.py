@@ -306,7 +306,7 @@ class _Probe:
 def _baseline() -> int:
     """References to a released input seen inside FusedGroup.run, as the executor calls it."""
     global _UNSHARED_REFS
-    args = [np.empty(1)]  # the executor's argument list, as in Program.run
+    args = (np.empty(1),)  # the executor's argument tuple, as in Program.run
     (count,) = (fused_elementwise(*args, **{"group": _Probe()}),)
     _UNSHARED_REFS = int(count)
     return _UNSHARED_REFS
