@@ -12,6 +12,7 @@ inside their parallel loops, so the two pools are never active at once.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numba
@@ -86,8 +87,6 @@ def numpy_blas():
     global _numpy_blas
     if _numpy_blas is None:
         try:
-            import os
-
             from threadpoolctl import ThreadpoolController
 
             libs = ThreadpoolController().select(user_api="blas").lib_controllers
