@@ -12,8 +12,11 @@ Protocol, per case (:func:`measure_case`):
    Numba compilations triggered by those new sizes are counted).
 4. At least 21 rounds. In each round the two engines run one block each, in random order; a block
    is as many runs as make about ``block_ms`` (at least one run), each run timed with
-   ``perf_counter_ns`` and the garbage collector off; after an onnxruntime block the harness
-   sleeps 5-10 ms (onnxruntime's idle threads spin and would steal a core from onnxjit).
+   ``perf_counter_ns`` and the garbage collector off; after every block the harness sleeps
+   5-10 ms and then until the process's idle threads stop spinning (:func:`quiesce`):
+   onnxruntime's spin for about 40 ms after a run on the development VM, and onnxjit's OpenMP
+   workers spin too; either would steal a core from the other engine's next block.
+   BENCHMARKING.md asks for a 5-10 ms pause after onnxruntime's blocks; that is too short here.
 5. Per round: the median time per run of each engine, ratio = onnxjit / onnxruntime. Reported:
    the median ratio over rounds with a bootstrap 95 % interval, the median of the per-round
    medians of each engine, and a flag when the interval is wider than 10 % of the ratio.
@@ -270,6 +273,25 @@ def _gc_off() -> Iterator[None]:
             gc.enable()
 
 
+def quiesce(window: float = 0.004, limit: float = 0.25) -> float:
+    """Sleep until this process's other threads stop using the CPU; return the seconds waited.
+
+    onnxruntime's idle pool threads spin for about 40 ms after a run on the development VM
+    (BENCHMARKING.md's 5-10 ms pause is too short there): a block of the other engine that
+    starts meanwhile finds one core taken, which multiplied a parallel Softmax's time by six.
+    The process's CPU time is sampled over ``window``-long sleeps (the kernel accounts other
+    threads' time per 4 ms tick, hence the window) until two windows in a row use less than a
+    quarter of a core, or ``limit`` seconds have passed.
+    """
+    t0 = time.perf_counter()
+    quiet = 0
+    while quiet < 2 and time.perf_counter() - t0 < limit:
+        c0 = time.process_time()
+        time.sleep(window)
+        quiet = quiet + 1 if time.process_time() - c0 < window / 4 else 0
+    return time.perf_counter() - t0
+
+
 def time_block(run: Callable[[], Any], n: int) -> float:
     """Median nanoseconds per run over ``n`` runs, gc off."""
     times = [0] * n
@@ -407,8 +429,11 @@ def measure_case(
         rnd.shuffle(order)
         for eng in order:
             per_round[eng].append(time_block(runs[eng], n_block[eng]))
-            if eng == "ort":
-                time.sleep(rnd.uniform(0.005, 0.010))
+            # Both engines' idle workers spin after their last parallel region (onnxruntime's
+            # pool, onnxjit's OpenMP threads): wait until they sleep, so that neither engine's
+            # block starts with the other's threads holding a core.
+            time.sleep(rnd.uniform(0.005, 0.010))
+            quiesce()
         if log and (r + 1) % 7 == 0:
             log(f"    round {r + 1}/{rounds}")
     res.rounds = rounds

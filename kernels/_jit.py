@@ -1,6 +1,7 @@
 """The only place that sets Numba options.
 
-Kernel modules decorate with :func:`njit` (serial) or :func:`pjit` (parallel, ``prange``).
+Kernel modules decorate with :func:`njit` (serial) or :func:`pjit` (pool kernels, which
+onnxjit's thread pool runs on several threads: :mod:`onnxjit.kernels.chunks`).
 Every kernel is cached on disk (``cache=True``) under the folder given to :func:`configure`.
 Math-heavy kernels pass ``fma=True``: floating-point contraction lets LLVM turn ``a * b + c``
 into one fused multiply-add (one rounding instead of two, so at most an ulp from numpy's
@@ -12,26 +13,12 @@ must round exactly as numpy does.
 from __future__ import annotations
 
 import os
-import threading
 
 import numba
 
 PARALLEL_THRESHOLD = 1 << 20
 
-# Numba's default threading layers abort when two Python threads enter parallel regions at
-# once; parallel kernels are therefore entered under this lock (see run_parallel).
-PARALLEL_LOCK = threading.RLock()
-
 _OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
-
-# Numba's own "workqueue" threading layer unless the user chose one (NUMBA_THREADING_LAYER).
-# Its workers sleep between parallel regions; OpenMP's spin for a while after each region and,
-# on a machine with few cores, take the cores BLAS threads (and the next kernel) need: a BERT
-# block at 2 threads ran 5x slower with the OpenMP layer. Workqueue cannot host two parallel
-# regions at once, which PARALLEL_LOCK already rules out.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
-
 
 # Set by configure(): whether LLVM was told it may use 512-bit vectors (see _wide_vectors).
 WIDE_VECTORS = False
@@ -82,10 +69,8 @@ def _wide_vectors() -> bool:
 _FMA = {"contract"}
 
 
-def _options(fma: bool, kw: dict, parallel: bool = False) -> dict:
+def _options(fma: bool, kw: dict) -> dict:
     opts = {**_OPTIONS, **kw}
-    if parallel:
-        opts["parallel"] = True
     if fma:
         opts["fastmath"] = set(kw.get("fastmath") or ()) | _FMA
     return opts
@@ -100,14 +85,9 @@ def njit(fn=None, *, fma: bool = False, **kw):
 
 
 def pjit(fn=None, *, fma: bool = False, **kw):
-    """Parallel kernel (uses ``numba.prange``); call it through :func:`run_parallel`."""
-    opts = _options(fma, kw, parallel=True)
-    if fn is None:
-        return lambda f: numba.njit(**opts)(f)
-    return numba.njit(**opts)(fn)
+    """Pool kernel: takes the control array first and claims its chunks
+    (:mod:`onnxjit.kernels.chunks`); run it through ``onnxjit.pool.run_parallel``.
 
-
-def run_parallel(kernel, *args):
-    """Call a parallel kernel with the process-wide parallel lock held."""
-    with PARALLEL_LOCK:
-        return kernel(*args)
+    It compiles as a serial, GIL-free function: the threads are onnxjit's pool, not Numba's
+    ``parallel=True`` (see :mod:`onnxjit.pool` for why)."""
+    return njit(fn, fma=fma, **kw)

@@ -47,7 +47,7 @@ def test_generated_names_are_generated_and_constants_keep_their_dtype():
     assert "np.float32(0.5)" in src
     assert "sigmoid_f32" in src
     assert "def kernel(y0, x0, x1, n0)" in src
-    assert "def kernel_par(y0, x0, x1, n0)" in src and "prange(n0)" in src
+    assert "def kernel_par(ctl, y0, x0, x1, n0)" in src and "claim(ctl, n0)" in src
 
 
 def test_float32_chain_is_not_computed_in_float64():

@@ -86,13 +86,13 @@ def test_heavy_kernels_take_threads_at_a_smaller_size(monkeypatch) -> None:
     monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", int(n * (1 + ew.work_weight((heavy,))) / 2))
     ew._PLANS.clear()
     seen: list[str] = []
-    real = _jit.run_parallel
+    real = ew.run_parallel
 
     def spy(kernel, *args):
         seen.append(kernel.__name__)
         return real(kernel, *args)
 
-    monkeypatch.setattr(_jit, "run_parallel", spy)
+    monkeypatch.setattr(ew, "run_parallel", spy)
     a = np.random.default_rng(3).standard_normal((4, n // 4)).astype(np.float32)
     got_heavy = ew.apply(heavy, [a])
     assert seen == ["kernel_par"]

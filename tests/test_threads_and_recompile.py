@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-import numba
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -77,22 +73,11 @@ def test_new_sizes_compile_nothing_after_warmup(seq_dim):
     assert onnxjit.compile_count() == before
 
 
-def _blas_threads() -> int:
-    return next(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+def _blas_thread_counts() -> list[int]:
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
 
 
-def _numpy_blas_threads() -> int:
-    """The thread count of the BLAS inside numpy's install (scipy's copy may be loaded too)."""
-    home = os.path.dirname(os.path.realpath(np.__file__))
-    own = [
-        i["num_threads"]
-        for i in threadpool_info()
-        if i["user_api"] == "blas" and os.path.realpath(i["filepath"]).startswith(home)
-    ]
-    return own[0] if own else _blas_threads()  # numpy linked to a BLAS outside its install
-
-
-def test_intra_op_num_threads_sets_numba_and_blas():
+def test_intra_op_num_threads_sets_the_pool_and_blas_stays_single_threaded():
     m = _mlp_model()
     x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
     results = []
@@ -102,45 +87,37 @@ def test_intra_op_num_threads_sets_numba_and_blas():
         sess = onnxjit.InferenceSession(m.SerializeToString(), so)
         results.append(sess.run(None, {"x": x})[0])
         want = threads or onnxjit.threads.default_threads()
-        want = min(want, numba.config.NUMBA_NUM_THREADS)
-        assert numba.get_num_threads() == want
-        assert _blas_threads() == want
+        assert onnxjit.threads.current() == min(want, onnxjit.threads.available_cores())
+        # BLAS runs inside onnxjit's pool, one thread per call
+        assert _blas_thread_counts() and set(_blas_thread_counts()) == {1}
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(results[0], results[2], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("small", [True, False])
-def test_small_gemms_run_with_single_threaded_blas_and_the_setting_comes_back(monkeypatch, small):
-    """GEMMs under SINGLE_THREAD_MACS see numpy's BLAS at one thread, larger ones and ops
-    that call BLAS themselves see the session's count, which is also back after the run."""
-    import onnxjit.ops.fused_gemm as fg
+@pytest.mark.parametrize("batch", [8, 4096])
+def test_gemms_split_over_the_pool_above_the_size_threshold(monkeypatch, batch):
+    """Large products are tiled over the pool's threads, small ones run on the caller alone;
+    both agree with onnxruntime."""
+    import onnxjit.ops.gemm as og
 
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("needs Numba's pool to have two threads to tell 1 from the setting")
-    if not small:
-        monkeypatch.setattr(fg, "SINGLE_THREAD_MACS", 0)
-    seen = []  # from FusedGemm's matmul_into
-    direct = []  # from ops that call BLAS themselves (the plain MatMul here)
-    real = np.matmul
+    if onnxjit.threads.available_cores() < 2:
+        pytest.skip("needs two cores for a two-thread setting")
+    kernels = []
+    real = og.run_parallel
 
-    def spy(*args, **kw):
-        caller = sys._getframe(1).f_code.co_name
-        (seen if caller == "matmul_into" else direct).append(_numpy_blas_threads())
-        return real(*args, **kw)
+    def spy(kernel, *args, **kw):
+        kernels.append(kernel.__name__)
+        return real(kernel, *args, **kw)
 
-    monkeypatch.setattr(fg.np, "matmul", spy)
+    monkeypatch.setattr(og, "run_parallel", spy)
     so = onnxjit.SessionOptions()
     so.intra_op_num_threads = 2
     m = _mlp_model()
     sess = onnxjit.InferenceSession(m.SerializeToString(), so)
-    x = np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32)
+    x = np.random.default_rng(3).standard_normal((batch, 64)).astype(np.float32)
     got = sess.run(None, {"x": x})[0]
-    np.testing.assert_allclose(
-        got,
-        ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0],
-        rtol=1e-4,
-        atol=1e-5,
-    )
-    assert seen and all(n == (1 if small else 2) for n in seen), seen
-    assert direct and all(n == 2 for n in direct), direct
-    assert _numpy_blas_threads() == 2
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # 8 x 64 x 96 multiply-adds stay on the caller; 4096 rows are split
+    assert kernels == ([] if batch == 8 else ["gemm_par", "gemm_par"]), kernels
+    assert set(_blas_thread_counts()) == {1}

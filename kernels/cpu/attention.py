@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
 
 from .._jit import njit, pjit
+from ..chunks import claim
 
 _F16_MAX_ROUNDED = 65520.0  # the smallest magnitude that float16 rounds to infinity
 
@@ -114,10 +114,15 @@ def softmax_rows(s, bias, bias_of_row, qk, softcap, tmode, smode, qk_mode):
 
 
 @pjit
-def softmax_rows_par(s, bias, bias_of_row, qk, softcap, tmode, smode, qk_mode):
+def softmax_rows_par(ctl, s, bias, bias_of_row, qk, softcap, tmode, smode, qk_mode):
     """Parallel twin of :func:`softmax_rows` (call through ``run_parallel``)."""
-    for r in prange(s.shape[0]):
-        _softmax_row(s, bias, qk, r, bias_of_row[r], softcap, tmode, smode, qk_mode)
+    n_items = s.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _softmax_row(s, bias, qk, r, bias_of_row[r], softcap, tmode, smode, qk_mode)
 
 
 @njit

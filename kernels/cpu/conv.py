@@ -8,9 +8,8 @@ int64 arrays of length 3 (kernel, strides, dilations, pads at the beginning).
 
 from __future__ import annotations
 
-from numba import prange
-
 from .._jit import njit, pjit
+from ..chunks import claim
 
 
 @njit(inline="always")
@@ -76,10 +75,15 @@ def im2col(x, c0, cg, k, st, dl, pb, osz, col):
 
 
 @pjit
-def im2col_par(x, c0, cg, k, st, dl, pb, osz, col):
+def im2col_par(ctl, x, c0, cg, k, st, dl, pb, osz, col):
     """Parallel twin of :func:`im2col` (threads over (batch, channel))."""
-    for idx in prange(x.shape[0] * cg):
-        _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg)
+    n_items = x.shape[0] * cg
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg)
 
 
 @njit(inline="always")
@@ -116,10 +120,15 @@ def col2im(col, m0, mg, k, st, dl, pb, isz, y):
 
 
 @pjit
-def col2im_par(col, m0, mg, k, st, dl, pb, isz, y):
+def col2im_par(ctl, col, m0, mg, k, st, dl, pb, isz, y):
     """Parallel twin of :func:`col2im` (each thread owns whole output planes)."""
-    for idx in prange(col.shape[0] * mg):
-        _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg)
+    n_items = col.shape[0] * mg
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg)
 
 
 @njit(inline="always")
@@ -169,7 +178,12 @@ def depthwise(x, w, k, st, dl, pb, y, mult):
 
 
 @pjit
-def depthwise_par(x, w, k, st, dl, pb, y, mult):
+def depthwise_par(ctl, x, w, k, st, dl, pb, y, mult):
     """Parallel twin of :func:`depthwise` (threads over (batch, channel) planes)."""
-    for idx in prange(y.shape[0] * y.shape[1]):
-        _dw_one(x, w, k, st, dl, pb, y, idx, mult)
+    n_items = y.shape[0] * y.shape[1]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            _dw_one(x, w, k, st, dl, pb, y, idx, mult)

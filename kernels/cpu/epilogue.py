@@ -18,9 +18,8 @@ specialisations). Parameters are passed in ``y``'s dtype so that float32 stays f
 
 from __future__ import annotations
 
-from numba import prange
-
 from .._jit import njit, pjit
+from ..chunks import claim
 from ..vecmath import verf, vsigmoid, vtanh
 
 # Activation codes (shared with onnxjit.ops.fused_gemm / fused_conv).
@@ -38,7 +37,7 @@ ACT_HARD_SWISH = 10  # x * hard_sigmoid(x; 1/6, 1/2)
 
 
 @njit(inline="always")
-def _activate(v, act, p0, p1):
+def activate(v, act, p0, p1):
     """Apply activation ``act`` to one row ``v`` (1-D view) in place.
 
     The switch is outside the element loops so that each loop is a plain vectorisable loop.
@@ -103,7 +102,7 @@ def _row(y, r, alpha, bias, has_bias, act, p0, p1):
     if has_bias:
         for j in range(n):
             v[j] = v[j] + bias[j]
-    _activate(v, act, p0, p1)
+    activate(v, act, p0, p1)
 
 
 @njit(fma=True)
@@ -114,10 +113,15 @@ def rows(y, alpha, bias, has_bias, act, p0, p1):
 
 
 @pjit(fma=True)
-def rows_par(y, alpha, bias, has_bias, act, p0, p1):
+def rows_par(ctl, y, alpha, bias, has_bias, act, p0, p1):
     """Parallel twin of :func:`rows` (threads over rows)."""
-    for r in prange(y.shape[0]):
-        _row(y, r, alpha, bias, has_bias, act, p0, p1)
+    n_items = y.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _row(y, r, alpha, bias, has_bias, act, p0, p1)
 
 
 @njit(inline="always")
@@ -140,7 +144,7 @@ def _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1):
         r = res[n, m]
         for j in range(s):
             v[j] = v[j] + r[j]
-    _activate(v, act, p0, p1)
+    activate(v, act, p0, p1)
 
 
 @njit(fma=True)
@@ -151,7 +155,12 @@ def planes(y, bias, has_bias, res, has_res, act, p0, p1):
 
 
 @pjit(fma=True)
-def planes_par(y, bias, has_bias, res, has_res, act, p0, p1):
+def planes_par(ctl, y, bias, has_bias, res, has_res, act, p0, p1):
     """Parallel twin of :func:`planes` (threads over (image, channel) planes)."""
-    for idx in prange(y.shape[0] * y.shape[1]):
-        _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1)
+    n_items = y.shape[0] * y.shape[1]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
 
 from .._jit import njit, pjit
+from ..chunks import claim
 from ..vecmath import verf, vexp, vtanh
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
@@ -64,10 +64,15 @@ def softmax(x, y, log):
 
 
 @pjit(fma=True)
-def softmax_par(x, y, log):
+def softmax_par(ctl, x, y, log):
     """Parallel twin of :func:`softmax` (threads over the outer axis)."""
-    for o in prange(x.shape[0]):
-        _softmax_block(x, y, o, log)
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for o in range(chunk_lo, chunk_hi):
+            _softmax_block(x, y, o, log)
 
 
 @njit(inline="always")
@@ -126,12 +131,17 @@ _ROWS_PER_TASK = 64
 
 
 @pjit(fastmath=_REASSOC, fma=True)
-def softmax_rows_par(x, y, log):
+def softmax_rows_par(ctl, x, y, log):
     """Parallel twin of :func:`softmax_rows` (threads over blocks of rows)."""
     R = x.shape[0]
-    for t in prange((R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK):
-        for r in range(t * _ROWS_PER_TASK, min(R, (t + 1) * _ROWS_PER_TASK)):
-            _softmax_row(x, y, r, log)
+    n_items = (R + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for t in range(chunk_lo, chunk_hi):
+            for r in range(t * _ROWS_PER_TASK, min(R, (t + 1) * _ROWS_PER_TASK)):
+                _softmax_row(x, y, r, log)
 
 
 _SQRT1_2 = 0.7071067811865476
@@ -167,10 +177,15 @@ def gelu_rows(x, bias, y, tanh_form):
 
 
 @pjit(fma=True)
-def gelu_rows_par(x, bias, y, tanh_form):
+def gelu_rows_par(ctl, x, bias, y, tanh_form):
     """Parallel twin of :func:`gelu_rows` (threads over rows)."""
-    for r in prange(x.shape[0]):
-        _gelu_row(x, bias, y, r, tanh_form)
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _gelu_row(x, bias, y, r, tanh_form)
 
 
 @njit

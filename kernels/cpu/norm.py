@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import math
 
-from numba import prange
-
 from .._jit import njit, pjit
+from ..chunks import claim
 
 # Reassociation only (see the row kernels below).
 _REASSOC = {"reassoc"}
@@ -45,10 +44,15 @@ def standardize_rows(x, scale, bias, eps_in, eps_out, y, mean, inv):
 
 
 @pjit
-def standardize_rows_par(x, scale, bias, eps_in, eps_out, y, mean, inv):
+def standardize_rows_par(ctl, x, scale, bias, eps_in, eps_out, y, mean, inv):
     """Parallel twin of :func:`standardize_rows` (threads over rows)."""
-    for r in prange(x.shape[0]):
-        _row(x, scale, bias, eps_in, eps_out, y, mean, inv, r)
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _row(x, scale, bias, eps_in, eps_out, y, mean, inv, r)
 
 
 @njit(inline="always")
@@ -87,10 +91,15 @@ def group_norm(x, groups, scale, bias, eps, y):
 
 
 @pjit
-def group_norm_par(x, groups, scale, bias, eps, y):
+def group_norm_par(ctl, x, groups, scale, bias, eps, y):
     """Parallel twin of :func:`group_norm` (threads over (batch, group) pairs)."""
-    for idx in prange(x.shape[0] * groups):
-        _group(x, groups, scale, bias, eps, y, idx)
+    n_items = x.shape[0] * groups
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            _group(x, groups, scale, bias, eps, y, idx)
 
 
 @njit
@@ -106,16 +115,21 @@ def channel_affine(x, a, b, y):
 
 
 @pjit
-def channel_affine_par(x, a, b, y):
+def channel_affine_par(ctl, x, a, b, y):
     """Parallel twin of :func:`channel_affine` (threads over (batch, channel) planes)."""
     N, C, S = x.shape
-    for idx in prange(N * C):
-        n = idx // C
-        c = idx % C
-        ac = a[c]
-        bc = b[c]
-        for s in range(S):
-            y[n, c, s] = x[n, c, s] * ac + bc
+    n_items = N * C
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            n = idx // C
+            c = idx % C
+            ac = a[c]
+            bc = b[c]
+            for s in range(S):
+                y[n, c, s] = x[n, c, s] * ac + bc
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,10 +187,15 @@ def layer_norm_rows(x, scale, bias, eps, y, mean, inv):
 
 
 @pjit(fastmath=_REASSOC)
-def layer_norm_rows_par(x, scale, bias, eps, y, mean, inv):
+def layer_norm_rows_par(ctl, x, scale, bias, eps, y, mean, inv):
     """Parallel twin of :func:`layer_norm_rows` (threads over rows)."""
-    for r in prange(x.shape[0]):
-        _ln_row(x, scale, bias, eps, y, mean, inv, r)
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _ln_row(x, scale, bias, eps, y, mean, inv, r)
 
 
 @njit(inline="always")
@@ -199,10 +218,15 @@ def skip_layer_norm_rows(a, b, scale, bias, eps, y, s, write_sum, mean, inv):
 
 
 @pjit(fastmath=_REASSOC)
-def skip_layer_norm_rows_par(a, b, scale, bias, eps, y, s, write_sum, mean, inv):
+def skip_layer_norm_rows_par(ctl, a, b, scale, bias, eps, y, s, write_sum, mean, inv):
     """Parallel twin of :func:`skip_layer_norm_rows` (threads over rows)."""
-    for r in prange(a.shape[0]):
-        _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r)
+    n_items = a.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r)
 
 
 @njit(inline="always")
@@ -225,7 +249,12 @@ def rms_norm_rows(x, scale, eps, y, inv):
 
 
 @pjit(fastmath=_REASSOC)
-def rms_norm_rows_par(x, scale, eps, y, inv):
+def rms_norm_rows_par(ctl, x, scale, eps, y, inv):
     """Parallel twin of :func:`rms_norm_rows` (threads over rows)."""
-    for r in prange(x.shape[0]):
-        _rms_row(x, scale, eps, y, inv, r)
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _rms_row(x, scale, eps, y, inv, r)

@@ -10,9 +10,9 @@ Geometry arrays (``k``, ``st``, ``dl``, ``pb``, ``pe``) are int64 arrays of leng
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from .._jit import njit, pjit
+from ..chunks import claim
 
 
 @njit(inline="always")
@@ -62,10 +62,15 @@ def max_pool(x, y, ind, k, st, dl, pb, col_major):
 
 
 @pjit
-def max_pool_par(x, y, ind, k, st, dl, pb, col_major):
+def max_pool_par(ctl, x, y, ind, k, st, dl, pb, col_major):
     """Parallel twin of :func:`max_pool` (threads over planes)."""
-    for b in prange(x.shape[0]):
-        _max_plane(x, y, ind, b, k, st, dl, pb, col_major)
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for b in range(chunk_lo, chunk_hi):
+            _max_plane(x, y, ind, b, k, st, dl, pb, col_major)
 
 
 @njit(inline="always")
@@ -125,7 +130,12 @@ def avg_pool(x, y, k, st, dl, pb, pe, lp, p, count_pad):
 
 
 @pjit
-def avg_pool_par(x, y, k, st, dl, pb, pe, lp, p, count_pad):
+def avg_pool_par(ctl, x, y, k, st, dl, pb, pe, lp, p, count_pad):
     """Parallel twin of :func:`avg_pool` (threads over planes)."""
-    for b in prange(x.shape[0]):
-        _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad)
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for b in range(chunk_lo, chunk_hi):
+            _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad)

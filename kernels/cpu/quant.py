@@ -11,10 +11,10 @@ and granularity; sizes are run-time arguments.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .._jit import njit, pjit
+from ..chunks import claim
 
 
 @njit(inline="always")
@@ -55,23 +55,28 @@ def quantize(x, s, z, block, divide, do_round, lo, hi, out):
 
 
 @pjit
-def quantize_par(x, s, z, block, divide, do_round, lo, hi, out):
+def quantize_par(ctl, x, s, z, block, divide, do_round, lo, hi, out):
     """Parallel twin of :func:`quantize` (over the flattened element index)."""
     n_o, n_a, n_i = x.shape
     so = s.shape[0] > 1
     si = s.shape[2] > 1
     n = n_o * n_a * n_i
-    for k in numba.prange(n):
-        o = k // (n_a * n_i)
-        r = k - o * (n_a * n_i)
-        a = r // n_i
-        i = r - a * n_i
-        oo = o if so else 0
-        ii = i if si else 0
-        sa = a // block
-        out[o, a, i] = _affine_one(
-            x[o, a, i], s[oo, sa, ii], z[oo, sa, ii], divide, do_round, lo, hi
-        )
+    n_items = n
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for k in range(chunk_lo, chunk_hi):
+            o = k // (n_a * n_i)
+            r = k - o * (n_a * n_i)
+            a = r // n_i
+            i = r - a * n_i
+            oo = o if so else 0
+            ii = i if si else 0
+            sa = a // block
+            out[o, a, i] = _affine_one(
+                x[o, a, i], s[oo, sa, ii], z[oo, sa, ii], divide, do_round, lo, hi
+            )
 
 
 @njit
@@ -90,18 +95,23 @@ def dequantize(x, s, z, block, out):
 
 
 @pjit
-def dequantize_par(x, s, z, block, out):
+def dequantize_par(ctl, x, s, z, block, out):
     """Parallel twin of :func:`dequantize`."""
     n_o, n_a, n_i = x.shape
     so = s.shape[0] > 1
     si = s.shape[2] > 1
     n = n_o * n_a * n_i
-    for k in numba.prange(n):
-        o = k // (n_a * n_i)
-        r = k - o * (n_a * n_i)
-        a = r // n_i
-        i = r - a * n_i
-        oo = o if so else 0
-        ii = i if si else 0
-        sa = a // block
-        out[o, a, i] = (x[o, a, i] - z[oo, sa, ii]) * s[oo, sa, ii]
+    n_items = n
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for k in range(chunk_lo, chunk_hi):
+            o = k // (n_a * n_i)
+            r = k - o * (n_a * n_i)
+            a = r // n_i
+            i = r - a * n_i
+            oo = o if so else 0
+            ii = i if si else 0
+            sa = a // block
+            out[o, a, i] = (x[o, a, i] - z[oo, sa, ii]) * s[oo, sa, ii]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
 
 from .._jit import njit, pjit
+from ..chunks import claim
 
 # Reduction kinds shared with onnxjit.ops.reduce.
 SUM = 0
@@ -78,10 +78,15 @@ def reduce3(x, kind, out):
 
 
 @pjit
-def reduce3_par(x, kind, out):
+def reduce3_par(ctl, x, kind, out):
     """Parallel twin of :func:`reduce3` over ``outer``."""
-    for o in prange(x.shape[0]):
-        _reduce_block(x, o, kind, out[o])
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for o in range(chunk_lo, chunk_hi):
+            _reduce_block(x, o, kind, out[o])
 
 
 @njit

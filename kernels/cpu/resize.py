@@ -10,9 +10,8 @@ the input viewed as (outer, n_in, inner):
 
 from __future__ import annotations
 
-import numba
-
 from .._jit import njit, pjit
+from ..chunks import claim
 
 
 @njit
@@ -26,14 +25,19 @@ def interp_axis(x, idx, w, oob, extrapolation, out):
 
 
 @pjit
-def interp_axis_parallel(x, idx, w, oob, extrapolation, out):
+def interp_axis_parallel(ctl, x, idx, w, oob, extrapolation, out):
     """Parallel twin of :func:`interp_axis` over (outer, output position) rows."""
     n_outer, _, n_inner = x.shape
     m, k_n = idx.shape
-    for r in numba.prange(n_outer * m):
-        o = r // m
-        j = r - o * m
-        _row(x, idx, w, oob, extrapolation, out, o, j, n_inner, k_n)
+    n_items = n_outer * m
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            o = r // m
+            j = r - o * m
+            _row(x, idx, w, oob, extrapolation, out, o, j, n_inner, k_n)
 
 
 @njit(inline="always")

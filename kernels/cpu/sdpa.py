@@ -4,6 +4,10 @@ The contractions (Q K^T and P V) are BLAS calls made by the caller; these kernel
 of raw scores into probabilities in place, row by row, reading the masks through their
 broadcast layout instead of materialising them at the scores' shape.
 
+:func:`heads` / :func:`heads_par` do the whole attention of one (batch, head) pair per
+iteration: Q K^T by BLAS into that head's block of scores, the rows, then P V by BLAS, so
+that a head's scores stay in cache from the first product to the second.
+
 Layout contract shared by every kernel here: ``s`` is a C-contiguous (rows, n) block whose row
 ``r`` is query ``i = r % sq`` of head ``h = (r // sq) % nh`` of batch ``b = r // (sq * nh)``;
 ``mask`` (float, same dtype as ``s``) and ``cond`` (bool) are C-contiguous 4-D arrays whose
@@ -14,49 +18,11 @@ first three dimensions are either 1 (broadcast) or ``(nb, nh, sq)`` and whose la
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from .._jit import njit, pjit
-
-# exp for the shifted scores (x - max <= 0): Numba lowers math.exp to one libm call per element,
-# which keeps LLVM from vectorising the loop; this one is arithmetic and bit moves only.
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01  # ln 2 split so that k * _LN2_HI is exact for |k| < 2^11
-_LN2_LO = 1.90821492927058770002e-10
-_SHIFTER = 6755399441055744.0  # 1.5 * 2^52: adding it rounds to an integer held in the low bits
-_SHIFTER_BITS = np.int64(0x4338000000000000)
-_EXP_MIN = -708.0  # below: the result is under 1e-307 and is returned as 0
-
-
-@njit(inline="always")
-def _exp_nonpos(x):
-    """e^x in float64 for x <= 0 (relative error about 2e-16), 0 below -708, NaN for NaN.
-
-    e^x = 2^k e^r with k = round(x / ln 2) and |r| <= ln 2 / 2 (r computed in two parts); e^r
-    is its Taylor polynomial to degree 12 (remainder below 2e-16) and 2^k is built in the
-    exponent field.
-    """
-    xc = _EXP_MIN if x < _EXP_MIN else x
-    t = xc * _LOG2E + _SHIFTER
-    kf = t - _SHIFTER
-    k = np.float64(t).view(np.int64) - _SHIFTER_BITS
-    r = (xc - kf * _LN2_HI) - kf * _LN2_LO
-    p = 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    y = p * np.int64((k + 1023) << 52).view(np.float64)
-    y0 = 0.0 if x < _EXP_MIN else y
-    return x if x != x else y0
+from ..chunks import claim
+from ..vecmath import vexp
+from .blas import gemm_block
 
 
 @njit(inline="always")
@@ -104,7 +70,7 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
         j += 1
     top = max(max(m0, m1), max(m2, m3))
     for j in range(n):
-        row[j] = _exp_nonpos(np.float64(row[j]) - top)
+        row[j] = vexp(row[j] - top)
     t0 = t1 = t2 = t3 = 0.0
     j = 0
     while j + 4 <= n:
@@ -137,8 +103,81 @@ def attention_rows(
 
 @pjit
 def attention_rows_par(
-    s, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero
+    ctl, s, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero
 ):
     """Parallel twin of :func:`attention_rows` (call through ``run_parallel``)."""
-    for r in prange(s.shape[0]):
+    n_items = s.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _row(
+                s,
+                r,
+                nh,
+                sq,
+                mask,
+                cond,
+                has_mask,
+                has_cond,
+                scale,
+                fill,
+                swap,
+                where_first,
+                nan_zero,
+            )
+
+
+@njit(inline="always")
+def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts):
+    """Attention of head ``t`` (batch ``t // nh``, head ``t % nh``) into ``y``.
+
+    ``q``, ``k``, ``v`` are flat; ``qs``, ``ks``, ``vs`` their (batch, head) element strides
+    (0 where they broadcast). Per head Q is (sq, d) row-major, K (sk, d) or, when
+    ``k_given_t``, K^T (d, sk), and V (sk, dv). ``s`` is the (nb * nh * sq, sk) scores
+    buffer, ``y`` the flat (nb * nh * sq * dv) output. ``masks`` = (mask, cond, has_mask,
+    has_cond) and ``opts`` = (fill, swap, where_first, nan_zero) as for
+    :func:`attention_rows`.
+    """
+    sk = s.shape[1]
+    b = t // nh
+    h = t - b * nh
+    one = scale * 0 + 1
+    zero = scale * 0
+    sf = s.reshape(s.size)
+    q0 = b * qs[0] + h * qs[1]
+    k0 = b * ks[0] + h * ks[1]
+    ldk = sk if k_given_t else d
+    gemm_block(
+        False, not k_given_t, sq, sk, d, one, q, q0, d, k, k0, ldk, zero, sf, t * sq * sk, sk
+    )
+    mask, cond, has_mask, has_cond = masks
+    fill, swap, where_first, nan_zero = opts
+    for i in range(sq):
+        r = t * sq + i
         _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero)
+    v0 = b * vs[0] + h * vs[1]
+    gemm_block(
+        False, False, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, dv, zero, y, t * sq * dv, dv
+    )
+
+
+@njit(fma=True)
+def heads(n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts):
+    """Every head through :func:`_head` (serial)."""
+    for t in range(n_heads):
+        _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts)
+
+
+@pjit(fma=True)
+def heads_par(
+    ctl, n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts
+):
+    """Pool twin of :func:`heads`: heads claimed by the pool's threads."""
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_heads)
+        if chunk_lo >= chunk_hi:
+            break
+        for t in range(chunk_lo, chunk_hi):
+            _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts)

@@ -14,9 +14,9 @@ valid) so that the caller can raise an error naming it.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from .._jit import njit, pjit
+from ..chunks import claim
 
 # Reduction codes shared with the host side (ScatterElements / ScatterND ``reduction``).
 RED_NONE = 0
@@ -57,16 +57,21 @@ def gather_axis(data, idx, out):
 
 
 @pjit
-def gather_axis_par(data, idx, out):
+def gather_axis_par(ctl, data, idx, out):
     """Parallel twin of :func:`gather_axis` (rows of the output split across threads)."""
     outer, _, inner = data.shape
     m = idx.shape[0]
-    for t in prange(outer * m):
-        o = t // m
-        j = t - o * m
-        src = idx[j]
-        for i in range(inner):
-            out[o, j, i] = data[o, src, i]
+    n_items = outer * m
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for t in range(chunk_lo, chunk_hi):
+            o = t // m
+            j = t - o * m
+            src = idx[j]
+            for i in range(inner):
+                out[o, j, i] = data[o, src, i]
 
 
 @njit

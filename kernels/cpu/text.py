@@ -13,9 +13,8 @@ entry, so one compiled kernel serves every input type and shape.
 
 from __future__ import annotations
 
-import numba
-
 from .._jit import njit, pjit
+from ..chunks import claim
 
 
 @njit(inline="always")
@@ -84,10 +83,24 @@ def ngram_counts(
 
 @pjit
 def ngram_counts_par(
-    tokens, child_start, child_key, child_node, node_col, min_n, max_n, max_skip, counts
+    ctl, tokens, child_start, child_key, child_node, node_col, min_n, max_n, max_skip, counts
 ):
     """Parallel twin of :func:`ngram_counts` (rows in parallel; each row owns its output row)."""
-    for r in numba.prange(tokens.shape[0]):
-        _count_row(
-            tokens, r, child_start, child_key, child_node, node_col, min_n, max_n, max_skip, counts
-        )
+    n_items = tokens.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _count_row(
+                tokens,
+                r,
+                child_start,
+                child_key,
+                child_node,
+                node_col,
+                min_n,
+                max_n,
+                max_skip,
+                counts,
+            )

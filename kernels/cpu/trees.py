@@ -20,9 +20,10 @@ are run-time values.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from .._jit import njit, pjit
+from ..atomics import fetch_add
+from ..chunks import claim
 
 MODE_LEQ = 0
 MODE_LT = 1
@@ -172,6 +173,7 @@ def predict_serial(
 
 @pjit
 def predict_parallel(
+    ctl,
     x,
     roots,
     mode,
@@ -188,30 +190,37 @@ def predict_parallel(
     agg,
     out,
     has,
+    bad_rows,
 ):
-    """Parallel twin of :func:`predict_serial` (rows split across threads)."""
+    """Pool twin of :func:`predict_serial` (rows split across threads); adds its count of
+    rows that met a cycle to ``bad_rows[0]``."""
     bad = 0
-    for i in prange(x.shape[0]):
-        bad += _row(
-            x,
-            i,
-            roots,
-            mode,
-            feat,
-            thr,
-            tnode,
-            fnode,
-            miss,
-            aux0,
-            aux1,
-            members,
-            w_target,
-            w_value,
-            agg,
-            out,
-            has,
-        )
-    return bad
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for i in range(chunk_lo, chunk_hi):
+            bad += _row(
+                x,
+                i,
+                roots,
+                mode,
+                feat,
+                thr,
+                tnode,
+                fnode,
+                miss,
+                aux0,
+                aux1,
+                members,
+                w_target,
+                w_value,
+                agg,
+                out,
+                has,
+            )
+    fetch_add(bad_rows, 0, bad)
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,27 +442,32 @@ def fast_predict_serial(
 
 @pjit
 def fast_predict_parallel(
-    x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
+    ctl, x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
 ):
     """Parallel twin of :func:`fast_predict_serial` (row blocks split across threads)."""
     n = x.shape[0]
-    for b in prange((n + BLOCK - 1) // BLOCK):
-        r0 = b * BLOCK
-        _fast_block(
-            x,
-            r0,
-            min(r0 + BLOCK, n),
-            t_root,
-            t_depth,
-            g_depth,
-            f_left,
-            f_feat,
-            f_thr,
-            f_leaf,
-            values,
-            skip,
-            out,
-        )
+    n_items = (n + BLOCK - 1) // BLOCK
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for b in range(chunk_lo, chunk_hi):
+            r0 = b * BLOCK
+            _fast_block(
+                x,
+                r0,
+                min(r0 + BLOCK, n),
+                t_root,
+                t_depth,
+                g_depth,
+                f_left,
+                f_feat,
+                f_thr,
+                f_leaf,
+                values,
+                skip,
+                out,
+            )
 
 
 @njit

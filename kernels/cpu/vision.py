@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from .._jit import njit, pjit
+from ..chunks import claim
 
 # --------------------------------------------------------------------------------------------
 # GridSample
@@ -172,16 +172,21 @@ def grid_sample_taps(coords, dims, mode, padding, align, q0, off, wt, cnt):
 
 
 @pjit
-def grid_sample_taps_parallel(coords, dims, mode, padding, align, q0, off, wt, cnt):
+def grid_sample_taps_parallel(ctl, coords, dims, mode, padding, align, q0, off, wt, cnt):
     """Parallel twin of :func:`grid_sample_taps` over blocks of output points."""
     total = cnt.shape[0]
     n_blocks = 64
     step = (total + n_blocks - 1) // n_blocks
-    for b in numba.prange(n_blocks):
-        start = q0 + b * step
-        stop = min(q0 + total, start + step)
-        if start < stop:
-            _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, start, stop)
+    n_items = n_blocks
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for b in range(chunk_lo, chunk_hi):
+            start = q0 + b * step
+            stop = min(q0 + total, start + step)
+            if start < stop:
+                _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, start, stop)
 
 
 @njit(inline="always")
@@ -217,10 +222,15 @@ def grid_sample_apply(x, q0, off, wt, cnt, nearest, zero, out):
 
 
 @pjit
-def grid_sample_apply_parallel(x, q0, off, wt, cnt, nearest, zero, out):
+def grid_sample_apply_parallel(ctl, x, q0, off, wt, cnt, nearest, zero, out):
     """Parallel twin of :func:`grid_sample_apply` over output points."""
-    for r in numba.prange(cnt.shape[0]):
-        _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r)
+    n_items = cnt.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,10 +322,15 @@ def roi_align(x, height, width, start, binsz, grid, bidx, is_max, out):
 
 
 @pjit
-def roi_align_parallel(x, height, width, start, binsz, grid, bidx, is_max, out):
+def roi_align_parallel(ctl, x, height, width, start, binsz, grid, bidx, is_max, out):
     """Parallel twin of :func:`roi_align` over regions."""
-    for r in numba.prange(out.shape[0]):
-        _roi_one(x, height, width, start, binsz, grid, bidx, is_max, out, r)
+    n_items = out.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _roi_one(x, height, width, start, binsz, grid, bidx, is_max, out, r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,10 +465,15 @@ def col2im_scatter(data, idx, out):
 
 
 @pjit
-def col2im_scatter_parallel(data, idx, out):
+def col2im_scatter_parallel(ctl, data, idx, out):
     """Parallel twin of :func:`col2im_scatter` over planes."""
-    for p in numba.prange(data.shape[0]):
-        _scatter_one(data, idx, out, p)
+    n_items = data.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for p in range(chunk_lo, chunk_hi):
+            _scatter_one(data, idx, out, p)
 
 
 # --------------------------------------------------------------------------------------------
@@ -509,9 +529,14 @@ def deform_im2col(x, offset, mask, geo, cols):
 
 
 @pjit
-def deform_im2col_parallel(x, offset, mask, geo, cols):
+def deform_im2col_parallel(ctl, x, offset, mask, geo, cols):
     """Parallel twin of :func:`deform_im2col` over channels."""
     c_n = x.shape[0]
     c_per_g = c_n // offset.shape[0]
-    for c in numba.prange(c_n):
-        _deform_channel(x, offset, mask, geo, cols, c, c_per_g)
+    n_items = c_n
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for c in range(chunk_lo, chunk_hi):
+            _deform_channel(x, offset, mask, geo, cols, c, c_per_g)

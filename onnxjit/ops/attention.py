@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 
 from onnxjit.kernels import _jit
-from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import attention as katt
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _BF16 = "bfloat16"

@@ -24,8 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.kernels import _jit
-from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import sdpa as ksdpa
+from onnxjit.ops.gemm import PARALLEL_MACS
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, internal_op
 
 _DUMMY = {}
@@ -147,6 +148,12 @@ def sdpa(
     if narrow:
         q, kt, v = q.astype(cdt), kt.astype(cdt), v.astype(cdt)
         mask = None if mask is None else mask.astype(cdt)
+        k = kt if k_transposed else np.swapaxes(kt, -1, -2)
+    vb = v.shape[:-2]
+    if len(vb) <= len(batch) and all(x in (1, y) for x, y in zip(vb[::-1], batch[::-1])):
+        # V broadcasts into the scores' batch: one kernel does each head from end to end
+        y = _by_heads(q, k, bool(k_transposed), v, mask, cond, batch, cdt, scale, fill, args)
+        return y.astype(dtype, copy=False)
     s = np.matmul(q, kt)  # batched BLAS, fresh and C-contiguous
     s = np.ascontiguousarray(s, dtype=cdt)
     s4 = s.reshape((1,) * (4 - s.ndim) + s.shape)
@@ -174,3 +181,45 @@ def sdpa(
         ksdpa.attention_rows(*kargs)
     y = np.matmul(s, v)
     return y.astype(dtype, copy=False)
+
+
+def _flat_4d(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` (rank 2 to 4) as flat C-contiguous data and its (batch, head) element strides
+    over the last two dims, 0 where the dim is 1 (broadcast)."""
+    a4 = np.ascontiguousarray(a.reshape((1,) * (4 - a.ndim) + a.shape))
+    per = a4.shape[2] * a4.shape[3]
+    strides = np.array(
+        [a4.shape[1] * per if a4.shape[0] > 1 else 0, per if a4.shape[1] > 1 else 0], np.int64
+    )
+    return a4.reshape(-1), strides
+
+
+def _by_heads(q, k, k_given_t, v, mask, cond, batch, cdt, scale, fill, opts) -> np.ndarray:
+    """The fast path: :func:`onnxjit.kernels.cpu.sdpa.heads` over every (batch, head) pair."""
+    nb, nh = (1,) * (2 - len(batch)) + tuple(batch)
+    sq, d = q.shape[-2:]
+    sk = k.shape[-1] if k_given_t else k.shape[-2]
+    dv = v.shape[-1]
+    if nb * nh * sq * dv == 0 or sk == 0 or d == 0:
+        kt = k if k_given_t else np.swapaxes(k, -1, -2)
+        c = [a.astype(cdt) for a in (q, kt, v)]
+        return _reference(c[0], c[1], c[2], mask, cond, scale, fill, *opts)
+    qf, qs = _flat_4d(q.astype(cdt, copy=False))
+    kf, ks = _flat_4d(k.astype(cdt, copy=False))
+    vf, vs = _flat_4d(v.astype(cdt, copy=False))
+    y = np.empty((*batch, sq, dv), cdt)
+    s = np.empty((nb * nh * sq, sk), cdt)
+    masks = (
+        _dummy(cdt) if mask is None else _as_4d(mask, sk),
+        _dummy(np.dtype(np.bool_)) if cond is None else _as_4d(cond, sk),
+        mask is not None,
+        cond is not None,
+    )
+    t = cdt.type
+    args = (nb * nh, qf, qs, kf, ks, k_given_t, vf, vs, s, y.reshape(-1), nh, sq, d, dv)
+    tail = (masks, t(scale), (t(fill), *opts))
+    if nb * nh > 1 and nb * nh * sq * sk * (d + dv) >= PARALLEL_MACS:
+        run_parallel(ksdpa.heads_par, *args, *tail)
+    else:
+        ksdpa.heads(*args, *tail)
+    return y

@@ -1,20 +1,19 @@
-"""``FusedConv``: Conv whose epilogue adds the bias, a residual and an activation in one pass.
+"""``FusedConv``: Conv whose epilogue adds the bias, a residual and an activation.
 
 Created by ``onnxjit.passes.patterns_conv.fuse_conv_activation`` from Conv (+ Add(other)) +
-activation. The convolution itself is :func:`onnxjit.ops.nn.conv_compute` (im2col + BLAS
-writing NCHW directly, plain GEMM for 1x1, a Numba kernel for depthwise); then
-:func:`onnxjit.kernels.cpu.epilogue.planes` walks each (image, channel) plane once.
+activation. The convolution is :func:`onnxjit.ops.nn.conv_compute` (im2col + BLAS writing NCHW
+directly, plain GEMM for 1x1, a Numba kernel for depthwise); the epilogue runs on each GEMM
+tile as soon as BLAS wrote it (after the depthwise kernel: one pass over each channel plane).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.kernels import _jit
-from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import epilogue as kep
-from onnxjit.ops.fused_gemm import activation_args, empty, run_rows
-from onnxjit.ops.nn import conv_compute
+from onnxjit.ops.fused_gemm import activation_args
+from onnxjit.ops.gemm import empty_array
+from onnxjit.ops.nn import ConvEpilogue, conv_compute, conv_output_shape
 from onnxjit.registry import NodeContext, internal_op
 
 
@@ -40,19 +39,8 @@ def fused_conv(
     A residual of the output's shape is added inside the epilogue; one of another shape
     broadcasts as ONNX Add does (a separate numpy pass, then the activation).
     """
-    y = conv_compute(
-        ctx,
-        x,
-        w,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        group=group,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
-    )
-    cd = y.dtype
-    M = y.shape[1]
+    cd = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    M = w.shape[0]
     bias = None
     if b is not None:
         if b.shape != (M,):
@@ -61,24 +49,25 @@ def fused_conv(
     code, p0, p1 = activation_args(ctx, activation, activation_params, cd)
     res = None
     if residual is not None:
-        res = residual if residual.dtype == cd else residual.astype(cd)
-        if res.shape != y.shape:
-            # Broadcasting residual: bias in place, numpy's broadcasting add, then activation.
-            if bias is not None:
-                y += bias.reshape(1, M, *([1] * (y.ndim - 2)))
-            y = np.add(y, res)
-            if y.size:
-                y2 = y.reshape(-1, y.shape[-1] if y.ndim else 1)
-                run_rows(y2, 1.0, None, code, p0, p1)
-            return y if cd == x.dtype else y.astype(x.dtype)
-        res = np.ascontiguousarray(res)
-    if y.size and (bias is not None or res is not None or code != kep.ACT_NONE):
-        y3 = y.reshape(y.shape[0], M, -1)
-        r3 = empty(cd, 3) if res is None else res.reshape(y3.shape)
-        bb = empty(cd, 1) if bias is None else bias
-        args = (y3, bb, bias is not None, r3, res is not None, code, p0, p1)
-        if y.size >= _jit.PARALLEL_THRESHOLD and y3.shape[0] * M > 1:
-            run_parallel(kep.planes_par, *args)
-        else:
-            kep.planes(*args)
+        res = np.ascontiguousarray(residual, dtype=cd)
+    geometry = dict(
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
+    if res is not None and res.shape != conv_output_shape(ctx, x, w, **geometry):
+        # A residual that broadcasts: bias in the epilogue, numpy's broadcasting add, then
+        # the activation in a second pass.
+        y = conv_compute(ctx, x, w, **geometry, epilogue=ConvEpilogue(bias, None, 0, p0, p1))
+        y = np.add(y, res)
+        if y.size and code != kep.ACT_NONE:
+            y2 = y.reshape(-1, y.shape[-1] if y.ndim else 1)
+            t = y2.dtype.type
+            kep.rows(y2, t(1), empty_array(y2.dtype, 1), False, code, p0, p1)
+        return y if cd == x.dtype else y.astype(x.dtype)
+    ep = ConvEpilogue(bias, res, code, p0, p1)
+    y = conv_compute(ctx, x, w, **geometry, epilogue=ep)
     return y if cd == x.dtype else y.astype(x.dtype)

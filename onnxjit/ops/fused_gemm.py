@@ -1,9 +1,10 @@
-"""``FusedGemm``: a GEMM by BLAS followed by one in-place epilogue pass (bias + activation).
+"""``FusedGemm``: a GEMM by BLAS with its epilogue (bias + activation) fused in.
 
 Created by ``onnxjit.passes.patterns_gemm.fuse_gemm_epilogue`` from MatMul/Gemm + bias Add +
 activation. The weight arrives pre-arranged at rewrite time as a C-contiguous (K, N) matrix of
 the compute dtype, and the bias (already multiplied by Gemm's beta) as an (N,) vector, so a run
-is ``np.matmul(A, W, out=Y)`` plus :func:`onnxjit.kernels.cpu.epilogue.rows` over ``Y``.
+is one :func:`onnxjit.ops.gemm.matmul_into`: the pool's threads each take tiles of the output,
+one BLAS call and then the bias and activation on the tile while it is in cache.
 
 The activation helpers here are shared with ``FusedConv``.
 """
@@ -14,10 +15,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnxjit import threads
 from onnxjit.kernels import _jit
-from onnxjit.kernels._jit import run_parallel
+from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.ops.gemm import Epilogue, empty_array, matmul_into
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
@@ -36,32 +38,6 @@ ACTIVATIONS: dict[str, tuple[int, int]] = {
     "Silu": (kep.ACT_SILU, 0),
     "HardSwish": (kep.ACT_HARD_SWISH, 0),
 }
-
-_EMPTY: dict[np.dtype, np.ndarray] = {}
-
-# GEMMs below this many multiply-adds (about 0.5 ms on one core) run single-threaded: BLAS's
-# thread hand-off costs more than it saves there, and on a loaded machine OpenBLAS's threads
-# wait for cores (measured: a 64x784x512 float32 GEMM took 2 s with 2 threads and 30 other
-# runnable processes, against 0.3-70 ms with one thread).
-SINGLE_THREAD_MACS = 1 << 25
-
-
-def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """``np.matmul(a, b, out=out)`` (2-D or batched), single-threaded BLAS for small GEMMs.
-
-    The count goes back to the run's at once, not at the end of the run: other ops call BLAS
-    directly (plain MatMul, attention, RNN steps) and must see the session's setting.
-    """
-    n = threads.blas_threads()
-    ctl = threads.numpy_blas() if n is not None and n > 1 else False
-    if not ctl or out.size * a.shape[-1] >= SINGLE_THREAD_MACS:
-        np.matmul(a, b, out=out)
-        return
-    ctl.set_num_threads(1)
-    try:
-        np.matmul(a, b, out=out)
-    finally:
-        ctl.set_num_threads(n)
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -84,15 +60,6 @@ def activation_args(
     return code, t(p[0]), t(p[1])
 
 
-def empty(dtype: np.dtype, ndim: int) -> np.ndarray:
-    """A cached empty C-contiguous array standing in for an absent operand."""
-    key = (np.dtype(dtype), ndim)
-    a = _EMPTY.get(key)
-    if a is None:
-        a = _EMPTY[key] = np.empty((0,) * ndim, dtype)
-    return a
-
-
 def run_rows(
     y: np.ndarray, alpha: float, bias: np.ndarray | None, code: int, p0: object, p1: object
 ) -> None:
@@ -100,7 +67,7 @@ def run_rows(
     if code == kep.ACT_NONE and bias is None and alpha == 1.0:
         return
     t = y.dtype.type
-    b = empty(y.dtype, 1) if bias is None else bias
+    b = empty_array(y.dtype, 1) if bias is None else bias
     args = (y, t(alpha), b, bias is not None, code, p0, p1)
     if y.size >= _jit.PARALLEL_THRESHOLD and y.shape[0] > 1:
         run_parallel(kep.rows_par, *args)
@@ -148,12 +115,9 @@ def fused_gemm(
         raise ctx.error(f"inner dimensions differ: A {a.shape} and the weight ({K}, {N})")
     y = np.empty((a2.shape[0], N), cd)
     if y.size:
-        if K == 0:
-            y.fill(0)
-        else:
-            matmul_into(a2, w, y)
         code, p0, p1 = activation_args(ctx, activation, activation_params, cd)
-        run_rows(y, alpha, bias, code, p0, p1)
+        ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL, act=code, p0=p0, p1=p1)
+        matmul_into(a2, w, y, alpha=alpha, epilogue=ep)
     shape = lead + (N,)
     if len(shape) < out_rank:
         shape = (1,) * (out_rank - len(shape)) + shape

@@ -21,9 +21,9 @@ import math
 import numpy as np
 
 from onnxjit.kernels import _jit
-from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.kernels._jit import PARALLEL_THRESHOLD, run_parallel
+from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import ml as kml
 from onnxjit.kernels.cpu import trees as ktrees
+from onnxjit.pool import run_parallel
 from onnxjit.registry import ML_DOMAIN, onnx_op
 
 _POST = {
@@ -451,8 +452,10 @@ def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: 
     if n == 0 or table.n_trees == 0:
         return out.astype(np.float64), has
     args = (x, *table.walk_arrays(), agg, out, has)
-    if n > 1 and n * table.n_trees * 8 >= PARALLEL_THRESHOLD:
-        bad = run_parallel(ktrees.predict_parallel, *args)
+    if n > 1 and n * table.n_trees * 8 >= _jit.PARALLEL_THRESHOLD:
+        bad_rows = np.zeros(1, np.int64)
+        run_parallel(ktrees.predict_parallel, *args, bad_rows)
+        bad = int(bad_rows[0])
     else:
         bad = ktrees.predict_serial(*args)
     if bad:

@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from onnxjit.kernels import _jit
-from onnxjit.kernels._jit import run_parallel
+from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import conv as kconv
+from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.kernels.cpu import pool as kpool
+from onnxjit.ops import gemm as blas
 from onnxjit.ops.fused_norm import layer_norm_rows, softmax_last
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 # Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value
@@ -183,7 +186,7 @@ def matmul(ctx: NodeContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise ctx.error(f"inner dimensions differ: A {a.shape} and B {b.shape}")
     dtype = a.dtype
     if _is_float(dtype):
-        y = np.matmul(_compute(a), _compute(b))
+        y = blas.matmul(_compute(a), _compute(b))
     else:
         y = np.matmul(a, b)
     return _back(np.asarray(y), dtype)
@@ -214,7 +217,7 @@ def _gemm(
     if not c_ok and beta != 0:
         raise ctx.error(f"C of shape {c.shape} does not broadcast to ({m}, {n})")
     if _is_float(dtype):
-        y = np.matmul(_compute(at), _compute(bt))
+        y = blas.matmul(_compute(at), _compute(bt))
         if alpha != 1.0:
             y *= y.dtype.type(alpha)
         if c is not None and beta != 0:
@@ -347,12 +350,14 @@ def _conv_core(
     dl: list[int],
     pb: list[int],
     out: list[int],
+    ep: ConvEpilogue | None = None,
 ) -> np.ndarray:
-    """Convolution of float32/float64 ``x`` (N, C, *sp) with ``w`` (M, C/group, *ks), no bias.
+    """Convolution of float32/float64 ``x`` (N, C, *sp) with ``w`` (M, C/group, *ks), then
+    the epilogue ``ep`` (bias per channel, residual, activation) when given.
 
     The result is a fresh C-contiguous (N, M, *out) array. Each GEMM writes its (M/group, S)
     block of the output straight into place (``W[M, C*K] @ col[C*K, S]`` is NCHW per image), so
-    no transpose or copy follows it.
+    no transpose or copy follows it, and applies the epilogue tile by tile as it goes.
     """
     N, C = x.shape[:2]
     M = w.shape[0]
@@ -362,11 +367,9 @@ def _conv_core(
     if N == 0 or M == 0 or s_out == 0:
         return np.zeros((N, M, *out), x.dtype)
     if cg == 0 or K == 0:
-        return np.zeros((N, M, *out), x.dtype)
-    # Single-threaded BLAS for small GEMMs (see fused_gemm.matmul_into); imported here since
-    # fused_gemm is a sibling operator module.
-    from onnxjit.ops.fused_gemm import matmul_into
-
+        y = np.zeros((N, M, *out), x.dtype)
+        _conv_epilogue(y, ep)
+        return y
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
     y = np.empty((N, M, s_out), x.dtype)
@@ -381,7 +384,7 @@ def _conv_core(
         sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st))
         xs = x[(slice(None), slice(None), *sl)]
         xs = np.ascontiguousarray(xs).reshape(N, C, s_out)
-        matmul_into(w.reshape(M, C), xs, y)
+        blas.matmul_into(w.reshape(M, C), xs, y, epilogue=_gemm_epilogue(ep, y, 0, M))
         return y.reshape(N, M, *out)
     x5 = x.reshape(N, C, *_pad3(x.shape[2:], 1))
     k3, st3, dl3, pb3 = (
@@ -398,6 +401,7 @@ def _conv_core(
         _launch(
             kconv.depthwise, kconv.depthwise_par, y5.size * K, x5, w5, k3, st3, dl3, pb3, y5, M // C
         )
+        _conv_epilogue(y, ep)
         return y.reshape(N, M, *out)
     wr = w.reshape(M, cg * K)
     per_image = cg * K * s_out * x.dtype.itemsize
@@ -413,8 +417,56 @@ def _conv_core(
             )
             wg = wr[g * mg : (g + 1) * mg]
             for i in range(n1 - n0):
-                matmul_into(wg, cs[i], y[n0 + i, g * mg : (g + 1) * mg])
+                yg = y[n0 + i, g * mg : (g + 1) * mg]
+                gep = _gemm_epilogue(ep, y, g * mg, (g + 1) * mg, n0 + i)
+                blas.matmul_into(wg, cs[i], yg, epilogue=gep)
     return y.reshape(N, M, *out)
+
+
+class ConvEpilogue(NamedTuple):
+    """What follows a convolution inside FusedConv: ``act(y + bias + residual)``, with
+    ``bias`` (M,) per channel, ``residual`` shaped like ``y`` (N, M, S) and an activation code
+    of :mod:`onnxjit.kernels.cpu.epilogue` with its parameters, all in ``y``'s type."""
+
+    bias: np.ndarray | None
+    residual: np.ndarray | None
+    act: int
+    p0: Any
+    p1: Any
+
+
+def _gemm_epilogue(
+    ep: ConvEpilogue | None, y: np.ndarray, m0: int, m1: int, image: int | None = None
+) -> blas.Epilogue:
+    """The GEMM epilogue for output channels ``m0:m1`` (of one image, or of all)."""
+    if ep is None:
+        return blas.Epilogue()
+    res = None
+    if ep.residual is not None:
+        r = ep.residual.reshape(y.shape)
+        res = r[:, m0:m1] if image is None else r[image, m0:m1]
+    return blas.Epilogue(
+        bias=None if ep.bias is None else ep.bias[m0:m1],
+        bias_mode=kblas.BIAS_ROW,
+        residual=res,
+        act=ep.act,
+        p0=ep.p0,
+        p1=ep.p1,
+    )
+
+
+def _conv_epilogue(y: np.ndarray, ep: ConvEpilogue | None) -> None:
+    """Apply ``ep`` to ``y`` (N, M, ...) in place, one pass over each channel plane."""
+    if ep is None or not y.size:
+        return
+    if ep.bias is None and ep.residual is None and ep.act == kep.ACT_NONE:
+        return
+    N, M = y.shape[:2]
+    y3 = y.reshape(N, M, -1)
+    r3 = blas.empty_array(y.dtype, 3) if ep.residual is None else ep.residual.reshape(y3.shape)
+    bb = blas.empty_array(y.dtype, 1) if ep.bias is None else ep.bias
+    args = (y3, bb, ep.bias is not None, r3, ep.residual is not None, ep.act, ep.p0, ep.p1)
+    _launch(kep.planes, kep.planes_par, y.size, *args)
 
 
 def _conv_checks(
@@ -445,13 +497,34 @@ def conv_compute(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    epilogue: ConvEpilogue | None = None,
 ) -> np.ndarray:
     """Conv without bias, in the compute dtype (float16/bfloat16 -> float32): a fresh
-    C-contiguous (N, M, *out) array. Shared by Conv and the fused ``FusedConv``."""
+    C-contiguous (N, M, *out) array. Shared by Conv and the fused ``FusedConv``, which passes
+    ``epilogue`` (its values in the compute dtype)."""
     ks = _conv_checks(ctx, x, w, group, kernel_shape)
     pb, _pe, out, st, dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
     xc = _compute(x)
-    return _conv_core(xc, _compute(w).astype(xc.dtype, copy=False), group, ks, st, dl, pb, out)
+    wc = _compute(w).astype(xc.dtype, copy=False)
+    return _conv_core(xc, wc, group, ks, st, dl, pb, out, epilogue)
+
+
+def conv_output_shape(
+    ctx: NodeContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> tuple[int, ...]:
+    """The shape :func:`conv_compute` returns for these inputs and attributes."""
+    ks = _conv_checks(ctx, x, w, group, kernel_shape)
+    _pb, _pe, out, _st, _dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
+    return (x.shape[0], w.shape[0], *out)
 
 
 @onnx_op("Conv", since=1)

@@ -19,10 +19,10 @@ import numpy as np
 
 from onnxjit import types as onnx_types
 from onnxjit.kernels import _jit
-from onnxjit.kernels._jit import run_parallel
 from onnxjit.kernels.cpu import quant as kq
 from onnxjit.ops.elementwise import cast_array
 from onnxjit.ops.nn import conv_integer
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 # Integer storage types and their saturation ranges.

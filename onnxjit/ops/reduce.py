@@ -19,6 +19,7 @@ import numpy as np
 
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import reduce as K
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _LOW_FLOATS = ("float16", "bfloat16")
@@ -159,7 +160,7 @@ def reduce_values(
     acc = np.full((outer, inner), _identity(kind, wk), dtype=acc_dtype)
     if x3.size:
         if outer > 1 and x3.size >= _jit.PARALLEL_THRESHOLD:
-            _jit.run_parallel(K.reduce3_par, x3, kind, acc)
+            run_parallel(K.reduce3_par, x3, kind, acc)
         else:
             K.reduce3(x3, kind, acc)
     res = acc

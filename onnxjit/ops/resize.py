@@ -22,8 +22,9 @@ import math
 
 import numpy as np
 
-from onnxjit.kernels._jit import PARALLEL_THRESHOLD, run_parallel
+from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import resize as K
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _COORD_MODES = (
@@ -146,7 +147,7 @@ def _apply_axis(
     oob_u8 = np.zeros(n_out, dtype=np.uint8) if oob is None else oob.astype(np.uint8)
     wt = np.ascontiguousarray(w, dtype=x.dtype)
     if out.size:
-        if out.size >= PARALLEL_THRESHOLD:
+        if out.size >= _jit.PARALLEL_THRESHOLD:
             run_parallel(K.interp_axis_parallel, x3, idx, wt, oob_u8, extrapolation, out)
         else:
             K.interp_axis(x3, idx, wt, oob_u8, extrapolation, out)

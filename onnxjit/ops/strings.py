@@ -20,6 +20,7 @@ import numpy as np
 
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import text as ktext
+from onnxjit.pool import run_parallel
 from onnxjit.registry import onnx_op
 
 
@@ -683,7 +684,7 @@ def tfidf_vectorizer_9(
             counts,
         )
         if tokens.shape[0] > 1 and tokens.size * (max_skip_count + 1) >= _jit.PARALLEL_THRESHOLD:
-            _jit.run_parallel(ktext.ngram_counts_par, *args)
+            run_parallel(ktext.ngram_counts_par, *args)
         else:
             kernel(*args)
     if mode != "TF":

@@ -24,6 +24,7 @@ import numpy as np
 from onnxjit import types
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import tensor as K
+from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -619,7 +620,7 @@ def _gather(ctx: NodeContext, data: np.ndarray, indices: np.ndarray, axis: int) 
         o3[...] = x3[:, wrapped, :]
     elif out.size:
         if _big(out.size):
-            _jit.run_parallel(K.gather_axis_par, xb, wrapped, ob)
+            run_parallel(K.gather_axis_par, xb, wrapped, ob)
         else:
             K.gather_axis(xb, wrapped, ob)
     return out

@@ -1,0 +1,84 @@
+"""Atomic operations and CPU hints for Numba kernels (LLVM intrinsics; CPU target only).
+
+These are what onnxjit's thread pool (:mod:`onnxjit.pool`) is built on: threads claim chunks of
+a kernel's iteration space with :func:`fetch_add` on a shared ``int64`` control array, and wait
+for each other with :func:`load` in a loop that :func:`pause` and :func:`sched_yield` keep
+polite. Every operation is sequentially consistent, which is what LLVM emits for x86's locked
+instructions anyway and is also correct on weaker architectures.
+
+All of it compiles to plain LLVM IR or a libc call, so kernels that use it are cached on disk
+like any other (a function taking a dispatcher argument would not be).
+"""
+
+from __future__ import annotations
+
+import platform
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["fetch_add", "load", "pause", "sched_getcpu", "sched_yield"]
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
+def _item_pointer(context, builder, aryty, ary_val, idx_val):
+    ary = context.make_array(aryty)(context, builder, ary_val)
+    return cgutils.get_item_pointer(context, builder, aryty, ary, [idx_val])
+
+
+def _check_int64_array(arr) -> None:
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.ndim == 1):
+        raise TypeError(f"atomics work on 1-D int64 arrays, got {arr}")
+
+
+@intrinsic
+def fetch_add(typingctx, arr, idx, val):
+    """``old = arr[idx]; arr[idx] += val`` as one atomic step; returns ``old``."""
+    _check_int64_array(arr)
+    sig = types.int64(arr, idx, val)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, sig.args[0], args[0], args[1])
+        v = context.cast(builder, args[2], sig.args[2], types.int64)
+        return builder.atomic_rmw("add", ptr, v, "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def load(typingctx, arr, idx):
+    """``arr[idx]`` read atomically (never hoisted out of a waiting loop by the compiler)."""
+    _check_int64_array(arr)
+    sig = types.int64(arr, idx)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, sig.args[0], args[0], args[1])
+        return builder.load_atomic(ptr, "seq_cst", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def pause(typingctx):
+    """The CPU's spin-wait hint (x86 ``pause``; nothing elsewhere)."""
+    sig = types.none()
+
+    def codegen(context, builder, sig, args):
+        if _X86:
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse2.pause")
+            builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+#: libc's ``sched_yield()``: lets another runnable thread of this core run (a spinning thread
+#: that shares a core with the thread it waits for must step aside, or it waits a time slice).
+sched_yield = types.ExternalFunction("sched_yield", types.int32())
+
+#: glibc's ``sched_getcpu()``: the CPU the calling thread runs on (a vDSO call, no syscall).
+sched_getcpu = types.ExternalFunction("sched_getcpu", types.int32())

@@ -1,0 +1,238 @@
+"""Matrix products from Numba code: BLAS ``?gemm`` on row-major blocks, single-threaded.
+
+:func:`gemm_block` calls the BLAS library Numba itself links to for ``np.dot`` (SciPy's, through
+Numba's ``numba_xxgemm`` helper, whose address is resolved when the process runs, so kernels
+calling it are cached on disk like any other) on sub-blocks of row-major operands given as
+flat arrays, element offsets and row strides. Numba's own ``np.dot`` takes whole contiguous
+matrices only (a column block would be copied first).
+
+The pool kernels below split one product into tiles, one BLAS call each, claimed by the pool's
+threads (:mod:`onnxjit.pool`): the BLAS library runs single-threaded inside onnxjit's runs, so
+the product's threads are the pool's and never compete with a second pool for the cores.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.linalg import ensure_blas, get_blas_kind
+
+from .._jit import njit, pjit
+from ..chunks import claim
+from .epilogue import ACT_NONE, activate
+
+_ll_char = ir.IntType(8)
+_ll_intp = ir.IntType(64)
+_ll_voidp = ir.IntType(8).as_pointer()
+
+
+@intrinsic
+def _xxgemm(
+    typingctx, transa, transb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
+):
+    """Column-major ``C = alpha * op(A) @ op(B) + beta * C`` (Fortran BLAS semantics) on the
+    blocks of the flat arrays ``a``, ``b``, ``c`` starting at the element offsets."""
+    for arr in (a, b, c):
+        if not isinstance(arr, types.Array) or arr.dtype != a.dtype:
+            raise TypeError("gemm operands must be arrays of one float type")
+    dtype = a.dtype
+    if dtype not in (types.float32, types.float64):
+        raise TypeError(f"gemm takes float32 or float64, got {dtype}")
+    sig = types.int32(
+        transa, transb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
+    )
+
+    def codegen(context, builder, sig, args):
+        ensure_blas()
+        (ta, tb, m_, n_, k_, alpha_, a_, aoff, lda_, b_, boff, ldb_, beta_, c_, coff, ldc_) = args
+        aty, bty, cty = sig.args[6], sig.args[9], sig.args[13]
+
+        def ptr(aryty, val, off, offty):
+            ary = context.make_array(aryty)(context, builder, val)
+            off = context.cast(builder, off, offty, types.intp)
+            return builder.bitcast(builder.gep(ary.data, [off]), _ll_voidp)
+
+        def intp(val, ty):
+            return context.cast(builder, val, ty, types.intp)
+
+        def slot(val, ty):
+            v = context.cast(builder, val, ty, dtype)
+            return builder.bitcast(cgutils.alloca_once_value(builder, v), _ll_voidp)
+
+        fnty = ir.FunctionType(
+            ir.IntType(32),
+            [
+                _ll_char,
+                _ll_char,
+                _ll_char,
+                _ll_intp,
+                _ll_intp,
+                _ll_intp,
+                _ll_voidp,
+                _ll_voidp,
+                _ll_intp,
+                _ll_voidp,
+                _ll_intp,
+                _ll_voidp,
+                _ll_voidp,
+                _ll_intp,
+            ],
+        )
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
+        kind = ir.Constant(_ll_char, ord(get_blas_kind(dtype)))
+        tas = builder.trunc(intp(ta, sig.args[0]), _ll_char)
+        tbs = builder.trunc(intp(tb, sig.args[1]), _ll_char)
+        return builder.call(
+            fn,
+            (
+                kind, tas, tbs,
+                intp(m_, sig.args[2]), intp(n_, sig.args[3]), intp(k_, sig.args[4]),
+                slot(alpha_, sig.args[5]),
+                ptr(aty, a_, aoff, sig.args[7]), intp(lda_, sig.args[8]),
+                ptr(bty, b_, boff, sig.args[10]), intp(ldb_, sig.args[11]),
+                slot(beta_, sig.args[12]),
+                ptr(cty, c_, coff, sig.args[14]), intp(ldc_, sig.args[15]),
+            ),
+        )  # fmt: skip
+
+    return sig, codegen
+
+
+_N = ord("n")
+_T = ord("t")
+
+
+@njit(inline="always")
+def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    """Row-major ``C = alpha * op(A) @ op(B) + beta * C`` on blocks of flat arrays.
+
+    ``C`` is the ``m x n`` block at ``c[c_off:]`` with row stride ``ldc``; ``op(A)`` is ``m x
+    k``: ``A`` stored ``m x k`` (row stride ``lda``), or ``k x m`` when ``ta``; likewise ``op(B)``
+    is ``k x n`` from ``B`` stored ``k x n``, or ``n x k`` when ``tb``. ``beta == 0`` ignores
+    what ``C`` held (NaN included), as BLAS does.
+    """
+    if m <= 0 or n <= 0:
+        return
+    # Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the flags.
+    _xxgemm(_T if tb else _N, _T if ta else _N, n, m, k, alpha, b, b_off, ldb, a, a_off, lda,
+            beta, c, c_off, ldc)  # fmt: skip
+
+
+# Epilogue bias modes
+BIAS_NONE = 0
+BIAS_COL = 1  # bias[j] added to column j (a fully connected layer: one bias per output feature)
+BIAS_ROW = 2  # bias[i] added to row i of each matrix (a convolution: one bias per channel)
+
+
+@njit(inline="always")
+def _tile_counts(m, n, tm, tn):
+    return (m + tm - 1) // tm, (n + tn - 1) // tn
+
+
+@njit(inline="always")
+def _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1):
+    """``act(C + bias + residual)`` in place on a ``rows x cols`` tile, one row at a time
+    while the BLAS call left it in cache."""
+    for r in range(rows):
+        off = c_base + (r0 + r) * n + c0
+        v = c[off : off + cols]
+        if has_res:
+            rv = res[off : off + cols]
+            if bias_mode == BIAS_COL:
+                bv = bias[c0 : c0 + cols]
+                for j in range(cols):
+                    v[j] = v[j] + bv[j] + rv[j]
+            elif bias_mode == BIAS_ROW:
+                b = bias[r0 + r]
+                for j in range(cols):
+                    v[j] = v[j] + b + rv[j]
+            else:
+                for j in range(cols):
+                    v[j] = v[j] + rv[j]
+        elif bias_mode == BIAS_COL:
+            bv = bias[c0 : c0 + cols]
+            for j in range(cols):
+                v[j] = v[j] + bv[j]
+        elif bias_mode == BIAS_ROW:
+            b = bias[r0 + r]
+            for j in range(cols):
+                v[j] = v[j] + b
+        activate(v, act, p0, p1)
+
+
+@njit(inline="always")
+def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep):
+    """Tile ``t`` of the batched product (tiles numbered batch-major, then rows, then cols),
+    followed by the epilogue ``ep = (bias, bias_mode, res, has_res, act, p0, p1)``."""
+    gm, gn = _tile_counts(m, n, tm, tn)
+    per = gm * gn
+    p = t // per
+    r = t - p * per
+    i = r // gn
+    j = r - i * gn
+    r0 = i * tm
+    c0 = j * tn
+    rows = min(tm, m - r0)
+    cols = min(tn, n - c0)
+    a_base = p * sa
+    b_base = p * sb
+    c_base = p * m * n
+    lda = m if ta else k
+    ldb = k if tb else n
+    a_off = a_base + (r0 if ta else r0 * k)
+    b_off = b_base + (c0 * k if tb else c0)
+    gemm_block(ta, tb, rows, cols, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
+               c_base + r0 * n + c0, n)  # fmt: skip
+    bias, bias_mode, res, has_res, act, p0, p1 = ep
+    if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
+        _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1)
+
+
+@njit(fma=True)
+def gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep):
+    """``c[p] = act(alpha * op(a[p]) @ op(b[p]) + beta * c[p] + bias + res[p])`` for each of
+    ``batch`` matrices.
+
+    ``a``, ``b``, ``c`` are flat C-contiguous arrays of row-major matrices: matrix ``p`` of
+    ``a`` starts at element ``p * sa`` (``sa == 0``: one matrix shared by every ``p``), of
+    ``b`` at ``p * sb``, of ``c`` at ``p * m * n``. ``op`` transposes when ``ta`` / ``tb``.
+    ``ep`` is the epilogue ``(bias, bias_mode, res, has_res, act, p0, p1)``: ``bias`` per
+    column or per row (``BIAS_*``), ``res`` a flat array shaped like ``c``, ``act`` an
+    activation code of :mod:`onnxjit.kernels.cpu.epilogue` with its parameters. One BLAS call
+    per matrix, on the calling thread.
+    """
+    for p in range(batch):
+        _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, m, n, p, ep)
+
+
+@pjit(fma=True)
+def gemm_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
+    """Pool twin of :func:`gemm`: tiles of ``tm x tn`` outputs, one BLAS call and its
+    epilogue each."""
+    gm, gn = _tile_counts(m, n, tm, tn)
+    n_items = batch * gm * gn
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for t in range(chunk_lo, chunk_hi):
+            _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep)
+
+
+def tiles(batch: int, m: int, n: int, k: int, threads: int) -> tuple[int, int]:
+    """Tile shape ``(tm, tn)`` splitting ``batch`` products of ``m x n`` (inner ``k``) over
+    ``threads`` threads: whole matrices when the batch alone gives every thread several,
+    else the longer side cut into blocks of at least 64 rows/columns (BLAS packs each operand
+    block once per call: smaller tiles repack more than they balance)."""
+    want = 4 * threads
+    if batch >= want:
+        return m, n
+    per = -(-want // batch)  # tiles wanted per matrix
+    if n >= m:
+        tn = max(64, -(-n // per))
+        tn = -(-tn // 16) * 16
+        return m, min(n, tn)
+    tm = max(64, -(-m // per))
+    return min(m, tm), n

@@ -1,0 +1,181 @@
+"""Matrix products for the operators: BLAS tiles run by onnxjit's thread pool.
+
+:func:`matmul_into` is what MatMul, Gemm, FusedGemm, Conv (im2col and 1x1) and attention call
+for float32/float64 products. It hands :mod:`onnxjit.kernels.cpu.blas` flat views of the
+operands and lets the pool's threads take tiles of the product, each one single-threaded BLAS
+call (the BLAS library's own threads stay at one, see :func:`onnxjit.threads.apply`). Other
+element types, and layouts it cannot pass to BLAS without a copy, go to ``np.matmul``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from onnxjit import threads
+from onnxjit.kernels.cpu import blas as kblas
+from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.pool import run_parallel
+
+_BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+# Products below this many multiply-adds run on the calling thread alone: splitting them costs
+# more than it saves (a tile's BLAS call repacks its operands; waking a worker costs some
+# 100 us on the development VM when it is not spinning).
+PARALLEL_MACS = 1 << 18
+
+
+def _operand(x: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, bool] | None:
+    """``x`` (..., rows, cols) as (flat C-contiguous data, transposed flag), or None when only
+    a copy would make it so. A transposed view of a C-contiguous matrix is passed as its
+    base with the flag set (Gemm's transA/transB, attention's K^T)."""
+    if x.flags.c_contiguous:
+        return x.reshape(-1), False
+    if x.ndim >= 2:
+        xt = np.swapaxes(x, -1, -2)
+        if xt.flags.c_contiguous and xt.shape[-2:] == (cols, rows):
+            return xt.reshape(-1), True
+    return None
+
+
+class Epilogue(NamedTuple):
+    """What :func:`matmul_into` applies to each tile of the product once BLAS wrote it:
+    ``act(y + bias + residual)``. ``bias`` is per column (``bias_mode=BIAS_COL``, a fully
+    connected layer) or per row of each matrix (``BIAS_ROW``, a convolution's channels);
+    ``residual`` has the output's shape; ``act``, ``p0``, ``p1`` are an activation code of
+    :mod:`onnxjit.kernels.cpu.epilogue` and its parameters in the output's type."""
+
+    bias: np.ndarray | None = None
+    bias_mode: int = kblas.BIAS_NONE
+    residual: np.ndarray | None = None
+    act: int = kep.ACT_NONE
+    p0: float = 0.0
+    p1: float = 0.0
+
+
+_NO_EPILOGUE = Epilogue()
+_EMPTY: dict[tuple[np.dtype, int], np.ndarray] = {}
+
+
+def empty_array(dtype: np.dtype, ndim: int = 1) -> np.ndarray:
+    """A cached empty C-contiguous array standing in for an absent kernel operand (one
+    compiled specialisation whether the operand is there or not)."""
+    key = (np.dtype(dtype), ndim)
+    e = _EMPTY.get(key)
+    if e is None:
+        e = _EMPTY[key] = np.empty((0,) * ndim, dtype)
+    return e
+
+
+def matmul_into(
+    a: np.ndarray,
+    b: np.ndarray,
+    out: np.ndarray,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    epilogue: Epilogue = _NO_EPILOGUE,
+) -> None:
+    """``out = act(alpha * (a @ b) + beta * out + bias + residual)`` with ``np.matmul``'s
+    broadcasting of stacks (the epilogue is optional, see :class:`Epilogue`).
+
+    ``out`` must have the product's shape and be C-contiguous. ``beta == 0`` ignores what
+    ``out`` held. float32/float64 operands of one type go to BLAS through the pool (one
+    operand may be a single matrix shared by the whole stack), the epilogue applied tile by
+    tile by the thread that computed the tile; anything else to numpy.
+    """
+    dtype = out.dtype
+    if (
+        dtype in _BLAS_TYPES
+        and a.dtype == dtype
+        and b.dtype == dtype
+        and a.ndim >= 2
+        and b.ndim >= 2
+        and out.flags.c_contiguous
+        and out.flags.writeable
+    ):
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        batch = out.size // (m * n) if m * n else 0
+        lead_a = a.shape[:-2]
+        lead_b = b.shape[:-2]
+        lead = out.shape[:-2]
+        pa = _operand(a, m, k)
+        pb = _operand(b, k, n)
+        if (
+            pa is not None
+            and pb is not None
+            and (lead_a == lead or all(d == 1 for d in lead_a))
+            and (lead_b == lead or all(d == 1 for d in lead_b))
+        ):
+            if out.size == 0:
+                return
+            if k == 0:
+                # an empty sum (BLAS refuses a zero leading dimension): beta * out, epilogue
+                if beta == 0:
+                    out.fill(0)
+                else:
+                    out *= dtype.type(beta)
+                _apply_epilogue(out, epilogue)
+                return
+            sa = m * k if lead_a == lead and lead else 0
+            sb = k * n if lead_b == lead and lead else 0
+            _gemm(batch, m, n, k, pa, sa, pb, sb, out, alpha, beta, epilogue)
+            return
+    y = np.matmul(a, b)
+    if alpha != 1.0:
+        y = y * y.dtype.type(alpha)
+    if beta != 0.0:
+        y = y + out * out.dtype.type(beta)
+    out[...] = y
+    _apply_epilogue(out, epilogue)
+
+
+def _gemm(batch, m, n, k, pa, sa, pb, sb, out, alpha, beta, epilogue: Epilogue) -> None:
+    (a, ta), (b, tb) = pa, pb
+    t = out.dtype.type
+    c = out.reshape(-1)
+    ep = (
+        empty_array(out.dtype) if epilogue.bias is None else epilogue.bias,
+        epilogue.bias_mode if epilogue.bias is not None else kblas.BIAS_NONE,
+        empty_array(out.dtype) if epilogue.residual is None else epilogue.residual.reshape(-1),
+        epilogue.residual is not None,
+        epilogue.act,
+        t(epilogue.p0),
+        t(epilogue.p1),
+    )
+    args = (batch, m, n, k, a, sa, b, sb, c, ta, tb, t(alpha), t(beta), ep)
+    n_threads = threads.current()
+    if n_threads > 1 and batch * m * n * k >= PARALLEL_MACS:
+        run_parallel(kblas.gemm_par, *args, *kblas.tiles(batch, m, n, k, n_threads))
+    else:
+        kblas.gemm(*args)
+
+
+def _apply_epilogue(out: np.ndarray, ep: Epilogue) -> None:
+    """The epilogue with numpy and the row kernel, for products not computed by BLAS tiles."""
+    if ep is _NO_EPILOGUE:
+        return
+    m, n = out.shape[-2:]
+    if ep.bias is not None:
+        if ep.bias_mode == kblas.BIAS_COL:
+            out += ep.bias
+        elif ep.bias_mode == kblas.BIAS_ROW:
+            out += ep.bias.reshape(m, 1)
+    if ep.residual is not None:
+        out += ep.residual
+    if ep.act != kep.ACT_NONE and out.size:
+        t = out.dtype.type
+        rows = out.reshape(-1, n)
+        kep.rows(rows, t(1), empty_array(out.dtype), False, ep.act, t(ep.p0), t(ep.p1))
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b)`` (same broadcasting and result type), products through
+    :func:`matmul_into` where it can take them."""
+    if a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype and a.dtype in _BLAS_TYPES:
+        lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        out = np.empty((*lead, a.shape[-2], b.shape[-1]), a.dtype)
+        matmul_into(a, b, out)
+        return out
+    return np.matmul(a, b)

@@ -1,0 +1,227 @@
+"""onnxjit's thread pool (onnxjit.pool) and the BLAS tiles it runs (kernels/cpu/blas.py).
+
+Oracles: the same kernel run serially, and numpy's matmul written out by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import onnxjit.threads
+from onnxjit import pool
+from onnxjit.kernels._jit import pjit
+from onnxjit.kernels.chunks import claim
+from onnxjit.kernels.cpu import blas as kblas
+from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.ops.gemm import Epilogue, matmul_into
+
+TWO = pytest.mark.skipif(
+    onnxjit.threads.available_cores() < 2, reason="needs two cores to run a second thread"
+)
+
+
+@pjit
+def _square_rows(ctl, x, y):
+    n_items = x.shape[0]
+    while True:
+        lo, hi = claim(ctl, n_items)
+        if lo >= hi:
+            break
+        for r in range(lo, hi):
+            row = x[r]
+            out = y[r]
+            for j in range(row.shape[0]):
+                out[j] = row[j] * row[j] + r
+
+
+@pjit
+def _fails_on_row(ctl, x, bad):
+    n_items = x.shape[0]
+    while True:
+        lo, hi = claim(ctl, n_items)
+        if lo >= hi:
+            break
+        for r in range(lo, hi):
+            if r == bad:
+                raise ValueError("row refused")
+            x[r] = r
+
+
+def _expected(x: np.ndarray) -> np.ndarray:
+    return x * x + np.arange(x.shape[0], dtype=x.dtype)[:, None]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_item_is_done_once_whatever_the_thread_count(threads):
+    x = np.random.default_rng(0).standard_normal((1001, 37))
+    y = np.full_like(x, np.nan)
+    pool.run_parallel(_square_rows, x, y, threads=threads)
+    np.testing.assert_array_equal(y, _expected(x))
+
+
+@TWO
+def test_two_threads_start_a_worker():
+    x = np.ones((64, 8))
+    y = np.empty_like(x)
+    pool.run_parallel(_square_rows, x, y, threads=2)
+    assert pool.worker_count() >= 1
+    np.testing.assert_array_equal(y, _expected(x))
+
+
+@TWO
+@pytest.mark.parametrize("bad", [0, 500, 999])
+def test_an_exception_in_any_thread_reaches_the_caller_and_the_pool_stays_usable(bad):
+    x = np.zeros(1000, np.int64)
+    with pytest.raises(ValueError, match="row refused"):
+        for _ in range(20):  # whichever thread meets the row, the caller sees the error
+            pool.run_parallel(_fails_on_row, x, bad, threads=2)
+    y = np.empty((200, 5))
+    xs = np.random.default_rng(1).standard_normal((200, 5))
+    pool.run_parallel(_square_rows, xs, y, threads=2)
+    np.testing.assert_array_equal(y, _expected(xs))
+
+
+@TWO
+def test_calls_from_many_python_threads_at_once_are_all_correct():
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((300 + 7 * i, 16)) for i in range(8)]
+    errors: list[BaseException] = []
+
+    def worker(x: np.ndarray) -> None:
+        try:
+            for _ in range(30):
+                y = np.empty_like(x)
+                pool.run_parallel(_square_rows, x, y, threads=2)
+                np.testing.assert_array_equal(y, _expected(x))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(x,)) for x in inputs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in ts)
+    assert not errors, errors
+
+
+@TWO
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX only")
+def test_a_forked_child_runs_parallel_kernels_with_its_own_workers():
+    x = np.random.default_rng(3).standard_normal((500, 9))
+    y = np.empty_like(x)
+    pool.run_parallel(_square_rows, x, y, threads=2)  # the parent has workers now
+    pid = os.fork()
+    if pid == 0:  # child: exit status tells the parent what happened
+        code = 1
+        try:
+            z = np.empty_like(x)
+            pool.run_parallel(_square_rows, x, z, threads=2)
+            code = 0 if np.array_equal(z, _expected(x)) and pool.worker_count() == 1 else 2
+        finally:
+            os._exit(code)
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+# -- BLAS tiles ---------------------------------------------------------------------------------
+
+
+def _ref(a, b, ta, tb):
+    return (np.swapaxes(a, -1, -2) if ta else a) @ (np.swapaxes(b, -1, -2) if tb else b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "batch,m,n,k,ta,tb,shared_b",
+    [
+        (1, 1, 1, 1, False, False, False),
+        (1, 5, 7, 3, False, False, False),
+        (3, 70, 130, 20, True, False, False),
+        (2, 129, 65, 33, False, True, False),
+        (4, 64, 64, 64, True, True, False),
+        (3, 100, 200, 50, False, False, True),
+        (1, 300, 2, 257, False, True, False),
+    ],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_tiles_match_numpy(dtype, batch, m, n, k, ta, tb, shared_b, threads):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((batch, k, m) if ta else (batch, m, k)).astype(dtype)
+    bb = 1 if shared_b else batch
+    b = rng.standard_normal((bb, n, k) if tb else (bb, k, n)).astype(dtype)
+    c = np.full((batch, m, n), np.nan, dtype)
+    t = np.dtype(dtype).type
+    ep = (np.empty(0, dtype), kblas.BIAS_NONE, np.empty(0, dtype), False, kep.ACT_NONE, t(0), t(0))
+    args = (batch, m, n, k, a.ravel(), m * k, b.ravel(), 0 if shared_b else k * n, c.ravel())
+    args += (ta, tb, t(1), t(0), ep)
+    if threads == 1:
+        kblas.gemm(*args)
+    else:
+        pool.run_parallel(kblas.gemm_par, *args, *kblas.tiles(batch, m, n, k, 2), threads=2)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(c, _ref(a, b, ta, tb), rtol=tol, atol=tol * k)
+
+
+@pytest.mark.parametrize("mode", ["col", "row"])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("act", ["", "Relu", "Gelu"])
+@pytest.mark.parametrize("m", [3, 256])
+def test_matmul_into_epilogues_match_numpy(mode, residual, act, m):
+    rng = np.random.default_rng(5)
+    k, n = 40, 300
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n if mode == "col" else m).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32) if residual else None
+    codes = {"": kep.ACT_NONE, "Relu": kep.ACT_RELU, "Gelu": kep.ACT_GELU}
+    ep = Epilogue(
+        bias=bias,
+        bias_mode=kblas.BIAS_COL if mode == "col" else kblas.BIAS_ROW,
+        residual=res,
+        act=codes[act],
+    )
+    out = np.empty((m, n), np.float32)
+    onnxjit.threads.apply(2)
+    matmul_into(a, b, out, alpha=0.5, epilogue=ep)
+    want = 0.5 * (a.astype(np.float64) @ b) + (bias if mode == "col" else bias[:, None])
+    if res is not None:
+        want = want + res
+    if act == "Relu":
+        want = np.maximum(want, 0)
+    elif act == "Gelu":
+        from math import erf, sqrt
+
+        want = want * 0.5 * (1 + np.vectorize(erf)(want / sqrt(2)))
+    np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-4)
+
+
+def test_matmul_into_takes_transposed_views_and_empty_inner_dims():
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((50, 30)).astype(np.float64)
+    b = rng.standard_normal((40, 50)).astype(np.float64)
+    out = np.empty((30, 40))
+    matmul_into(a.T, b.T, out)
+    np.testing.assert_allclose(out, a.T @ b.T, rtol=1e-12, atol=1e-12)
+    z = np.full((4, 6), 7.0)
+    matmul_into(np.ones((4, 0)), np.ones((0, 6)), z)
+    np.testing.assert_array_equal(z, np.zeros((4, 6)))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
