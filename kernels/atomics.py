@@ -19,7 +19,18 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["fetch_add", "load", "pause", "sched_getcpu", "sched_yield"]
+__all__ = [
+    "as_pointer",
+    "bits_to_f64",
+    "call_address",
+    "f64_to_bits",
+    "fetch_add",
+    "load",
+    "pause",
+    "sched_getcpu",
+    "sched_yield",
+    "store",
+]
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 
@@ -62,6 +73,22 @@ def load(typingctx, arr, idx):
 
 
 @intrinsic
+def store(typingctx, arr, idx, val):
+    """``arr[idx] = val`` as one atomic, sequentially consistent store (on x86 an exchange:
+    later loads are not moved before it)."""
+    _check_int64_array(arr)
+    sig = types.none(arr, idx, val)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, sig.args[0], args[0], args[1])
+        v = context.cast(builder, args[2], sig.args[2], types.int64)
+        builder.atomic_rmw("xchg", ptr, v, "seq_cst")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def pause(typingctx):
     """The CPU's spin-wait hint (x86 ``pause``; nothing elsewhere)."""
     sig = types.none()
@@ -82,3 +109,59 @@ sched_yield = types.ExternalFunction("sched_yield", types.int32())
 
 #: glibc's ``sched_getcpu()``: the CPU the calling thread runs on (a vDSO call, no syscall).
 sched_getcpu = types.ExternalFunction("sched_getcpu", types.int32())
+
+
+@intrinsic
+def as_pointer(typingctx, addr, dtype):
+    """The address ``addr`` (an integer) as a typed pointer to ``dtype`` (a NumPy scalar type
+    such as ``np.float32``), for ``numba.carray``."""
+    if not isinstance(dtype, types.NumberClass):
+        raise TypeError(f"as_pointer needs a NumPy scalar type, got {dtype}")
+    sig = types.CPointer(dtype.instance_type)(addr, dtype)
+
+    def codegen(context, builder, sig, args):
+        a = context.cast(builder, args[0], sig.args[0], types.intp)
+        return builder.inttoptr(a, context.get_value_type(sig.return_type))
+
+    return sig, codegen
+
+
+@intrinsic
+def call_address(typingctx, fn, arg):
+    """Call the C function ``void fn(int64 *arg)`` at address ``fn`` (both integers)."""
+    sig = types.none(fn, arg)
+
+    def codegen(context, builder, sig, args):
+        i64p = ir.IntType(64).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [i64p])
+        f = builder.inttoptr(context.cast(builder, args[0], sig.args[0], types.intp),
+                             fnty.as_pointer())  # fmt: skip
+        a = builder.inttoptr(context.cast(builder, args[1], sig.args[1], types.intp), i64p)
+        builder.call(f, [a])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def f64_to_bits(typingctx, x):
+    """The IEEE bits of ``x`` (converted to float64 first) as an int64."""
+    sig = types.int64(x)
+
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], types.float64)
+        return builder.bitcast(v, ir.IntType(64))
+
+    return sig, codegen
+
+
+@intrinsic
+def bits_to_f64(typingctx, bits):
+    """The float64 whose IEEE bits are the int64 ``bits``."""
+    sig = types.float64(bits)
+
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], types.int64)
+        return builder.bitcast(v, ir.DoubleType())
+
+    return sig, codegen

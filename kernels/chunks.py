@@ -15,8 +15,10 @@ loops over its outermost iteration space ``range(n)`` in chunks it claims::
 
 The calling thread and the pool's workers run the same kernel on the same arguments at once
 (:func:`onnxjit.pool.run_parallel`); each chunk goes to whichever thread claims it first, so a
-thread that starts late, or is descheduled, simply does less. Iterations must be independent and
-must not raise (a raising kernel still stops every thread, but its partial results are lost).
+thread that starts late, or is descheduled, simply does less. Iterations must be independent,
+and nothing outside the claim loop may write (a worker can enter the kernel when every chunk
+is already claimed). A kernel that raises stops its thread; the caller then runs the kernel
+again alone, which raises the error where Python can see it.
 
 Inside a chunk, index arrays with non-negative offsets from ``range(0, m)`` (or unsigned ones):
 an index like ``lo + i`` makes Numba keep a negative-index test that stops LLVM vectorising.
@@ -24,18 +26,28 @@ an index like ``lo + i`` makes Numba keep a negative-index test that stops LLVM 
 
 from __future__ import annotations
 
-from ._jit import njit
-from .atomics import fetch_add, load, pause, sched_getcpu, sched_yield
+import numpy as np
 
-# Control array of one parallel call.
+from ._jit import njit
+from .atomics import call_address, fetch_add, load, pause, sched_getcpu, sched_yield, store
+
+# Control array of one parallel call (the first CTL_SIZE slots of the job buffer).
 NEXT = 0  # first item not yet claimed
-ACTIVE = 1  # pool workers inside the kernel (the caller is not counted)
 THREADS = 2  # threads taking part: sets the chunk size
 CTL_SIZE = 8
 
-# The pool's shared array (see onnxjit.pool).
-SEQ = 0  # bumped when a job is published
+# The job buffer (int64[JOB_SIZE]) a caller fills for the pool's workers (see onnxjit.pool).
+FN = 8  # address of the job's entry point, a C function void entry(int64 *job)
+WORKERS = 9  # how many pool workers may take part (worker i joins when i < job[WORKERS])
+DONE = 10  # sequence number of the last job whose caller has finished
+ERROR = 11  # set when the kernel raised in some thread
+ARGS = 16  # the kernel's arguments, packed from here
+JOB_SIZE = 256
+
+# The pool's shared array.
+SEQ = 0  # job sequence number: odd while the caller writes the job, even once published
 STOP = 1  # non-zero: workers leave
+BUSY = 2  # workers between looking at the job buffer and leaving it
 SYNC_SIZE = 8
 
 # Chunks per thread: enough that a thread that starts late or runs slow costs little balance,
@@ -59,20 +71,12 @@ def claim(ctl, n):
     return lo, hi
 
 
-@njit(nogil=True)
-def add(arr, idx, value):
-    """Atomic ``arr[idx] += value`` callable from Python (returns the old value)."""
-    return fetch_add(arr, idx, value)
-
-
-@njit(nogil=True)
-def wait_idle(ctl, spin_checks):
-    """Return once no pool worker is inside the call of ``ctl`` (``ctl[ACTIVE] == 0``).
-
-    Spins for ``spin_checks`` checks, then yields the core between checks (the worker may be
-    waiting for this very core)."""
+@njit(inline="always")
+def _wait_zero(arr, idx, spin_checks):
+    """Wait until ``arr[idx] == 0``: spin ``spin_checks`` checks, then yield the core between
+    checks (the thread waited for may need this very core)."""
     k = 0
-    while load(ctl, ACTIVE) > 0:
+    while load(arr, idx) != 0:
         if k < spin_checks:
             pause()
             k += 1
@@ -80,21 +84,60 @@ def wait_idle(ctl, spin_checks):
             sched_yield()
 
 
-@njit(nogil=True)
-def wait_job(sync, seen, max_checks):
-    """Spin until ``sync[SEQ]`` differs from ``seen`` or ``sync[STOP]`` is set; return
-    ``sync[SEQ]`` (still ``seen`` after ``max_checks`` checks without a job).
+@njit(inline="always")
+def publish_begin(sync, spin_checks):
+    """Start writing a job: the sequence number turns odd (workers keep off the buffer), then
+    wait for workers still looking at the previous job."""
+    fetch_add(sync, SEQ, 1)
+    _wait_zero(sync, BUSY, spin_checks)
 
-    Yields the core every 64 checks, so that a worker sharing a core with the thread that
-    will publish the next job does not hold it for a whole time slice."""
-    for k in range(max_checks):
+
+@njit(inline="always")
+def publish_end(sync):
+    """The job buffer is complete: the sequence number turns even, workers may take it."""
+    fetch_add(sync, SEQ, 1)
+
+
+@njit(inline="always")
+def finish(sync, job, spin_checks):
+    """The caller's share is done (every chunk is claimed): mark the job finished and wait
+    for workers still inside it. A worker that looks at the job after this sees it finished
+    and does not run it (its arrays may be freed once the caller returns)."""
+    store(job, DONE, load(sync, SEQ))
+    _wait_zero(sync, BUSY, spin_checks)
+
+
+@njit(nogil=True)
+def worker_loop(sync, job, idx, seen, max_checks):
+    """A pool worker's life between sleeps: spin for published jobs (yielding the core every
+    64 checks) and run each through its entry point, until ``max_checks`` checks pass
+    without a new job (returns the last sequence number seen) or ``sync[STOP]`` is set
+    (returns -1). Runs without the GIL: the job's entry point is a C function."""
+    jp = job.ctypes.data
+    k = 0
+    while k < max_checks:
+        if load(sync, STOP) != 0:
+            return -1
         s = load(sync, SEQ)
-        if s != seen or load(sync, STOP) != 0:
-            return s
-        pause()
-        if k % 64 == 63:
-            sched_yield()
-    return load(sync, SEQ)
+        if s == seen or s & 1:
+            pause()
+            k += 1
+            if k % 64 == 63:
+                sched_yield()
+            continue
+        seen = s
+        k = 0
+        fetch_add(sync, BUSY, 1)
+        if load(sync, SEQ) == s and load(job, DONE) != s and idx < load(job, WORKERS):
+            call_address(load(job, FN), jp)
+        fetch_add(sync, BUSY, -1)
+    return seen
+
+
+@njit(nogil=True)
+def spin_probe(sync, max_checks):
+    """The waiting loop of :func:`worker_loop` with no job coming, for timing it."""
+    return worker_loop(sync, np.zeros(JOB_SIZE, np.int64), 1 << 30, load(sync, SEQ), max_checks)
 
 
 @njit(nogil=True)

@@ -4,61 +4,66 @@ Why not Numba's ``parallel=True``: on the 2-core development VM a parallel regio
 90 us to start with Numba's workqueue layer and about 2 us with OpenMP, but OpenMP's fork-join
 regions wait at their closing barrier for every thread: when the second virtual CPU was slow to
 run the worker (a halted vCPU, a spinning thread of another pool), a 20 us kernel took 1.5 to 6
-ms. Here the calling thread never waits for a worker that has not started: a call publishes a
-job, runs the kernel itself, and each chunk of the kernel's iteration space goes to whichever
-thread claims it first (:mod:`onnxjit.kernels.chunks`). At worst a call costs its serial time
-plus a few microseconds; with a worker spinning nearby it runs on every thread.
+ms. Here the caller never waits for a worker that has not started: each chunk of a kernel's
+iteration space goes to whichever thread claims it first (:mod:`onnxjit.kernels.chunks`).
 
-Workers are Python threads that call the same nogil kernel as the caller. Between jobs a worker
-spins (in nogil code, yielding its core every few checks) for about ``SPIN_SECONDS``, then sleeps
-on a condition variable until the next job. BLAS is called single-threaded from pool kernels, so
-there is one pool of busy threads, never two competing for cores.
+The workers never touch Python while they work. A worker thread spins, without the GIL, in
+:func:`onnxjit.kernels.chunks.worker_loop` watching a shared sequence number; a caller writes the
+kernel's arguments into a shared job buffer (data pointers, shapes, scalars) and publishes it,
+and each worker calls the job's entry point: a C function (a Numba ``cfunc``) that rebuilds the
+arguments as arrays and runs the kernel. (Workers that were Python threads calling the kernel
+needed the GIL between jobs, and handing the GIL over woke a sleeping thread each time: they
+joined 20 to 30 us late on the development VM.) Per kernel and argument types, onnxjit generates
+the pair of functions once: ``launch`` (packs, publishes, runs the caller's share, waits) and
+``entry`` (what each thread runs), in a source file under the cache folder like every generated
+kernel, so that Numba caches them on disk.
+
+A worker that finds no job for about ``SPIN_SECONDS`` sleeps on a condition variable; the next
+caller wakes it, runs alone until it arrives, and the pool spins again for later kernels.
 
 :func:`run_parallel` is the only entry point. The thread count is the caller's setting
 (:func:`onnxjit.threads.current`, from ``intra_op_num_threads``). Calls from several Python
-threads at once are safe: one uses the workers, the others run their kernel alone.
-A process forked from one with workers starts with none; its first call starts new ones.
+threads at once are safe: one uses the workers, the others run their kernel alone. A process
+forked from one with workers starts with none; its first call starts new ones.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
+from numba._dispatcher import compute_fingerprint
+from numba.core import types
 
+from onnxjit.codegen import modcache
 from onnxjit.kernels import chunks as K
 
 # How long an idle worker spins for the next job before it sleeps. The gaps between the
 # parallel kernels of one model run are mostly below a millisecond; waking a sleeping worker
 # took 50 to 100 us on the development VM (during which the caller works alone).
 SPIN_SECONDS = 0.002
-# How long a caller spins for workers still inside its call before it yields its core.
+# How long a caller spins for workers before it starts yielding its core between checks.
 CALLER_SPIN_SECONDS = 20e-6
-
-
-class _Job:
-    __slots__ = ("kernel", "args", "workers", "error")
-
-    def __init__(self, kernel: Any, args: tuple, workers: int) -> None:
-        self.kernel = kernel
-        self.args = args
-        self.workers = workers  # pool workers that may take part (the caller is one more)
-        self.error: BaseException | None = None
 
 
 class _Pool:
     def __init__(self) -> None:
         self.sync = np.zeros(K.SYNC_SIZE, np.int64)
+        self.job = np.zeros(K.JOB_SIZE, np.int64)
         self.cond = threading.Condition()
         self.busy = threading.Lock()  # held by the caller whose job is published
-        self.job: _Job | None = None
         self.threads: list[threading.Thread] = []
         self.sleeping = 0  # workers waiting on cond
+        self.wakes = 0  # bumped to wake them
         # Worker thread ids and the CPU they are kept off (see _keep_off).
         self.tids: list[int] = []
         self.kept_off = -1
@@ -77,7 +82,31 @@ class _Pool:
             self.threads.append(t)
             t.start()
 
-    def _keep_off(self, cpu: int) -> None:
+    def _work(self, idx: int) -> None:
+        self.tids.append(threading.get_native_id())
+        if self.kept_off >= 0 and len(self.cpus) > 1:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, self.cpus - {self.kept_off})
+        sync = self.sync
+        spin = spin_checks(SPIN_SECONDS)
+        seen = int(sync[K.SEQ])
+        while True:
+            seen = K.worker_loop(sync, self.job, idx, seen, spin)
+            if seen < 0:
+                return
+            with self.cond:
+                wakes = self.wakes
+                self.sleeping += 1
+                while self.wakes == wakes and not sync[K.STOP]:
+                    self.cond.wait()
+                self.sleeping -= 1
+
+    def wake(self) -> None:
+        with self.cond:
+            self.wakes += 1
+            self.cond.notify_all()
+
+    def keep_off(self, cpu: int) -> None:
         """Keep the workers off ``cpu``, the CPU the caller runs on.
 
         Linux places a woken thread on the waker's CPU when it believes the other CPUs busy,
@@ -95,61 +124,9 @@ class _Pool:
                 os.sched_setaffinity(tid, others)
         self.kept_off = cpu
 
-    def _work(self, idx: int) -> None:
-        self.tids.append(threading.get_native_id())
-        sync = self.sync
-        seen = int(sync[K.SEQ])
-        spin = _spin_checks(SPIN_SECONDS)
-        while True:
-            seq = K.wait_job(sync, seen, spin)
-            if seq == seen and not sync[K.STOP]:
-                with self.cond:
-                    self.sleeping += 1
-                    while sync[K.SEQ] == seen and not sync[K.STOP]:
-                        self.cond.wait()
-                    self.sleeping -= 1
-                seq = int(sync[K.SEQ])
-            if sync[K.STOP]:
-                return
-            seen = seq
-            job = self.job
-            if job is None or idx >= job.workers:
-                continue
-            ctl = job.args[0]
-            K.add(ctl, K.ACTIVE, 1)  # before claiming anything: see run()
-            try:
-                job.kernel(*job.args)
-            except BaseException as exc:  # handed to the caller, which re-raises it
-                job.error = exc
-            finally:
-                K.add(ctl, K.ACTIVE, -1)
-
-    def run(self, kernel: Any, args: tuple, threads: int) -> Any:
-        ctl = args[0]
-        self.ensure(threads - 1)
-        if self.cpus:
-            self._keep_off(K.current_cpu())
-        job = _Job(kernel, args, threads - 1)
-        self.job = job
-        K.add(self.sync, K.SEQ, 1)  # an atomic add also orders the job before it
-        if self.sleeping:
-            with self.cond:
-                self.cond.notify_all()
-        try:
-            result = kernel(*args)
-        finally:
-            # Every chunk is claimed once the caller's kernel returns; a worker that claimed
-            # one entered (ACTIVE) before claiming it, so ACTIVE == 0 means all are done.
-            K.wait_idle(ctl, _spin_checks(CALLER_SPIN_SECONDS))
-            self.job = None
-        if job.error is not None:
-            raise job.error
-        return result
-
     def stop(self) -> None:
         self.sync[K.STOP] = 1
-        with self.cond:
-            self.cond.notify_all()
+        self.wake()
         for t in self.threads:
             t.join(timeout=1.0)
 
@@ -158,42 +135,221 @@ _pool = _Pool()
 _checks_per_second: float | None = None
 
 
-def _spin_checks(seconds: float) -> int:
+def spin_checks(seconds: float) -> int:
     """How many checks of a waiting loop take about ``seconds`` (measured once)."""
     global _checks_per_second
     if _checks_per_second is None:
         probe = np.zeros(K.SYNC_SIZE, np.int64)
-        K.wait_job(probe, 0, 1)  # compile or load before timing
+        K.spin_probe(probe, 1)  # compile or load before timing
         n = 20000
         t0 = time.perf_counter()
-        K.wait_job(probe, 0, n)
+        K.spin_probe(probe, n)
         _checks_per_second = n / max(time.perf_counter() - t0, 1e-6)
     return max(1, int(seconds * _checks_per_second))
 
 
-def run_parallel(kernel: Any, *args: Any, threads: int | None = None) -> Any:
-    """Run the pool kernel ``kernel(ctl, *args)`` on ``threads`` threads (default: the caller's
-    setting, :func:`onnxjit.threads.current`), the calling thread included; return its result.
+# -- generated launch / entry pairs -------------------------------------------------------------
 
-    ``kernel`` claims its chunks with :func:`onnxjit.kernels.chunks.claim`. With one thread,
-    or while another Python thread has the workers, the caller runs every chunk itself. An
-    exception raised in a worker is raised here, after every thread has left the kernel.
+_ENTRIES: dict[tuple, Any] = {}  # (kernel, fingerprint of the arguments) -> _Entry or None
+_ENTRIES_LOCK = threading.Lock()
+
+
+class _Entry:
+    __slots__ = ("launch", "address")
+
+    def __init__(self, launch: Any, address: int) -> None:
+        self.launch = launch
+        self.address = address
+
+
+class _Unsupported(Exception):
+    """An argument type the job buffer cannot carry (the kernel then runs on one thread)."""
+
+
+def _dtype_expr(dtype: types.Type) -> str:
+    if dtype == types.boolean:
+        return "np.bool_"
+    if isinstance(dtype, (types.Integer, types.Float)):
+        return f"np.{dtype.name}"
+    raise _Unsupported(f"array of {dtype}")
+
+
+class _Packer:
+    """Writes the statements that pack the arguments (in ``launch``) and rebuild them (in
+    ``entry``), one job-buffer slot at a time from ``ARGS``."""
+
+    def __init__(self) -> None:
+        self.slot = K.ARGS
+        self.pack: list[str] = []
+
+    def take(self, n: int = 1) -> int:
+        s = self.slot
+        self.slot += n
+        if self.slot > K.JOB_SIZE:
+            raise _Unsupported("too many arguments for the job buffer")
+        return s
+
+    def value(self, ty: types.Type, src: str) -> str:
+        """Pack ``src`` (a launch expression of type ``ty``); return the entry expression."""
+        if isinstance(ty, types.Array):
+            if ty.layout != "C" or ty.ndim < 1:
+                raise _Unsupported(f"{ty} (only C-contiguous arrays of rank >= 1)")
+            s = self.take(1 + ty.ndim)
+            self.pack.append(f"job[{s}] = {src}.ctypes.data")
+            for d in range(ty.ndim):
+                self.pack.append(f"job[{s + 1 + d}] = {src}.shape[{d}]")
+            shape = ", ".join(f"job[{s + 1 + d}]" for d in range(ty.ndim))
+            dt = _dtype_expr(ty.dtype)
+            return f"carray(as_pointer(job[{s}], {dt}), ({shape},))"
+        if isinstance(ty, types.BaseTuple):
+            parts = [self.value(t, f"{src}[{i}]") for i, t in enumerate(ty.types)]
+            return "(" + "".join(p + ", " for p in parts) + ")"
+        s = self.take()
+        if ty == types.boolean:
+            self.pack.append(f"job[{s}] = 1 if {src} else 0")
+            return f"job[{s}] != 0"
+        if isinstance(ty, types.Integer):
+            self.pack.append(f"job[{s}] = {src}")
+            return f"np.{ty.name}(job[{s}])"
+        if isinstance(ty, types.Float):
+            self.pack.append(f"job[{s}] = f64_to_bits({src})")
+            return f"np.{ty.name}(bits_to_f64(job[{s}]))"
+        raise _Unsupported(f"argument of type {ty}")
+
+
+def _source_stamp(kernel: Any) -> str:
+    """Hash of the files the kernel's machine code depends on: Numba's cache only watches the
+    file that defines a function, so the generated file's name must change with them."""
+    files = [getattr(sys.modules.get(kernel.py_func.__module__), "__file__", None)]
+    here = Path(K.__file__).parent
+    files += [here / "chunks.py", here / "atomics.py", __file__]
+    h = hashlib.sha256()
+    for f in files:
+        if f:
+            with contextlib.suppress(OSError):
+                h.update(Path(f).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _generate(kernel: Any, args: tuple) -> str:
+    arg_types = [numba.typeof(a) for a in args]
+    p = _Packer()
+    rebuilt = [p.value(t, f"a{i}") for i, t in enumerate(arg_types)]
+    names = ", ".join(f"a{i}" for i in range(len(args)))
+    module, name = kernel.py_func.__module__, kernel.py_func.__name__
+    pack = "\n".join(f"    {line}" for line in p.pack) or "    pass"
+    call_args = ", ".join(["job[0:CTL_SIZE]", *rebuilt])
+    stamp = _source_stamp(kernel)
+    return f'''"""onnxjit generated pool entry for {module}.{name} (sources {stamp}).
+
+argument types: {", ".join(str(t) for t in arg_types)}
+"""
+import numpy as np
+from numba import carray, cfunc, types
+from onnxjit.kernels._jit import njit
+from onnxjit.kernels.atomics import as_pointer, bits_to_f64, call_address, f64_to_bits
+from onnxjit.kernels.chunks import (
+    CTL_SIZE, DONE, ERROR, FN, JOB_SIZE, THREADS, WORKERS, finish, publish_begin, publish_end,
+)
+from {module} import {name} as kernel
+
+
+@cfunc(types.void(types.CPointer(types.int64)), cache=True)
+def entry(jp):
+    job = carray(jp, (JOB_SIZE,))
+    try:
+        kernel({call_args})
+    except Exception:  # the caller reruns the kernel alone to raise it in Python
+        job[ERROR] = 1
+
+
+@njit
+def launch(sync, job, fn, workers, spin, {names}):
+    publish_begin(sync, spin)
+    for i in range(CTL_SIZE):
+        job[i] = 0
+    job[THREADS] = workers + 1
+    job[FN] = fn
+    job[WORKERS] = workers
+    job[ERROR] = 0
+    job[DONE] = -1
+{pack}
+    publish_end(sync)
+    call_address(fn, job.ctypes.data)
+    finish(sync, job, spin)
+    return job[ERROR]
+'''
+
+
+def _entry_for(kernel: Any, args: tuple, key: tuple) -> _Entry | None:
+    with _ENTRIES_LOCK:
+        if key in _ENTRIES:
+            return _ENTRIES[key]
+        try:
+            mod = modcache.load(_generate(kernel, args))
+            entry: _Entry | None = _Entry(mod.launch, mod.entry.address)
+        except _Unsupported:
+            entry = None
+        _ENTRIES[key] = entry
+        return entry
+
+
+def run_parallel(kernel: Any, *args: Any, threads: int | None = None) -> None:
+    """Run the pool kernel ``kernel(ctl, *args)`` on ``threads`` threads (default: the caller's
+    setting, :func:`onnxjit.threads.current`), the calling thread included.
+
+    ``kernel`` claims its chunks with :func:`onnxjit.kernels.chunks.claim`; its result is not
+    returned (each thread has its own). With one thread, with arguments the job buffer cannot
+    carry (arrays that are not C-contiguous), or while another Python thread has the workers,
+    the caller runs every chunk itself. An exception raised in any thread is raised here.
     """
     if threads is None:
         from onnxjit.threads import current
 
         threads = current()
-    ctl = np.zeros(K.CTL_SIZE, np.int64)
-    ctl[K.THREADS] = threads
-    call = (ctl, *args)
     pool = _pool
-    if threads <= 1 or not pool.busy.acquire(blocking=False):
-        ctl[K.THREADS] = 1
-        return kernel(*call)
+    entry = None
+    if threads > 1:
+        key = (kernel, compute_fingerprint(args))
+        entry = _ENTRIES.get(key, False)
+        if entry is False:
+            entry = _entry_for(kernel, args, key)
+    if entry is None or not pool.busy.acquire(blocking=False):
+        _run_alone(kernel, args)
+        return
     try:
-        return pool.run(kernel, call, threads)
+        pool.ensure(threads - 1)
+        if pool.cpus:
+            pool.keep_off(K.current_cpu())
+        if pool.sleeping:
+            pool.wake()
+        failed = entry.launch(
+            pool.sync, pool.job, entry.address, threads - 1, _caller_spin(), *args
+        )
     finally:
         pool.busy.release()
+    if failed:
+        _run_alone(kernel, args)  # raises the kernel's error with its message
+        raise RuntimeError(
+            f"the pool kernel {kernel.__name__} failed in a worker thread but not when run "
+            "again alone; please report this with the model"
+        )
+
+
+def _run_alone(kernel: Any, args: tuple) -> None:
+    ctl = np.zeros(K.CTL_SIZE, np.int64)
+    ctl[K.THREADS] = 1
+    kernel(ctl, *args)
+
+
+_caller_checks: int | None = None
+
+
+def _caller_spin() -> int:
+    global _caller_checks
+    if _caller_checks is None:
+        _caller_checks = spin_checks(CALLER_SPIN_SECONDS)
+    return _caller_checks
 
 
 def _after_fork_in_child() -> None:

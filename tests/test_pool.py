@@ -157,6 +157,10 @@ def _ref(a, b, ta, tb):
         (4, 64, 64, 64, True, True, False),
         (3, 100, 200, 50, False, False, True),
         (1, 300, 2, 257, False, True, False),
+        (2, 1, 300, 70, False, False, False),
+        (2, 1, 300, 70, True, True, True),
+        (3, 1, 33, 500, False, True, False),
+        (1, 1, 1000, 9, True, False, False),
     ],
 )
 @pytest.mark.parametrize("threads", [1, 2])

@@ -100,6 +100,51 @@ def _xxgemm(
     return sig, codegen
 
 
+@intrinsic
+def _xxgemv(typingctx, trans, m, n, alpha, a, a_off, lda, x, x_off, beta, y, y_off):
+    """Column-major ``y = alpha * op(A) @ x + beta * y`` (Fortran BLAS ``?gemv``, unit
+    strides) on the blocks of the flat arrays starting at the element offsets."""
+    for arr in (a, x, y):
+        if not isinstance(arr, types.Array) or arr.dtype != a.dtype:
+            raise TypeError("gemv operands must be arrays of one float type")
+    dtype = a.dtype
+    if dtype not in (types.float32, types.float64):
+        raise TypeError(f"gemv takes float32 or float64, got {dtype}")
+    sig = types.int32(trans, m, n, alpha, a, a_off, lda, x, x_off, beta, y, y_off)
+
+    def codegen(context, builder, sig, args):
+        ensure_blas()
+        (tr, m_, n_, alpha_, a_, aoff, lda_, x_, xoff, beta_, y_, yoff) = args
+
+        def ptr(i, val, off):
+            ary = context.make_array(sig.args[i])(context, builder, val)
+            off = context.cast(builder, off, sig.args[i + 1], types.intp)
+            return builder.bitcast(builder.gep(ary.data, [off]), _ll_voidp)
+
+        def intp(i, val):
+            return context.cast(builder, val, sig.args[i], types.intp)
+
+        def slot(i, val):
+            v = context.cast(builder, val, sig.args[i], dtype)
+            return builder.bitcast(cgutils.alloca_once_value(builder, v), _ll_voidp)
+
+        fnty = ir.FunctionType(
+            ir.IntType(32),
+            [_ll_char, _ll_char, _ll_intp, _ll_intp, _ll_voidp, _ll_voidp, _ll_intp,
+             _ll_voidp, _ll_voidp, _ll_voidp],
+        )  # fmt: skip
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemv")
+        kind = ir.Constant(_ll_char, ord(get_blas_kind(dtype)))
+        trs = builder.trunc(intp(0, tr), _ll_char)
+        return builder.call(
+            fn,
+            (kind, trs, intp(1, m_), intp(2, n_), slot(3, alpha_), ptr(4, a_, aoff),
+             intp(6, lda_), ptr(7, x_, xoff), slot(9, beta_), ptr(10, y_, yoff)),
+        )  # fmt: skip
+
+    return sig, codegen
+
+
 _N = ord("n")
 _T = ord("t")
 
@@ -114,6 +159,13 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
     what ``C`` held (NaN included), as BLAS does.
     """
     if m <= 0 or n <= 0:
+        return
+    if m == 1:
+        # One row: a matrix-vector product (no operand packing). The row of op(A) is
+        # contiguous either way (a transposed m == 1 operand has row stride 1); op(B)^T is,
+        # in column-major terms, B's memory as it is (tb) or transposed (not tb).
+        _xxgemv(_N if not tb else _T, n if not tb else k, k if not tb else n, alpha, b,
+                b_off, ldb, a, a_off, beta, c, c_off)  # fmt: skip
         return
     # Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the flags.
     _xxgemm(_T if tb else _N, _T if ta else _N, n, m, k, alpha, b, b_off, ldb, a, a_off, lda,
@@ -223,13 +275,21 @@ def gemm_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, 
 
 def tiles(batch: int, m: int, n: int, k: int, threads: int) -> tuple[int, int]:
     """Tile shape ``(tm, tn)`` splitting ``batch`` products of ``m x n`` (inner ``k``) over
-    ``threads`` threads: whole matrices when the batch alone gives every thread several,
-    else the longer side cut into blocks of at least 64 rows/columns (BLAS packs each operand
-    block once per call: smaller tiles repack more than they balance)."""
-    want = 4 * threads
-    if batch >= want:
+    ``threads`` threads.
+
+    Whole matrices when the batch alone gives every thread several. A matrix-vector product
+    (``m == 1``) is cut into one block of columns per thread: the caller usually claims the
+    first, so each thread keeps reading the same part of the weight, which can then stay in
+    its core's cache from one call to the next. Otherwise the longer side is cut into blocks
+    of at least 64 rows or columns (BLAS packs each operand block once per call: smaller tiles
+    repack more than they balance).
+    """
+    if batch >= 4 * threads:
         return m, n
-    per = -(-want // batch)  # tiles wanted per matrix
+    if m == 1 and batch == 1:
+        tn = -(-n // threads)
+        return 1, min(n, -(-tn // 16) * 16)
+    per = -(-4 * threads // batch)  # tiles wanted per matrix
     if n >= m:
         tn = max(64, -(-n // per))
         tn = -(-tn // 16) * 16
