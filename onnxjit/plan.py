@@ -9,6 +9,7 @@ what ``InferenceSession.stats()`` and later plan-level optimisations read.
 
 from __future__ import annotations
 
+import logging
 import operator
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,9 @@ import numpy as np
 
 from onnxjit import ir
 from onnxjit.errors import ExecutionError, OnnxJitError
-from onnxjit.registry import NodeContext, OpImpl
+from onnxjit.registry import MISS, NodeContext, OpImpl, fast_path_of
+
+log = logging.getLogger("onnxjit")
 
 
 @dataclass
@@ -35,6 +38,10 @@ class Step:
     release: tuple[int, ...] = ()
     # (name, slot) of values that this node's subgraphs read from the enclosing scopes.
     captures: tuple = ()
+    # The op's fast-path preparer (registry.fast_path) and the fast path prepared for the
+    # arguments of the last run (None until then, or when the op has none for them).
+    prepare: Callable[..., Any] | None = None
+    fast: Callable[..., Any] | None = None
 
 
 class Subgraph:
@@ -97,6 +104,7 @@ class Program:
         self.output_slots = [self.slots[n] for n in self.output_names]
         self._compute_releases()
         self._fast: list[tuple] | None = None  # built by the first _run_steps
+        self._env_template: list[Any] | None = None  # built by the first run
         self.n_slots = len(self.slots)
         # Buffers of constants: an output that views one is copied before it is returned, so
         # a caller writing into an output can never change the session's weights.
@@ -135,6 +143,7 @@ class Program:
         n_fixed = len(impl.inputs) - (1 if impl.variadic else 0)
         step = Step(node, impl.fn, in_slots, out_slots, kwargs, ctx, impl.variadic, n_fixed)
         step.captures = tuple(dict.fromkeys(captures))
+        step.prepare = fast_path_of(impl.fn)
         return step
 
     def _compute_releases(self) -> None:
@@ -161,9 +170,13 @@ class Program:
         profiler: Profiler | None = None,
     ) -> list[Any]:
         """Run the graph on positional ``inputs`` (graph input order); return its outputs."""
-        env: list[Any] = [None] * self.n_slots
-        for slot, value in self.const_values:
-            env[slot] = value
+        template = self._env_template
+        if template is None:
+            template = [None] * self.n_slots
+            for slot, value in self.const_values:
+                template[slot] = value
+            self._env_template = template
+        env = template.copy()  # the constants in place, every other slot empty
         for slot, value in zip(self.input_slots, inputs):
             env[slot] = value
         if self.outer_slots:
@@ -206,7 +219,7 @@ class Program:
             for s in release:  # see _run_steps_traced
                 env[s] = None
             try:
-                result = fn(ctx, *args, **kwargs) if ctx is not None else fn(*args, **kwargs)
+                result = _call(step, fn, ctx, args, kwargs)
             except OnnxJitError:
                 raise
             except Exception as exc:
@@ -236,10 +249,7 @@ class Program:
             for s in step.release:
                 env[s] = None
             try:
-                if ctx is not None:
-                    result = step.fn(ctx, *args, **step.kwargs)
-                else:
-                    result = step.fn(*args, **step.kwargs)
+                result = _call(step, step.fn, ctx, args, step.kwargs)
             except OnnxJitError:
                 raise
             except Exception as exc:
@@ -267,6 +277,25 @@ class Program:
                     if slot >= 0:
                         env[slot] = value
             result = value = None  # hold no reference past the step (see the release above)
+
+
+def _call(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs: dict) -> Any:
+    """Run one step: its fast path when one was prepared for arguments like these, else the
+    implementation (then prepare a fast path for the next run)."""
+    fast = step.fast
+    if fast is not None:
+        result = fast(*args)
+        if result is not MISS:
+            return result
+    result = fn(ctx, *args, **kwargs) if ctx is not None else fn(*args, **kwargs)
+    prepare = step.prepare
+    if prepare is not None:
+        step.fast = None
+        try:
+            step.fast = prepare(ctx, args, kwargs, result)
+        except Exception:  # a fast path is an optimisation: without one the node still runs
+            log.debug("no fast path for %s", step.node.describe(), exc_info=True)
+    return result
 
 
 def _padded_slots(step: Step) -> tuple[int, ...]:

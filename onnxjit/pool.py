@@ -307,13 +307,34 @@ def run_parallel(kernel: Any, *args: Any, threads: int | None = None) -> None:
         from onnxjit.threads import current
 
         threads = current()
-    pool = _pool
     entry = None
     if threads > 1:
         key = (kernel, compute_fingerprint(args))
         entry = _ENTRIES.get(key, False)
         if entry is False:
             entry = _entry_for(kernel, args, key)
+    _launch(entry, kernel, args, threads)
+
+
+def bind(kernel: Any, sample: tuple, threads: int) -> Any:
+    """``run_parallel(kernel, *args, threads=threads)`` for arguments of the same types as
+    ``sample`` (dtypes, ranks, layouts: what fast paths guarantee), with the generated entry
+    looked up once instead of at every call."""
+    entry = None
+    if threads > 1:
+        key = (kernel, compute_fingerprint(sample))
+        entry = _ENTRIES.get(key, False)
+        if entry is False:
+            entry = _entry_for(kernel, sample, key)
+
+    def go(*args: Any) -> None:
+        _launch(entry, kernel, args, threads)
+
+    return go
+
+
+def _launch(entry: _Entry | None, kernel: Any, args: tuple, threads: int) -> None:
+    pool = _pool
     if entry is None or not pool.busy.acquire(blocking=False):
         _run_alone(kernel, args)
         return

@@ -129,6 +129,40 @@ def internal_op(op_type: str):
     return deco
 
 
+#: What a fast path returns when the arguments are not the ones it was prepared for.
+MISS = object()
+
+_FAST_PATHS: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def fast_path(*impls: Callable[..., Any]):
+    """Register the decorated function as the fast-path preparer of the op implementations
+    ``impls`` (the functions decorated with :func:`onnx_op` / :func:`internal_op`).
+
+    After a node ran with some arguments, the executor calls ``prepare(ctx, args, kwargs,
+    result)`` (the same ``ctx``, positional arguments and attributes the implementation got,
+    and what it returned). It returns ``fast(*args)`` or None. ``fast`` does what the implementation does for arguments like
+    these (same shapes, types, constant inputs), with everything that depends only on them
+    worked out once, and returns :data:`MISS` for any other arguments: the executor then calls
+    the implementation and prepares again. Validation stays in the implementation, which
+    always runs first for a new kind of argument.
+    """
+
+    def deco(prepare: Callable[..., Any]) -> Callable[..., Any]:
+        for impl in impls:
+            if impl in _FAST_PATHS:
+                raise ValueError(f"{impl.__qualname__} already has a fast path")
+            _FAST_PATHS[impl] = prepare
+        return prepare
+
+    return deco
+
+
+def fast_path_of(impl: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The preparer registered for ``impl`` (see :func:`fast_path`), or None."""
+    return _FAST_PATHS.get(impl)
+
+
 def internal_impl(op_type: str) -> OpImpl:
     """The implementation of internal operator ``op_type`` (KeyError if none)."""
     return _INTERNAL[op_type]

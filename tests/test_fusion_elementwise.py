@@ -458,6 +458,12 @@ def _inplace_model(case: str):
     return _model(nodes, [_vi("x", shape=[4, 4]), _vi("w", shape=[4, 4])], outs, inits)
 
 
+def _fused_groups(sess):
+    return [
+        st.kwargs["group"] for st in sess._program.steps if st.node.op_type == "FusedElementwise"
+    ]
+
+
 @pytest.mark.parametrize(
     "case,donated",
     [
@@ -485,13 +491,17 @@ def test_fused_group_writes_in_place_only_into_unshared_buffers(monkeypatch, cas
     x = rng.standard_normal((4, 4)).astype(np.float32)
     w = rng.standard_normal((4, 4)).astype(np.float32)
     x_before, w_before = x.copy(), w.copy()
-    for _ in range(2):  # the second run must see untouched inputs and weights
+    reused = []
+    for _ in range(3):  # later runs must see untouched inputs and weights
         got = fused.run(None, {"x": x, "w": w})
         for g, b in zip(got, basic.run(None, {"x": x, "w": w})):
             _assert_same(g, b)
+        reused.append(_fused_groups(fused)[0].fast_reused)
     np.testing.assert_array_equal(x, x_before)
     np.testing.assert_array_equal(w, w_before)
+    # the first run plans (run_plan), later runs take the prepared fast path
     assert given and all(g == donated for g in given)
+    assert reused[1:] == [int(donated)] * 2, reused
 
 
 @pytest.mark.parametrize("layout", ["strided_slice", "read_only", "fortran"])

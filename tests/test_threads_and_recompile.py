@@ -98,18 +98,18 @@ def test_intra_op_num_threads_sets_the_pool_and_blas_stays_single_threaded():
 def test_gemms_split_over_the_pool_above_the_size_threshold(monkeypatch, batch):
     """Large products are tiled over the pool's threads, small ones run on the caller alone;
     both agree with onnxruntime."""
-    import onnxjit.ops.gemm as og
+    import onnxjit.pool
 
     if onnxjit.threads.available_cores() < 2:
         pytest.skip("needs two cores for a two-thread setting")
     kernels = []
-    real = og.run_parallel
+    real = onnxjit.pool._launch
 
-    def spy(kernel, *args, **kw):
+    def spy(entry, kernel, args, threads):
         kernels.append(kernel.__name__)
-        return real(kernel, *args, **kw)
+        return real(entry, kernel, args, threads)
 
-    monkeypatch.setattr(og, "run_parallel", spy)
+    monkeypatch.setattr(onnxjit.pool, "_launch", spy)
     so = onnxjit.SessionOptions()
     so.intra_op_num_threads = 2
     m = _mlp_model()

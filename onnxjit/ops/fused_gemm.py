@@ -11,7 +11,9 @@ The activation helpers here are shared with ``FusedConv``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +21,9 @@ from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.ops.gemm import Epilogue, empty_array, matmul_into
+from onnxjit.ops.gemm import bind as gemm_bind
 from onnxjit.pool import run_parallel
-from onnxjit.registry import NodeContext, internal_op
+from onnxjit.registry import MISS, NodeContext, fast_path, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -123,3 +126,44 @@ def fused_gemm(
         shape = (1,) * (out_rank - len(shape)) + shape
     y = y.reshape(shape)
     return y if cd == dtype else y.astype(dtype)
+
+
+@fast_path(fused_gemm)
+def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """FusedGemm for one shape of A (float32/float64, no trans_a), with the same weight and
+    bias objects: the output shape, epilogue and kernel choice are fixed."""
+    a, w = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    dtype = a.dtype
+    if kwargs.get("trans_a") or dtype not in _NATIVE or w.dtype != dtype or a.ndim == 0:
+        return None
+    K, N = w.shape
+    shape = a.shape
+    M = math.prod(shape[:-1])
+    if K == 0 or M == 0 or N == 0 or not a.flags.c_contiguous:
+        return None
+    out_shape = shape[:-1] + (N,)
+    out_rank = kwargs.get("out_rank") or 0
+    if len(out_shape) < out_rank:
+        out_shape = (1,) * (out_rank - len(out_shape)) + out_shape
+    code, p0, p1 = activation_args(ctx, kwargs["activation"], kwargs["activation_params"], dtype)
+    ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL, act=code, p0=p0, p1=p1)
+    run = gemm_bind(1, M, N, K, False, 0, w.reshape(-1), False, 0, dtype, kwargs["alpha"], 0.0,
+                    ep, a.reshape(-1))  # fmt: skip
+    empty = np.empty
+
+    def fast(a2: Any, w2: Any, b2: Any = None) -> Any:
+        if (
+            w2 is not w
+            or b2 is not bias
+            or type(a2) is not np.ndarray
+            or a2.shape != shape
+            or a2.dtype != dtype
+            or not a2.flags.c_contiguous
+        ):
+            return MISS
+        y = empty(out_shape, dtype)
+        run(a2.reshape(-1), y.reshape(-1))
+        return y
+
+    return fast

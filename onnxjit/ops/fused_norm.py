@@ -17,14 +17,16 @@ LayerNormalization and Softmax operators of :mod:`onnxjit.ops.nn`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from onnxjit import pool, threads
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.pool import run_parallel
-from onnxjit.registry import NodeContext, internal_op
+from onnxjit.registry import MISS, NodeContext, fast_path, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -287,3 +289,104 @@ def softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
     if x2.size:
         _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size, x2, y2, log)
     return y2.reshape(x.shape)
+
+
+# -- fast paths (see registry.fast_path) -----------------------------------------------------
+def _bound(serial: Any, parallel: Any, work: int, sample: tuple) -> Any:
+    """``_launch`` with the serial/parallel choice and the pool entry made once."""
+    if work >= _jit.PARALLEL_THRESHOLD:
+        return pool.bind(parallel, sample, threads.current())
+    return serial
+
+
+def _plain(x: Any, shape: tuple[int, ...], dtype: np.dtype) -> bool:
+    return type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous
+
+
+@fast_path(skip_layer_norm)
+def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    a, b = args[0], args[1]
+    scale = args[2] if len(args) > 2 else None
+    bias = args[3] if len(args) > 3 else None
+    dtype = a.dtype
+    if dtype not in _NATIVE or a.shape != b.shape or b.dtype != dtype or a.size == 0:
+        return None
+    shape = a.shape
+    ax = _check_axis(ctx, kwargs["axis"], len(shape))
+    norm_shape = shape[ax:]
+    sc = _param(scale, norm_shape, dtype, 1.0)
+    bi = _param(bias, norm_shape, dtype, 0.0)
+    if sc is None or bi is None:
+        return None
+    n = math.prod(norm_shape)
+    rows = a.size // n
+    eps = float(kwargs["epsilon"])
+    want_sum = ctx.n_outputs > 1 and ctx.outputs_used[1]
+    two = ctx.n_outputs > 1
+    a2 = a.reshape(rows, n)
+    scratch = np.empty(rows, dtype)
+    go = _bound(
+        knorm.skip_layer_norm_rows,
+        knorm.skip_layer_norm_rows_par,
+        a.size,
+        (a2, a2, sc, bi, eps, a2, a2, want_sum, scratch, scratch),
+    )
+    empty = np.empty
+
+    def fast(a2: Any, b2: Any, s3: Any = None, b3: Any = None) -> Any:
+        if (
+            not _plain(a2, shape, dtype)
+            or not _plain(b2, shape, dtype)
+            or s3 is not scale
+            or b3 is not bias
+        ):
+            return MISS
+        y = empty(shape, dtype)
+        y2 = y.reshape(rows, n)
+        s = empty(shape, dtype) if want_sum else y
+        go(a2.reshape(rows, n), b2.reshape(rows, n), sc, bi, eps, y2, s.reshape(rows, n),
+           want_sum, empty(rows, dtype), empty(rows, dtype))  # fmt: skip
+        if not two:
+            return y
+        return y, (s if want_sum else a2 + b2)
+
+    return fast
+
+
+@fast_path(layer_norm)
+def _prepare_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    x = args[0]
+    scale = args[1] if len(args) > 1 else None
+    bias = args[2] if len(args) > 2 else None
+    dtype = x.dtype
+    if dtype not in _NATIVE or x.size == 0 or not x.flags.c_contiguous:
+        return None
+    shape = x.shape
+    ax = _check_axis(ctx, kwargs["axis"], len(shape))
+    norm_shape = shape[ax:]
+    sc = _param(scale, norm_shape, dtype, 1.0)
+    bi = _param(bias, norm_shape, dtype, 0.0)
+    if sc is None or bi is None:
+        return None
+    n = math.prod(norm_shape)
+    rows = x.size // n
+    eps = float(kwargs["epsilon"])
+    x2 = x.reshape(rows, n)
+    scratch = np.empty(rows, dtype)
+    go = _bound(
+        knorm.layer_norm_rows,
+        knorm.layer_norm_rows_par,
+        x.size,
+        (x2, sc, bi, eps, x2, scratch, scratch),
+    )
+    empty = np.empty
+
+    def fast(x3: Any, s3: Any = None, b3: Any = None) -> Any:
+        if not _plain(x3, shape, dtype) or s3 is not scale or b3 is not bias:
+            return MISS
+        y = empty(shape, dtype)
+        go(x3.reshape(rows, n), sc, bi, eps, y.reshape(rows, n), empty(rows, dtype),
+           empty(rows, dtype))  # fmt: skip
+        return y
+
+    return fast

@@ -9,14 +9,14 @@ element types, and layouts it cannot pass to BLAS without a copy, go to ``np.mat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
-from onnxjit import threads
+from onnxjit import pool, threads
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
-from onnxjit.pool import run_parallel
 
 _BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -24,6 +24,9 @@ _BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # more than it saves (a tile's BLAS call repacks its operands; waking a worker costs some
 # 100 us on the development VM when it is not spinning).
 PARALLEL_MACS = 1 << 18
+# A matrix-vector product is memory-bound: 2**16 multiply-adds read 256 KB of float32 weight,
+# some 5 us, which two threads halve (each keeps its half of the weight in its own cache).
+GEMV_PARALLEL_MACS = 1 << 16
 
 
 def _operand(x: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, bool] | None:
@@ -133,23 +136,67 @@ def matmul_into(
 
 def _gemm(batch, m, n, k, pa, sa, pb, sb, out, alpha, beta, epilogue: Epilogue) -> None:
     (a, ta), (b, tb) = pa, pb
-    t = out.dtype.type
-    c = out.reshape(-1)
-    ep = (
-        empty_array(out.dtype) if epilogue.bias is None else epilogue.bias,
+    run = bind(batch, m, n, k, ta, sa, b, tb, sb, out.dtype, alpha, beta, epilogue, a)
+    run(a, out.reshape(-1))
+
+
+def epilogue_args(epilogue: Epilogue, dtype: np.dtype) -> tuple:
+    """The epilogue as the kernel takes it: ``(bias, bias_mode, residual, has_residual, act,
+    p0, p1)`` with empty stand-ins for what is absent."""
+    t = dtype.type
+    return (
+        empty_array(dtype) if epilogue.bias is None else epilogue.bias,
         epilogue.bias_mode if epilogue.bias is not None else kblas.BIAS_NONE,
-        empty_array(out.dtype) if epilogue.residual is None else epilogue.residual.reshape(-1),
+        empty_array(dtype) if epilogue.residual is None else epilogue.residual.reshape(-1),
         epilogue.residual is not None,
         epilogue.act,
         t(epilogue.p0),
         t(epilogue.p1),
     )
-    args = (batch, m, n, k, a, sa, b, sb, c, ta, tb, t(alpha), t(beta), ep)
+
+
+def bind(
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    ta: bool,
+    sa: int,
+    b: np.ndarray,
+    tb: bool,
+    sb: int,
+    dtype: np.dtype,
+    alpha: float,
+    beta: float,
+    epilogue: Epilogue,
+    sample_a: np.ndarray,
+) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``run(a, c)``: the product of :func:`matmul_into` for flat operands ``a`` (like
+    ``sample_a``) and ``c`` (the output), every decision for these sizes made once: the
+    kernel, whether to split it over the pool and how. Fast paths keep it between runs."""
+    t = dtype.type
+    ep = epilogue_args(epilogue, dtype)
+    al, be = t(alpha), t(beta)
     n_threads = threads.current()
-    if n_threads > 1 and batch * m * n * k >= PARALLEL_MACS:
-        run_parallel(kblas.gemm_par, *args, *kblas.tiles(batch, m, n, k, n_threads))
-    else:
-        kblas.gemm(*args)
+    if n_threads > 1 and batch * m * n * k >= (PARALLEL_MACS if m > 1 else GEMV_PARALLEL_MACS):
+        tm, tn = kblas.tiles(batch, m, n, k, n_threads)
+        sample_c = np.empty(1, dtype)
+        go = pool.bind(
+            kblas.gemm_par,
+            (batch, m, n, k, sample_a, sa, b, sb, sample_c, ta, tb, al, be, ep, tm, tn),
+            n_threads,
+        )
+
+        def run(a: np.ndarray, c: np.ndarray) -> None:
+            go(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn)
+
+        return run
+    gemm = kblas.gemm
+
+    def run1(a: np.ndarray, c: np.ndarray) -> None:
+        gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep)
+
+    return run1
 
 
 def _apply_epilogue(out: np.ndarray, ep: Epilogue) -> None:

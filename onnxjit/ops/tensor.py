@@ -25,7 +25,7 @@ from onnxjit import types
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import tensor as K
 from onnxjit.pool import run_parallel
-from onnxjit.registry import NodeContext, onnx_op
+from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _REDUCTIONS = {
@@ -1008,3 +1008,106 @@ def space_to_depth_1(ctx, input, *, blocksize=None):
 def space_to_depth_28(ctx, input, *, mode="DCR", blocksize=None):
     """SpaceToDepth with ``mode``: DCR (blocks outermost) or CRD (channels outermost)."""
     return _space_to_depth(ctx, input, blocksize, mode)
+
+
+# -- fast paths (see registry.fast_path) -----------------------------------------------------
+def _same_args(rest: tuple, ref: tuple) -> bool:
+    """The trailing arguments are the very objects seen when preparing (constants)."""
+    if len(rest) != len(ref):
+        return False
+    # a plain loop: all() over a generator costs more than these few comparisons
+    for a, b in zip(rest, ref):  # noqa: SIM110
+        if a is not b:
+            return False
+    return True
+
+
+@fast_path(reshape_5, reshape_14, squeeze_13, unsqueeze_13, flatten_1)
+def _prepare_view(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """Shape-only ops on a fixed input shape with constant shape/axes inputs: a reshape."""
+    x = args[0]
+    if type(x) is not np.ndarray or type(result) is not np.ndarray:
+        return None
+    in_shape, out_shape, rest = x.shape, result.shape, tuple(args[1:])
+
+    def fast(x2: Any, *r: Any) -> Any:
+        if type(x2) is not np.ndarray or x2.shape != in_shape or not _same_args(r, rest):
+            return MISS
+        return x2.reshape(out_shape)
+
+    return fast
+
+
+@fast_path(transpose_1)
+def _prepare_transpose(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    x = args[0]
+    if type(x) is not np.ndarray or x.ndim == 0:
+        return None
+    perm = kwargs.get("perm")
+    p = tuple(range(x.ndim))[::-1] if perm is None else tuple(int(v) for v in perm)
+    shape = x.shape
+
+    def fast(x2: Any) -> Any:
+        if type(x2) is not np.ndarray or x2.shape != shape:
+            return MISS
+        return x2.transpose(p).copy(order="C")
+
+    return fast
+
+
+@fast_path(concat_4)
+def _prepare_concat(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """Concat of inputs of fixed shapes and one dtype: the result's shape and axis known,
+    each input copied into its slot of one allocation."""
+    if not args or any(type(a) is not np.ndarray for a in args) or type(result) is not np.ndarray:
+        return None
+    dtype = args[0].dtype
+    if any(a.dtype != dtype for a in args) or dtype.kind == "O":
+        return None
+    shapes = tuple(a.shape for a in args)
+    axis = _norm_axis(ctx, 1 if kwargs.get("axis") is None else kwargs["axis"], len(shapes[0]))
+    out_shape = result.shape
+    slots = []
+    start = 0
+    for s in shapes:
+        index = [slice(None)] * len(out_shape)
+        index[axis] = slice(start, start + s[axis])
+        slots.append(tuple(index))
+        start += s[axis]
+
+    def fast(*xs: Any) -> Any:
+        if len(xs) != len(shapes):
+            return MISS
+        for x, s in zip(xs, shapes):
+            if type(x) is not np.ndarray or x.shape != s or x.dtype != dtype:
+                return MISS
+        out = np.empty(out_shape, dtype)
+        for x, sl in zip(xs, slots):
+            out[sl] = x
+        return out
+
+    return fast
+
+
+@fast_path(split_2, split_13, split_18)
+def _prepare_split(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """Split of a fixed input shape with constant sizes: the same views every time."""
+    x = args[0]
+    if type(x) is not np.ndarray or not isinstance(result, tuple):
+        return None
+    shape, rest = x.shape, tuple(args[1:])
+    axis = _norm_axis(ctx, kwargs.get("axis", 0), x.ndim)
+    index = []
+    start = 0
+    for part in result:
+        sl = [slice(None)] * x.ndim
+        sl[axis] = slice(start, start + part.shape[axis])
+        index.append(tuple(sl))
+        start += part.shape[axis]
+
+    def fast(x2: Any, *r: Any) -> Any:
+        if type(x2) is not np.ndarray or x2.shape != shape or not _same_args(r, rest):
+            return MISS
+        return tuple([x2[sl] for sl in index])
+
+    return fast

@@ -1,0 +1,107 @@
+"""Prepared fast paths (registry.fast_path): later runs of a node skip its planning.
+
+Oracle: onnxruntime on the same feeds, run after run, while the batch size changes (a fast
+path prepared for one shape must step aside for another) and while a caller keeps the
+outputs of earlier runs (a fast path must never hand out a buffer twice).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+
+
+def _model():
+    rng = np.random.default_rng(0)
+    d, h = 16, 32
+
+    def init(name, shape, dtype=np.float32):
+        arr = rng.standard_normal(shape).astype(dtype) if dtype == np.float32 else None
+        return numpy_helper.from_array(arr, name)
+
+    inits = [
+        init("w1", (d, h)),
+        init("b1", (h,)),
+        init("w2", (h, d)),
+        init("gamma", (d,)),
+        init("beta", (d,)),
+        numpy_helper.from_array(np.array([0, 8, 4, 4], np.int64), "shape4"),
+        numpy_helper.from_array(np.array([0, 8, 16], np.int64), "shape3"),
+        numpy_helper.from_array(np.array([8, 8], np.int64), "halves"),
+        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h"]),
+        helper.make_node("MatMul", ["h", "w2"], ["o"]),
+        helper.make_node("Reshape", ["o", "shape4"], ["o4"]),
+        helper.make_node("Transpose", ["o4"], ["t4"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["t4"], ["u4"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["u4", "shape3"], ["u"]),
+        helper.make_node("Split", ["u", "halves"], ["s0", "s1"], axis=2),
+        helper.make_node("Tanh", ["s0"], ["a0"]),
+        helper.make_node("Mul", ["s1", "half"], ["a1"]),
+        helper.make_node("Concat", ["a1", "a0"], ["c"], axis=2),
+        helper.make_node("Add", ["c", "x"], ["r"]),
+        helper.make_node("LayerNormalization", ["r", "gamma", "beta"], ["n"], axis=-1),
+        helper.make_node("Unsqueeze", ["n", "ax1"], ["n4"]),
+        helper.make_node("Squeeze", ["n4", "ax1"], ["y"]),
+        helper.make_node("Flatten", ["y"], ["z"], axis=2),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fast",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, d])],
+        [
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 128]),
+            helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 8, h]),
+        ],
+        inits,
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fast_paths_agree_with_onnxruntime_while_shapes_change(threads):
+    m = _model()
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = onnxjit.InferenceSession(m.SerializeToString(), so)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    kept = []
+    for batch in (2, 2, 2, 5, 2, 5, 300, 300, 1, 1):
+        x = rng.standard_normal((batch, 8, 16)).astype(np.float32)
+        got = sess.run(None, {"x": x})
+        want = ref.run(None, {"x": x})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+        kept.append((x, got))
+    # outputs of earlier runs are still what they were (no buffer handed out twice)
+    for x, got in kept:
+        for g, w in zip(got, ref.run(None, {"x": x})):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+    prepared = {st.node.op_type for st in sess._program.steps if st.fast is not None}
+    expected = {"FusedGemm", "Reshape", "Transpose", "Split", "Concat", "Flatten"}
+    assert expected <= prepared, prepared
+
+
+def test_a_fast_path_steps_aside_for_other_constants_and_types():
+    """The same Reshape node fed a non-array value, and FusedGemm given a Fortran-order
+    input: the prepared paths return MISS and the implementation runs."""
+    m = _model()
+    sess = onnxjit.InferenceSession(m.SerializeToString())
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal((3, 8, 16)).astype(np.float32)
+    for feed in (x, x, np.asfortranarray(x), x):
+        got = sess.run(None, {"x": feed})
+        for g, w in zip(got, ref.run(None, {"x": np.ascontiguousarray(feed)})):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
