@@ -8,8 +8,11 @@ int64 arrays of length 3 (kernel, strides, dilations, pads at the beginning).
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._jit import njit, pjit
 from ..chunks import claim
+from .epilogue import ACT_NONE, activate
 
 
 @njit(inline="always")
@@ -29,61 +32,173 @@ def _span(n_out, size, st, off):
 
 
 @njit(inline="always")
-def _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg):
-    n = idx // cg
-    c = idx % cg
-    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+def _u(i):
+    return np.uint64(i)
+
+
+@njit(inline="always")
+def _zero(v):
+    for j in range(v.shape[0]):
+        v[j] = 0
+
+
+@njit(inline="always")
+def _copy(dst, src):
+    for j in range(dst.shape[0]):
+        dst[j] = src[j]
+
+
+@njit(inline="always")
+def _phase_width(ow, kw, sw, dw):
+    """Columns of one stride phase of the input span an output row reads: the window's
+    extent over the row divided by the stride, rounded up."""
+    return ((ow - 1) * sw + (kw - 1) * dw + sw) // sw
+
+
+@njit(inline="always")
+def _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx):
+    """Rows ``(c, kd, kh, 0..KW-1)`` of ``col`` for item ``idx`` = (image, channel, kd, kh).
+
+    Each output row's in-range taps are one run: zeros, a copy (contiguous at stride 1),
+    zeros. Indices are unsigned so that LLVM sees no negative-index test (``xf`` is ``x``
+    flattened)."""
+    KD, KH, KW = k[0], k[1], k[2]
+    per_c = KD * KH
+    per_n = cg * per_c
+    n = idx // per_n
+    r = idx - n * per_n
+    c = r // per_c
+    r -= c * per_c
+    kd = r // KH
+    kh = r - kd * KH
     OD, OH, OW = osz[0], osz[1], osz[2]
-    for kd in range(k[0]):
-        for kh in range(k[1]):
-            for kw in range(k[2]):
-                row = ((c * k[0] + kd) * k[1] + kh) * k[2] + kw
-                dst = col[n, row]
-                # The in-range output columns of this tap are one contiguous run per output
-                # row: zero the edges, copy the run (a plain strided copy, no per-element test).
-                woff = kw * dl[2] - pb[2]
-                lo, hi = _span(OW, W, st[2], woff)
-                for od in range(OD):
-                    d = od * st[0] - pb[0] + kd * dl[0]
-                    dok = d >= 0 and d < D
-                    for oh in range(OH):
-                        h = oh * st[1] - pb[1] + kh * dl[1]
-                        base = (od * OH + oh) * OW
-                        if dok and h >= 0 and h < H:
-                            src = x[n, c0 + c, d, h]
-                            for ow in range(lo):
-                                dst[base + ow] = 0
-                            if st[2] == 1:
-                                for ow in range(lo, hi):
-                                    dst[base + ow] = src[ow + woff]
-                            else:
-                                for ow in range(lo, hi):
-                                    dst[base + ow] = src[ow * st[2] + woff]
-                            for ow in range(hi, OW):
-                                dst[base + ow] = 0
-                        else:
-                            for ow in range(OW):
-                                dst[base + ow] = 0
+    sw = st[2]
+    usw = _u(sw)
+    uow = _u(OW)
+    plane = (n * C + c0 + c) * D
+    for kw in range(KW):
+        off = kw * dl[2] - pb[2]
+        lo, hi = _span(OW, W, sw, off)
+        ulo, uhi = _u(lo), _u(hi)
+        dst = col[n, ((c * KD + kd) * KH + kh) * KW + kw]
+        for od in range(OD):
+            d = od * st[0] + kd * dl[0] - pb[0]
+            for oh in range(OH):
+                h = oh * st[1] + kh * dl[1] - pb[1]
+                base = _u((od * OH + oh) * OW)
+                if d < 0 or d >= D or h < 0 or h >= H:
+                    for j in range(uow):
+                        dst[base + j] = 0
+                    continue
+                for j in range(ulo):
+                    dst[base + j] = 0
+                src = _u(((plane + d) * H + h) * W + lo * sw + off)
+                run = base + ulo
+                if sw == 1:
+                    for j in range(uhi - ulo):
+                        dst[run + j] = xf[src + j]
+                else:
+                    for j in range(uhi - ulo):
+                        dst[run + j] = xf[src + j * usw]
+                for j in range(uhi, uow):
+                    dst[base + j] = 0
 
 
 @njit
 def im2col(x, c0, cg, k, st, dl, pb, osz, col):
     """Unfold channels ``c0 .. c0+cg`` of ``x`` (N, C, D, H, W) into ``col`` (N, cg*KD*KH*KW,
     OD*OH*OW): row ``(c, kd, kh, kw)``, column ``(od, oh, ow)``; padding taps are zero."""
-    for idx in range(x.shape[0] * cg):
-        _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg)
+    N, C, D, H, W = x.shape
+    xf = x.reshape(-1)
+    for idx in range(N * cg * k[0] * k[1]):
+        _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx)
 
 
 @pjit
 def im2col_par(ctl, x, c0, cg, k, st, dl, pb, osz, col):
-    """Parallel twin of :func:`im2col` (threads over (batch, channel))."""
-    n_items = x.shape[0] * cg
+    """Pool twin of :func:`im2col` (items: image, channel and the (kd, kh) tap row)."""
+    N, C, D, H, W = x.shape
+    xf = x.reshape(-1)
+    n_items = N * cg * k[0] * k[1]
     while True:
         chunk_lo, chunk_hi = claim(ctl, n_items)
         if chunk_lo >= chunk_hi:
             break
         for idx in range(chunk_lo, chunk_hi):
-            _im2col_one(x, c0, k, st, dl, pb, osz, col, idx, cg)
+            _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx)
+
+
+@njit
+def gather_table(k, st, dl, pb, osz, isz, tab):
+    """Fill ``tab`` (KD*KH*KW, OD*OH*OW) with, for each tap and output position, the flat
+    offset ``(d * H + h) * W + w`` of the input element it reads within one channel volume
+    of size ``isz`` (D, H, W), or ``D * H * W`` (a zero slot past the volume) where the tap
+    falls in the padding."""
+    D, H, W = isz[0], isz[1], isz[2]
+    V = D * H * W
+    OD, OH, OW = osz[0], osz[1], osz[2]
+    for kd in range(k[0]):
+        for kh in range(k[1]):
+            for kw in range(k[2]):
+                row = tab[(kd * k[1] + kh) * k[2] + kw]
+                for od in range(OD):
+                    d = od * st[0] + kd * dl[0] - pb[0]
+                    for oh in range(OH):
+                        h = oh * st[1] + kh * dl[1] - pb[1]
+                        for ow in range(OW):
+                            w = ow * st[2] + kw * dl[2] - pb[2]
+                            t = (od * OH + oh) * OW + ow
+                            if d < 0 or d >= D or h < 0 or h >= H or w < 0 or w >= W:
+                                row[t] = V
+                            else:
+                                row[t] = (d * H + h) * W + w
+
+
+@njit(inline="always")
+def _gather_item(xf, C, V, c0, cg, tab, col, idx, vol):
+    """Rows ``(c, every tap)`` of ``col`` for item ``idx`` = (image, channel): the channel
+    volume is copied into ``vol`` (V + 1 elements, the last one zero), then each row is one
+    gather through ``tab``."""
+    n = idx // cg
+    c = idx - n * cg
+    base = _u((n * C + c0 + c) * V)
+    for j in range(_u(V)):
+        vol[j] = xf[base + j]
+    vol[V] = 0
+    K, S = tab.shape[0], tab.shape[1]
+    for tap in range(K):
+        dst = col[n, c * K + tap]
+        ti = tab[tap]
+        for t in range(S):
+            dst[t] = vol[ti[t]]
+
+
+@njit
+def im2col_gather(x, c0, cg, tab, col):
+    """:func:`im2col` through a :func:`gather_table` ``tab`` (for small output planes, where
+    the per-run cost of the run copies dominates)."""
+    N, C = x.shape[0], x.shape[1]
+    V = x.shape[2] * x.shape[3] * x.shape[4]
+    xf = x.reshape(-1)
+    vol = np.empty(V + 1, x.dtype)
+    for idx in range(N * cg):
+        _gather_item(xf, C, V, c0, cg, tab, col, idx, vol)
+
+
+@pjit
+def im2col_gather_par(ctl, x, c0, cg, tab, col):
+    """Pool twin of :func:`im2col_gather` (items: image and channel)."""
+    N, C = x.shape[0], x.shape[1]
+    V = x.shape[2] * x.shape[3] * x.shape[4]
+    xf = x.reshape(-1)
+    vol = np.empty(V + 1, x.dtype)
+    n_items = N * cg
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            _gather_item(xf, C, V, c0, cg, tab, col, idx, vol)
 
 
 @njit(inline="always")
@@ -132,58 +247,204 @@ def col2im_par(ctl, col, m0, mg, k, st, dl, pb, isz, y):
 
 
 @njit(inline="always")
-def _dw_one(x, w, k, st, dl, pb, y, idx, mult):
-    M = y.shape[1]
-    n = idx // M
-    m = idx % M
-    c = m // mult
-    D, H, W = x.shape[2], x.shape[3], x.shape[4]
-    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
-    for od in range(OD):
-        for oh in range(OH):
-            for ow in range(OW):
-                y[n, m, od, oh, ow] = 0
+def _dw_geom(x, k, st, dl, pb, osz):
+    """What every plane of a depthwise call shares: ``(Dp, Hq, Wq, toff, cols)``.
+
+    A plane is padded into a buffer of Dp padded depth slices, each split into sh * sw stride
+    phases of Hq x Wq (one slack row, so that the junk columns of the last output row stay
+    inside). ``toff[tap]`` is the buffer offset tap (kd, kh, kw) reads for output (0, 0, 0);
+    ``cols[qw]`` = (first input column of phase qw, its column in the phase, column count).
+    Integer divisions are done here once, not per plane or per row."""
+    Dp = (osz[0] - 1) * st[0] + (k[0] - 1) * dl[0] + 1
+    Hq = osz[1] + ((k[1] - 1) * dl[1]) // st[1] + 1
+    Wq = osz[2] + ((k[2] - 1) * dl[2]) // st[2]
+    sh, sw = st[1], st[2]
+    HW = Hq * Wq
+    toff = np.empty(k[0] * k[1] * k[2], np.uint64)
     for kd in range(k[0]):
         for kh in range(k[1]):
             for kw in range(k[2]):
-                wv = w[m, 0, kd, kh, kw]
-                woff = kw * dl[2] - pb[2]
-                lo, hi = _span(OW, W, st[2], woff)
-                for od in range(OD):
-                    d = od * st[0] - pb[0] + kd * dl[0]
-                    if d < 0 or d >= D:
-                        continue
-                    for oh in range(OH):
-                        h = oh * st[1] - pb[1] + kh * dl[1]
-                        if h < 0 or h >= H:
-                            continue
-                        # In-range taps form one run [lo, hi): no per-element bounds test.
-                        src = x[n, c, d, h]
-                        dst = y[n, m, od, oh]
-                        if st[2] == 1:
-                            for ow in range(lo, hi):
-                                dst[ow] += wv * src[ow + woff]
-                        else:
-                            for ow in range(lo, hi):
-                                dst[ow] += wv * src[ow * st[2] + woff]
+                qh, qw = (kh * dl[1]) % sh, (kw * dl[2]) % sw
+                s0 = kd * dl[0] * sh * sw
+                toff[(kd * k[1] + kh) * k[2] + kw] = (
+                    (s0 + qh * sw + qw) * HW + ((kh * dl[1]) // sh) * Wq + (kw * dl[2]) // sw
+                )
+    W = x.shape[4]
+    pw = pb[2]
+    cols = np.empty((sw, 3), np.int64)
+    for qw in range(sw):
+        # input columns w = w0 + m * sw land in phase qw at j = j0 + m
+        w0 = (qw - pw) % sw
+        j0 = (w0 + pw) // sw
+        cnt = (W - w0 + sw - 1) // sw
+        if cnt > Wq - j0:
+            cnt = Wq - j0
+        cols[qw, 0], cols[qw, 1], cols[qw, 2] = w0, j0, max(cnt, 0)
+    return Dp, Hq, Wq, toff, cols
 
 
-@njit
-def depthwise(x, w, k, st, dl, pb, y, mult):
-    """Depthwise convolution (group == C): output channel ``m`` of ``y`` (N, M, OD, OH, OW)
-    convolves input channel ``m // mult`` of ``x`` with ``w[m, 0]`` (``w`` is (M, 1, KD, KH,
-    KW), M = C * mult). Direct loops: no im2col buffer, no GEMM."""
-    for idx in range(y.shape[0] * y.shape[1]):
-        _dw_one(x, w, k, st, dl, pb, y, idx, mult)
+@njit(inline="always")
+def _dw_fill(xf, plane, D, H, W, st, pb, g, bf, pad):
+    """The input volume at ``plane`` (flat offset / (H*W) of its first depth slice) padded
+    and split into stride phases in ``bf``: phase (qh, qw) of padded slice dd holds, at row i
+    and column j, the padded input element (dd, i * sh + qh, j * sw + qw); ``pad`` in the
+    padding."""
+    Dp, Hq, Wq, toff, cols = g
+    sh, sw = st[1], st[2]
+    ph = pb[1]
+    usw = _u(sw)
+    for i in range(bf.shape[0]):
+        bf[i] = pad
+    i_start = ph // sh
+    qh_start = ph - i_start * sh
+    for qw in range(sw):
+        w0, j0, cnt = cols[qw, 0], cols[qw, 1], cols[qw, 2]
+        if cnt == 0:
+            continue
+        ucnt = _u(cnt)
+        for dd in range(Dp):
+            d = dd - pb[0]
+            if d < 0 or d >= D:
+                continue
+            i, qh = i_start, qh_start
+            src = _u(((plane + d) * H) * W + w0)
+            for _h in range(H):
+                if i >= Hq:
+                    break
+                dst = _u((((dd * sh + qh) * sw + qw) * Hq + i) * Wq + j0)
+                if sw == 1:
+                    for m in range(ucnt):
+                        bf[dst + m] = xf[src + m]
+                else:
+                    for m in range(ucnt):
+                        bf[dst + m] = xf[src + m * usw]
+                src += _u(W)
+                qh += 1
+                if qh == sh:
+                    qh = 0
+                    i += 1
 
 
-@pjit
-def depthwise_par(ctl, x, w, k, st, dl, pb, y, mult):
-    """Parallel twin of :func:`depthwise` (threads over (batch, channel) planes)."""
-    n_items = y.shape[0] * y.shape[1]
+@njit(inline="always")
+def _dw_plane(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide, last, ep):
+    """Output plane ``idx`` = (image, channel m) of a depthwise convolution plus its epilogue
+    ``ep = (bias, has_bias, res, has_res, act, p0, p1)`` (``res`` flat like ``yf``).
+
+    The input plane is padded and split into stride phases in ``bf`` once (``last`` is the
+    plane ``bf`` holds: the outputs of a channel multiplier > 1 share it). In phase layout
+    every tap reads the output grid at a fixed offset, so each output depth slice is one flat
+    loop over ``OH`` rows of ``Wq`` columns (the ``Wq - OW`` extra columns per row are junk,
+    dropped when the rows are copied out), with the nine weights of a 3x3 kernel in
+    registers. Returns the plane now in ``bf``."""
+    bias, has_bias, res, has_res, act, p0, p1 = ep
+    Dp, Hq, Wq, toff, cols = g
+    n = idx // M
+    m = idx - n * M
+    c = m // mult
+    OD, OH, OW = osz[0], osz[1], osz[2]
+    K = toff.shape[0]
+    plane = (n * C + c) * D
+    if plane != last:
+        _dw_fill(xf, plane, D, H, W, st, pb, g, bf, 0)
+    w = wm[m]
+    t = yf.dtype.type
+    bv = t(bias[m]) if has_bias else t(0)
+    n_wide = _u(OH * Wq)
+    ybase = (n * M + m) * OD * OH * OW
+    slice_step = _u(st[0] * st[1] * st[2] * Hq * Wq)
+    for od in range(OD):
+        sb = _u(od) * slice_step
+        if K == 9 and k[0] == 1:
+            o0, o1, o2 = sb + toff[0], sb + toff[1], sb + toff[2]
+            o3, o4, o5 = sb + toff[3], sb + toff[4], sb + toff[5]
+            o6, o7, o8 = sb + toff[6], sb + toff[7], sb + toff[8]
+            w0, w1, w2, w3, w4 = w[0], w[1], w[2], w[3], w[4]
+            w5, w6, w7, w8 = w[5], w[6], w[7], w[8]
+            for j in range(n_wide):
+                wide[j] = (
+                    bv
+                    + w0 * bf[o0 + j]
+                    + w1 * bf[o1 + j]
+                    + w2 * bf[o2 + j]
+                    + w3 * bf[o3 + j]
+                    + w4 * bf[o4 + j]
+                    + w5 * bf[o5 + j]
+                    + w6 * bf[o6 + j]
+                    + w7 * bf[o7 + j]
+                    + w8 * bf[o8 + j]
+                )
+        else:
+            for j in range(n_wide):
+                wide[j] = bv
+            for tap in range(K):
+                off = sb + toff[tap]
+                wv = w[tap]
+                for j in range(n_wide):
+                    wide[j] += wv * bf[off + j]
+        yb = _u(ybase + od * OH * OW)
+        wb = _u(0)
+        for _oh in range(OH):
+            for j in range(_u(OW)):
+                yf[yb + j] = wide[wb + j]
+            yb += _u(OW)
+            wb += _u(Wq)
+    if has_res or act != ACT_NONE:
+        n_plane = OD * OH * OW
+        v = yf[ybase : ybase + n_plane]
+        if has_res:
+            rv = res[ybase : ybase + n_plane]
+            for j in range(n_plane):
+                v[j] += rv[j]
+        activate(v, act, p0, p1)
+    return plane
+
+
+@njit(inline="always")
+def _dw_bufs(x, g, st, osz):
+    Dp, Hq, Wq, toff, cols = g
+    bf = np.empty(Dp * st[1] * st[2] * Hq * Wq, x.dtype)
+    wide = np.empty(osz[1] * Wq, x.dtype)
+    return bf, wide
+
+
+@njit(fma=True)
+def depthwise(x, wm, k, st, dl, pb, y, mult, ep):
+    """Depthwise convolution (group == C) with its epilogue: output channel ``m`` of ``y``
+    (N, M, OD, OH, OW) convolves input channel ``m // mult`` of ``x`` (N, C, D, H, W) with the
+    taps ``wm[m]`` (``wm`` is (M, KD*KH*KW), M = C * mult), then ``y = act(y + bias[m] +
+    res)`` with ``ep = (bias, has_bias, res, has_res, act, p0, p1)``, ``res`` flat like ``y``.
+    Direct loops: no im2col buffer, no GEMM."""
+    N, C, D, H, W = x.shape
+    M = y.shape[1]
+    osz = y.shape[2:]
+    xf = x.reshape(-1)
+    yf = y.reshape(-1)
+    g = _dw_geom(x, k, st, dl, pb, osz)
+    bf, wide = _dw_bufs(x, g, st, osz)
+    last = -1
+    for idx in range(N * M):
+        last = _dw_plane(
+            xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide, last, ep
+        )
+
+
+@pjit(fma=True)
+def depthwise_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
+    """Pool twin of :func:`depthwise` (items: (image, channel) planes)."""
+    N, C, D, H, W = x.shape
+    M = y.shape[1]
+    osz = y.shape[2:]
+    xf = x.reshape(-1)
+    yf = y.reshape(-1)
+    g = _dw_geom(x, k, st, dl, pb, osz)
+    bf, wide = _dw_bufs(x, g, st, osz)
+    last = -1
+    n_items = N * M
     while True:
         chunk_lo, chunk_hi = claim(ctl, n_items)
         if chunk_lo >= chunk_hi:
             break
         for idx in range(chunk_lo, chunk_hi):
-            _dw_one(x, w, k, st, dl, pb, y, idx, mult)
+            last = _dw_plane(
+                xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide, last, ep
+            )

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from ..chunks import claim
+from .conv import _dw_bufs, _dw_fill, _dw_geom, _u
 
 
 @njit(inline="always")
@@ -41,7 +42,8 @@ def _max_plane(x, y, ind, b, k, st, dl, pb, col_major):
                             if w < 0 or w >= W:
                                 continue
                             v = x[b, d, h, w]
-                            if bi < 0 or v > best:
+                            # NaN wins (once: the first NaN in window order)
+                            if bi < 0 or v > best or (v != v and best == best):
                                 best = v
                                 if col_major:
                                     bi = (w * H + h) * D + d
@@ -56,7 +58,8 @@ def max_pool(x, y, ind, k, st, dl, pb, col_major):
     """Max pooling of ``x`` (B, D, H, W) into ``y`` (B, OD, OH, OW) and the flat index of
     each maximum into ``ind`` (int64, same shape as y; row-major over the whole input, or
     column-major within a plane when ``col_major``). Padding never wins: taps outside the
-    input are skipped. The first maximum in window order wins ties."""
+    input are skipped. The first maximum in window order wins ties; a NaN in the window is
+    the maximum (the first NaN, as np.max and PyTorch propagate it)."""
     for b in range(x.shape[0]):
         _max_plane(x, y, ind, b, k, st, dl, pb, col_major)
 
@@ -139,3 +142,98 @@ def avg_pool_par(ctl, x, y, k, st, dl, pb, pe, lp, p, count_pad):
             break
         for b in range(chunk_lo, chunk_hi):
             _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad)
+
+
+@njit(inline="always")
+def _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide):
+    """Plane ``b`` of :func:`max_pool_values`: the input plane padded with -inf and split
+    into stride phases (``bf``), then for each output depth slice one flat loop over ``OH``
+    rows of ``Wq`` columns taking the maximum over the taps at their fixed offsets (the junk
+    columns past ``OW`` are dropped when the rows are copied out)."""
+    Dp, Hq, Wq, toff, cols = g
+    _dw_fill(xf, b * D, D, H, W, st, pb, g, bf, -np.inf)
+    OD, OH, OW = osz[0], osz[1], osz[2]
+    K = toff.shape[0]
+    n_wide = _u(OH * Wq)
+    slice_step = _u(st[0] * st[1] * st[2] * Hq * Wq)
+    ybase = b * OD * OH * OW
+    for od in range(OD):
+        sb = _u(od) * slice_step
+        o = sb + toff[0]
+        for j in range(n_wide):
+            wide[j] = bf[o + j]
+        for tap in range(1, K):
+            o = sb + toff[tap]
+            for j in range(n_wide):
+                v = bf[o + j]
+                if v > wide[j] or v != v:
+                    wide[j] = v
+        yb = _u(ybase + od * OH * OW)
+        wb = _u(0)
+        for _oh in range(OH):
+            for j in range(_u(OW)):
+                yf[yb + j] = wide[wb + j]
+            yb += _u(OW)
+            wb += _u(Wq)
+
+
+@njit
+def max_pool_values(x, y, k, st, dl, pb):
+    """Max pooling of ``x`` (B, D, H, W) into ``y`` (B, OD, OH, OW) without indices, for
+    float inputs. Padding never wins; a NaN in the window is the maximum, as in
+    :func:`max_pool`."""
+    B, D, H, W = x.shape
+    osz = y.shape[1:]
+    x5 = x.reshape(B, 1, D, H, W)
+    g = _dw_geom(x5, k, st, dl, pb, osz)
+    bf, wide = _dw_bufs(x5, g, st, osz)
+    xf = x.reshape(-1)
+    yf = y.reshape(-1)
+    for b in range(B):
+        _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide)
+
+
+@pjit
+def max_pool_values_par(ctl, x, y, k, st, dl, pb):
+    """Pool twin of :func:`max_pool_values` (items: planes)."""
+    B, D, H, W = x.shape
+    osz = y.shape[1:]
+    x5 = x.reshape(B, 1, D, H, W)
+    g = _dw_geom(x5, k, st, dl, pb, osz)
+    bf, wide = _dw_bufs(x5, g, st, osz)
+    xf = x.reshape(-1)
+    yf = y.reshape(-1)
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, B)
+        if chunk_lo >= chunk_hi:
+            break
+        for b in range(chunk_lo, chunk_hi):
+            _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide)
+
+
+@njit(inline="always")
+def _mean_row(x, y, r):
+    v = x[r]
+    acc = 0.0
+    for j in range(v.shape[0]):
+        acc += v[j]
+    y[r] = acc / v.shape[0]
+
+
+@njit
+def global_mean(x, y):
+    """``y[r] = mean(x[r, :])`` for ``x`` (R, S) with S > 0, summed in float64."""
+    for r in range(x.shape[0]):
+        _mean_row(x, y, r)
+
+
+@pjit
+def global_mean_par(ctl, x, y):
+    """Pool twin of :func:`global_mean` (items: rows)."""
+    n_items = x.shape[0]
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for r in range(chunk_lo, chunk_hi):
+            _mean_row(x, y, r)

@@ -1,0 +1,262 @@
+"""Convolution and pooling kernels on the geometries their fast paths specialise.
+
+Covers the paths of ``onnxjit.ops.nn._conv_core`` (im2col by output-row runs or by a gather
+table, the conv GEMM tiles, the depthwise kernel with its fused epilogue) and the pooling
+kernels without Indices (max over padded planes, global average), each serial and on the pool's
+threads. Oracles: onnxruntime for float32 (its optimisations off), onnx's ReferenceEvaluator
+for float64 and float16 (onnxruntime has no float64 Conv).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from oracle import (
+    assert_close,
+    check_node,
+    declare_outputs_like,
+    make_node_model,
+    ort_outputs,
+    reference_outputs,
+)
+
+import onnxjit
+from onnxjit.kernels import _jit
+
+F32, F64, F16 = np.float32, np.float64, np.float16
+TOL = {F32: (1e-4, 1e-5), F64: (1e-9, 1e-10), F16: (1e-2, 1e-2)}
+
+
+def rnd(shape, dtype=F32, seed=0):
+    return np.random.default_rng(seed).uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+def weights(shape, dtype=F32, seed=1):
+    """Uniform weights scaled by 1/sqrt(fan-in), so that outputs stay O(1) for every K."""
+    fan_in = int(np.prod(shape[1:]))
+    return (rnd(shape, F64, seed) / np.sqrt(fan_in)).astype(dtype)
+
+
+@pytest.fixture(params=["serial", "parallel"])
+def threading_mode(request, monkeypatch):
+    """Every kernel on one thread (threshold out of reach), or on the pool (threshold 1)."""
+    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 1 << 40 if request.param == "serial" else 1)
+    return request.param
+
+
+# (x shape without batch, w shape, attrs)
+CONV = {
+    # im2col by runs (output rows >= 16 wide)
+    "run_3x3": ((3, 18, 20), (5, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "run_s2": ((2, 21, 37), (4, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "run_7x7_s2": ((3, 40, 40), (4, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    "run_dil_asym": ((2, 9, 24), (3, 2, 3, 3), {"dilations": [2, 3], "pads": [0, 2, 1, 3]}),
+    "run_s3_1d": ((3, 60), (2, 3, 5), {"strides": [3], "pads": [2, 1]}),
+    # im2col by gather table (output rows < 16 wide)
+    "gather_3x3": ((4, 7, 7), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "gather_s2": ((3, 8, 9), (5, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "gather_dil": ((2, 9, 9), (3, 2, 3, 2), {"dilations": [2, 2], "pads": [2, 0, 1, 1]}),
+    "gather_3d": (
+        (2, 5, 6, 4),
+        (3, 2, 3, 2, 2),
+        {"pads": [1, 0, 1, 0, 1, 1], "strides": [1, 2, 1]},
+    ),
+    "gather_big_k": ((448, 5, 5), (8, 448, 3, 3), {"pads": [1, 1, 1, 1]}),  # packed GEMM tiles
+    "grouped": ((4, 6, 18), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    "grouped_gather": ((6, 5, 5), (9, 2, 3, 3), {"group": 3, "strides": [2, 1]}),
+    # 1x1: plain GEMM
+    "pointwise": ((6, 5, 7), (9, 6, 1, 1), {}),
+    "pointwise_s2": ((6, 9, 7), (4, 6, 1, 1), {"strides": [2, 2]}),
+    # depthwise (group == C)
+    "dw_3x3": ((5, 19, 17), (5, 1, 3, 3), {"group": 5, "pads": [1, 1, 1, 1]}),
+    "dw_3x3_s2": ((4, 20, 21), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "dw_3x3_s2_odd": (
+        (3, 7, 9),
+        (3, 1, 3, 3),
+        {"group": 3, "strides": [2, 2], "pads": [0, 1, 1, 0]},
+    ),
+    "dw_3x3_dil": (
+        (3, 11, 12),
+        (3, 1, 3, 3),
+        {"group": 3, "dilations": [2, 3], "pads": [2, 3, 2, 3]},
+    ),
+    "dw_3x3_small": ((6, 4, 4), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+    "dw_mult": ((2, 8, 6), (6, 1, 3, 3), {"group": 2, "strides": [2, 1], "dilations": [1, 2]}),
+    "dw_5x5_s2": ((3, 13, 14), (3, 1, 5, 5), {"group": 3, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+    "dw_s3": ((2, 10, 11), (2, 1, 3, 3), {"group": 2, "strides": [3, 3], "pads": [1, 1, 0, 0]}),
+    "dw_1d": ((4, 10), (4, 1, 3), {"group": 4, "pads": [2, 1]}),
+    "dw_3d": ((2, 5, 6, 7), (2, 1, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1, 1, 1]}),
+    "dw_3d_s2": ((2, 6, 5, 7), (4, 1, 2, 3, 3), {"group": 2, "strides": [2, 1, 2]}),
+    "dw_same": ((3, 9, 8), (3, 1, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv_f32(case, batch, threading_mode):
+    xs, ws, attrs = CONV[case]
+    inputs = {"x": rnd((batch, *xs)), "w": weights(ws, F32), "b": rnd((ws[0],), F32, 2)}
+    check_node("Conv", inputs, attrs, opset=22, oracle="ort", rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", list(CONV))
+@pytest.mark.parametrize("dtype", [F64, F16])
+def test_conv_other_types(case, dtype, threading_mode):
+    xs, ws, attrs = CONV[case]
+    inputs = {"x": rnd((2, *xs), dtype), "w": weights(ws, dtype), "b": rnd((ws[0],), dtype, 2)}
+    rtol, atol = TOL[dtype]
+    check_node("Conv", inputs, attrs, opset=22, rtol=rtol, atol=atol)
+
+
+def _fused_model(xs, ws, attrs, act, residual, dtype=F32):
+    """Conv(bias) [+ Add(residual)] [+ activation]: fused into one FusedConv by onnxjit."""
+    et = {F32: TensorProto.FLOAT, F64: TensorProto.DOUBLE}[dtype]
+    inits = [
+        numpy_helper.from_array(weights(ws, dtype), "w"),
+        numpy_helper.from_array(rnd((ws[0],), dtype, 2), "b"),
+    ]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs)]
+    inputs = [helper.make_tensor_value_info("x", et, list(xs))]
+    cur = "c"
+    if residual is not None:
+        nodes.append(helper.make_node("Add", [cur, "r"], ["a"]))
+        inputs.append(helper.make_tensor_value_info("r", et, list(residual)))
+        cur = "a"
+    if act == "relu6":
+        inits += [
+            numpy_helper.from_array(np.array(0.0, dtype), "lo"),
+            numpy_helper.from_array(np.array(6.0, dtype) / 10, "hi"),
+        ]
+        nodes.append(helper.make_node("Clip", [cur, "lo", "hi"], ["y"]))
+        cur = "y"
+    elif act is not None:
+        nodes.append(helper.make_node(act, [cur], ["y"]))
+        cur = "y"
+    dims = [f"d{i}" for i in range(len(xs))]
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info(cur, et, dims)], inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _out_shape(xs, ws, attrs):
+    model = _fused_model(xs, ws, attrs, None, None)
+    x = np.zeros(xs, F32)
+    return onnxjit.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0].shape
+
+
+@pytest.mark.parametrize(
+    "case", ["dw_3x3", "dw_3x3_s2", "dw_3x3_small", "dw_mult", "dw_3d", "run_3x3", "gather_s2"]
+)
+@pytest.mark.parametrize("act", [None, "Relu", "relu6", "Sigmoid"])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_fused_conv_epilogue(case, act, with_residual, threading_mode):
+    xs, ws, attrs = CONV[case]
+    xs = (2, *xs)
+    residual = _out_shape(xs, ws, attrs) if with_residual else None
+    model = _fused_model(xs, ws, attrs, act, residual)
+    feeds = {"x": rnd(xs, F32, 3)}
+    if residual is not None:
+        feeds["r"] = rnd(residual, F32, 4)
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    if act is not None or with_residual:
+        assert [n.op_type for n in sess.graph_nodes()] == ["FusedConv"]
+    assert_close(sess.run(None, feeds), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["dw_3x3_s2", "dw_mult", "run_s2", "gather_dil"])
+def test_fused_conv_epilogue_f64(case, threading_mode):
+    xs, ws, attrs = CONV[case]
+    xs = (2, *xs)
+    model = _fused_model(xs, ws, attrs, "Relu", _out_shape(xs, ws, attrs), F64)
+    feeds = {"x": rnd(xs, F64, 3), "r": rnd(_out_shape(xs, ws, attrs), F64, 4)}
+    got = onnxjit.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert_close(got, reference_outputs(model, feeds), rtol=1e-9, atol=1e-10)
+
+
+def test_conv_residual_not_contiguous():
+    # A residual that is a transposed view reaches the epilogue as a contiguous copy.
+    xs, ws, attrs = CONV["dw_3x3"]
+    xs = (1, *xs)
+    out = _out_shape(xs, ws, attrs)
+    model = _fused_model(xs, ws, attrs, "Relu", out)
+    r = np.ascontiguousarray(rnd(out[::-1], F32, 5).T)
+    assert r.shape == out
+    feeds = {"x": rnd(xs, F32, 3), "r": r}
+    got = onnxjit.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert_close(got, ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ pooling
+
+MAXPOOL = {
+    "stem": ((3, 20, 22), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "2x2": ((2, 9, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "s1_asym": ((2, 7, 9), {"kernel_shape": [3, 2], "pads": [0, 1, 2, 0]}),
+    "ceil": ((2, 7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "dil": ((1, 9, 10), {"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 1, 1, 1]}),
+    "s3": ((2, 11, 10), {"kernel_shape": [3, 3], "strides": [3, 3], "pads": [1, 0, 1, 2]}),
+    "1d": ((3, 17), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    "3d": ((2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [1, 1, 0] * 2}),
+    "same": ((2, 7, 6), {"kernel_shape": [3, 2], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+}
+
+
+@pytest.mark.parametrize("case", list(MAXPOOL))
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("opset", [8, 12, 22])
+def test_maxpool_values(case, dtype, opset, threading_mode):
+    xs, attrs = MAXPOOL[case]
+    if opset < 10 and ("ceil_mode" in attrs or "dilations" in attrs):
+        pytest.skip("ceil_mode and dilations from MaxPool-10")
+    x = rnd((2, *xs), dtype)
+    check_node("MaxPool", {"x": x}, attrs, opset=opset, oracle="ort", rtol=0, atol=0)
+
+
+def test_maxpool_values_f16_int8(threading_mode):
+    xs, attrs = MAXPOOL["stem"]
+    check_node("MaxPool", {"x": rnd((1, *xs), F16)}, attrs, opset=22, rtol=0, atol=0)
+    xi = np.random.default_rng(0).integers(-100, 100, size=(1, *xs)).astype(np.int8)
+    check_node("MaxPool", {"x": xi}, attrs, opset=12, oracle="ort")
+
+
+def _maxpool_numpy(x, k, st, pads):
+    """Max pooling by numpy over a -inf padded copy: NaN in a window gives NaN (np.max)."""
+    widths = [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])]
+    xp = np.pad(x, widths, constant_values=-np.inf)
+    oh = (xp.shape[2] - k[0]) // st[0] + 1
+    ow = (xp.shape[3] - k[1]) // st[1] + 1
+    y = np.empty((*x.shape[:2], oh, ow), x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, :, i * st[0] : i * st[0] + k[0], j * st[1] : j * st[1] + k[1]]
+            y[:, :, i, j] = np.max(win, axis=(2, 3))
+    return y
+
+
+@pytest.mark.parametrize("indices", [False, True])
+def test_maxpool_nan_propagates(indices, threading_mode):
+    # A NaN anywhere in a window makes the maximum NaN (np.max, PyTorch). onnxruntime's result
+    # depends on the NaN's place in the window, so numpy is the oracle here; the Indices
+    # output (first NaN in window order) is compared with onnxruntime where it has no NaN.
+    x = rnd((1, 2, 9, 10))
+    x[0, 0, 0, 0] = x[0, 0, 4, 5] = x[0, 1, 8, 9] = np.nan
+    x[0, 1, :3, :3] = np.nan
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    model = make_node_model("MaxPool", {"x": x}, attrs, 12, n_outputs=2 if indices else 1)
+    want = _maxpool_numpy(x, [3, 3], [2, 2], [1, 1, 1, 1])
+    declare_outputs_like(model, [want, np.zeros(want.shape, np.int64)][: 2 if indices else 1])
+    got = onnxjit.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    assert_close(got[0], want, rtol=0, atol=0)
+    if indices:
+        flat = x.reshape(-1)
+        assert np.array_equal(np.isnan(flat[got[1]]), np.isnan(want))
+        assert_close(flat[got[1]], want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (1, 64, 4, 4), (1, 3, 300), (1, 2, 3, 40, 50)])
+def test_global_average_pool(shape, threading_mode):
+    check_node("GlobalAveragePool", {"x": rnd(shape)}, opset=21, oracle="ort", rtol=1e-5, atol=1e-6)
