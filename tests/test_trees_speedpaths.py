@@ -17,20 +17,24 @@ from onnx import numpy_helper
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle")
 
-from test_ops_ml import _compare, _node_model, _run_onnxjit  # noqa: E402
+from oracle import assert_close, ort_outputs  # noqa: E402
+from test_ops_ml import _compare, _declare_outputs, _node_model, _run_onnxjit  # noqa: E402
 
 import onnxjit.ops.ml as ml  # noqa: E402
 
 FAST_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GT", "BRANCH_GTE"]
 
 
-def _unbalanced_forest(rng, n_trees, max_depth, n_features, n_targets, modes, *, uniform=True):
+def _unbalanced_forest(
+    rng, n_trees, max_depth, n_features, n_targets, modes, *, uniform=True, one_target=False
+):
     """Legacy-format attributes of random trees whose leaves sit at depths 1..max_depth.
 
     Node ids are shuffled per tree (root first in attribute order, as onnxruntime wants).
     ``uniform``: every leaf of a tree writes the same targets (tree t writes target
     t % n_targets, plus all targets for even t), as skl2onnx's ensembles do; otherwise each
-    leaf writes one random target.
+    leaf writes one random target. ``one_target``: tree t writes only target t % n_targets
+    (gradient-boosted classifiers).
     """
     a = {
         k: []
@@ -61,7 +65,7 @@ def _unbalanced_forest(rng, n_trees, max_depth, n_features, n_targets, modes, *,
                 nodes.append([d + 1, None])
             k += 1
         ids = np.concatenate([[0], 1 + rng.permutation(len(nodes) - 1)])
-        targets = [t % n_targets] if t % 2 else list(range(n_targets))
+        targets = [t % n_targets] if t % 2 or one_target else list(range(n_targets))
         for k, (_, children) in enumerate(nodes):
             a["nodes_treeids"].append(t)
             a["nodes_nodeids"].append(int(ids[k]))
@@ -126,6 +130,11 @@ def _fast_tables() -> list:
     """Fast layouts built so far (None where an ensemble fell back to the general walk)."""
     with ml._TABLES_LOCK:
         return [f for _, table in ml._TABLES.values() for f in table.fast.values()]
+
+
+def _perfect_tables() -> list:
+    """Perfect layouts of the fast layouts built so far (None where one has none)."""
+    return [None if f is None else f.perfect for f in _fast_tables()]
 
 
 @pytest.fixture(autouse=True)
@@ -290,3 +299,190 @@ def test_general_walk_fallbacks(why):
         assert fast == []  # MIN/MAX never ask for a fast layout
     else:
         assert fast == [None]
+
+
+# --------------------------------------------------------------------------------------------
+# Perfect layout: the generated walk-and-finish kernels (onnxjit/codegen/trees.py)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows", [1, 11, 12, 13, 25, 100])
+def test_perfect_regressor_rows(rows):
+    # 37 trees of depths up to 7: two groups of 16 trees for single rows plus five alone;
+    # full groups of 12 rows and the rows after them
+    rng = np.random.default_rng(100 + rows)
+    a = _unbalanced_forest(rng, 37, 7, 6, 1, FAST_MODES)
+    x = _x(rng, rows, 6)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1, base_values=[0.25]))
+    _compare(model, {"x": x}, oracle="ort")
+    perfect = _perfect_tables()
+    assert perfect and all(p is not None for p in perfect)
+    assert len({int(d) for d in perfect[0].depth}) > 1  # trees of several depths
+
+
+@pytest.mark.parametrize("rows", [1, 30])
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE"])
+def test_perfect_one_target_per_tree(rows, agg):
+    # every tree gives one target (gradient-boosted style): one value per leaf (kt == 1)
+    rng = np.random.default_rng(7 + rows)
+    a = _unbalanced_forest(rng, 20, 5, 4, 3, FAST_MODES, one_target=True)
+    x = _x(rng, rows, 4)
+    extra = {"aggregate_function": agg, "base_values": [0.5, -1.0, 2.0]}
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 3, **extra))
+    _compare(model, {"x": x}, oracle="ort")
+    perfect = _perfect_tables()
+    assert perfect and perfect[0] is not None and perfect[0].kt == 1
+
+
+@pytest.mark.parametrize("labels", ["ints", "strings"])
+@pytest.mark.parametrize("base", [False, True])
+@pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC"])
+@pytest.mark.parametrize("rows", [1, 29])
+def test_perfect_classifier(labels, base, post, rows):
+    rng = np.random.default_rng(len(labels) * 3 + base + rows + len(post))
+    one = post == "SOFTMAX"  # gradient-boosted style with a softmax, forest style otherwise
+    a = _unbalanced_forest(rng, 18, 6, 5, 3, FAST_MODES, one_target=one)
+    x = _x(rng, rows, 5, nan_rows=0.2 if rows > 1 else 0.0)
+    extra = {"post_transform": post}
+    if base:
+        extra["base_values"] = [0.1, -0.2, 0.05]
+    if labels == "ints":
+        attrs = _classifier(a, [4, 7, 9], **extra)
+    else:
+        attrs = _classifier(a, [], **extra)
+        del attrs["classlabels_int64s"]
+        attrs["classlabels_strings"] = ["a", "b", "c"]
+    model = _node_model("TreeEnsembleClassifier", {"x": x}, attrs, n_outputs=2)
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(p is not None for p in _perfect_tables())
+
+
+@pytest.mark.parametrize("rows", [1, 12, 40])
+def test_perfect_rows_with_nan(rows):
+    # rows holding a NaN follow missing_value_tracks_true through the host path; the others
+    # stay in the kernel
+    rng = np.random.default_rng(rows + 50)
+    a = _unbalanced_forest(rng, 17, 5, 4, 2, FAST_MODES)
+    x = _x(rng, rows, 4, nan_rows=0.3)
+    if rows == 1:
+        x[0, 2] = np.nan
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 2))
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(p is not None for p in _perfect_tables())
+
+
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_perfect_parallel(monkeypatch, kind):
+    monkeypatch.setattr(ml, "_PERFECT_PARALLEL_VISITS", 0)
+    rng = np.random.default_rng(21)
+    a = _unbalanced_forest(rng, 19, 6, 6, 3, FAST_MODES)
+    x = _x(rng, 301, 6, nan_rows=0.03)
+    if kind == "regressor":
+        model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 3))
+    else:
+        attrs = _classifier(a, [0, 1, 2], post_transform="SOFTMAX")
+        model = _node_model("TreeEnsembleClassifier", {"x": x}, attrs, n_outputs=2)
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(p is not None for p in _perfect_tables())
+
+
+def test_perfect_wide_rows():
+    # more than 256 features: uint16 feature ids
+    rng = np.random.default_rng(31)
+    a = _unbalanced_forest(rng, 10, 5, 300, 1, FAST_MODES)
+    x = _x(rng, 27, 300)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1))
+    _compare(model, {"x": x}, oracle="ort")
+    perfect = _perfect_tables()
+    assert perfect[0] is not None and perfect[0].feat.dtype == np.uint16
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_perfect_input_types(dtype):
+    rng = np.random.default_rng(41)
+    a = _unbalanced_forest(rng, 10, 5, 4, 1, FAST_MODES)
+    x = (_x(rng, 26, 4, np.float64) * (10 if dtype == np.int64 else 1)).astype(dtype)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1))
+    if dtype == np.float64:
+        _compare(model, {"x": x}, oracle="ort")
+    else:
+        # onnxruntime has no integer-input kernel: integers become float32 (as onnxjit
+        # converts them), so the oracle runs the same trees on float32 features
+        xf = x.astype(np.float32)
+        want = ort_outputs(
+            _node_model("TreeEnsembleRegressor", {"x": xf}, _regressor(a, 1)), {"x": xf}
+        )
+        _declare_outputs(model, want)
+        assert_close(_run_onnxjit(model, {"x": x})[0], want[0], 1e-5, 1e-5, "output 0")
+    assert all(p is not None for p in _perfect_tables())
+
+
+def test_perfect_single_leaf_trees():
+    # trees that are one leaf (depth 0) beside deeper ones
+    rng = np.random.default_rng(51)
+    a = _unbalanced_forest(rng, 17, 4, 3, 1, FAST_MODES)
+    for t in (17, 18):
+        a["nodes_treeids"].append(t)
+        a["nodes_nodeids"].append(0)
+        a["nodes_featureids"].append(0)
+        a["nodes_values"].append(0.0)
+        a["nodes_modes"].append("LEAF")
+        a["nodes_truenodeids"].append(0)
+        a["nodes_falsenodeids"].append(0)
+        a["nodes_missing_value_tracks_true"].append(0)
+        a["w_treeids"].append(t)
+        a["w_nodeids"].append(0)
+        a["w_ids"].append(0)
+        a["w_weights"].append(0.5 + t)
+    x = _x(rng, 15, 3)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1))
+    _compare(model, {"x": x}, oracle="ort")
+    perfect = _perfect_tables()
+    assert perfect[0] is not None and int(perfect[0].depth.min()) == 0
+
+
+def test_perfect_too_deep_keeps_fast_walk(monkeypatch):
+    # beyond the perfect layout's depth bound the fast layout's own walk serves
+    monkeypatch.setattr(ml, "_PERFECT_MAX_DEPTH", 3)
+    rng = np.random.default_rng(61)
+    a = _unbalanced_forest(rng, 11, 6, 4, 2, FAST_MODES)
+    x = _x(rng, 33, 4)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 2))
+    _compare(model, {"x": x}, oracle="ort")
+    fast = _fast_tables()
+    assert fast and fast[0] is not None and fast[0].perfect is None
+
+
+def test_perfect_binary_classifier_sums():
+    # two classes keep the host's classifier conventions over the perfect walk's sums
+    rng = np.random.default_rng(71)
+    a = _unbalanced_forest(rng, 18, 5, 4, 2, FAST_MODES)
+    x = _x(rng, 30, 4, nan_rows=0.1)
+    attrs = _classifier(a, [0, 1], post_transform="LOGISTIC")
+    model = _node_model("TreeEnsembleClassifier", {"x": x}, attrs, n_outputs=2)
+    _compare(model, {"x": x}, oracle="ort")
+    assert all(p is not None for p in _perfect_tables())
+
+
+def test_perfect_layout_matches_fast_layout():
+    # every leaf reached through the perfect layout is the one the fast layout reaches
+    rng = np.random.default_rng(81)
+    a = _unbalanced_forest(rng, 23, 7, 5, 1, FAST_MODES)
+    x = _x(rng, 64, 5)
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 1))
+    _run_onnxjit(model, {"x": x})
+    fast = _fast_tables()[0]
+    p = fast.perfect
+    ni = p.ni
+    for r in range(x.shape[0]):
+        for t in range(fast.t_root.shape[0]):
+            n = int(fast.t_root[t])
+            for _ in range(int(fast.t_depth[t])):
+                n = int(fast.f_left[n]) + int(x[r, fast.f_feat[n]] > fast.f_thr[n])
+            want = fast.values[fast.f_leaf[n], 0]
+            k = 0
+            for _ in range(int(p.depth[t])):
+                i = t * ni + k
+                k = 2 * k + 1 + int(x[r, p.feat[i]] > p.thr[i])
+            leaf = k - ((1 << int(p.depth[t])) - 1)
+            assert p.leaves[(t * (ni + 1) + leaf) * p.kt] == want

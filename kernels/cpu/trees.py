@@ -24,6 +24,7 @@ import numpy as np
 from .._jit import njit, pjit
 from ..atomics import fetch_add
 from ..chunks import claim
+from .ml import PT_NONE, post_transform
 
 MODE_LEQ = 0
 MODE_LT = 1
@@ -528,3 +529,127 @@ def rows_general(
             has,
         )
     return bad
+
+
+# --------------------------------------------------------------------------------------------
+# Perfect layout: implicit children, walked by generated code
+# --------------------------------------------------------------------------------------------
+#
+# The fast layout above, re-laid out once more: every tree becomes a perfect binary tree of
+# ``NI = 2**D - 1`` interior slots (D: the ensemble's deepest tree), numbered breadth-first, so
+# that the children of slot ``n`` are ``2n + 1`` (``x <= t``) and ``2n + 2``; no child links are
+# stored. Tree ``t`` of depth ``d_t`` uses levels 0..d_t-1 for its branches; a leaf above level
+# ``d_t`` becomes a chain of always-left slots (threshold +inf) down to level ``d_t``, where
+# ``leaves`` holds its values. Slots below level ``d_t`` are always-left too, so a walk of
+# ``g >= d_t`` steps reaches level ``g`` at ``2**(g - d_t)`` times the leaf's index within
+# level ``d_t``.
+#
+# Arrays (one stride per tree):
+#
+# * ``feat`` [T * NI] (uint8/uint16/uint32) and ``thr`` [T * NI] (float32/float64): branch
+#   ``x[feat] <= thr`` goes left;
+# * ``leaves`` [T * 2**D * kt]: the kt values of leaf ``i`` of tree ``t`` at
+#   ``(t * 2**D + i) * kt``; they go to targets ``tgt[t] .. tgt[t] + kt - 1``;
+# * ``depth`` [T] (int64): d_t.
+#
+# A NaN compares false and walks right: its row gets a wrong value, which the host replaces
+# (the kernels count rows holding a NaN). The walks themselves live in generated modules
+# (onnxjit/codegen/trees.py), which fix the row width and NI as constants: then the lock-step
+# walks of several rows address ``x`` and the trees with constant offsets from one base.
+
+ZERO = np.uint64(0)
+ONE = np.uint64(1)
+
+# finish_rows ``fin_i`` fields
+FIN_KIND = 0  # 0 regressor, 1 classifier (one score column or more than two)
+FIN_POST = 1  # post-transform code (kernels/cpu/ml.py); NONE where it does not apply
+FIN_AVG = 2  # 1: divide the sums by fin_f[0] (AVERAGE)
+FIN_BASE = 3  # 1: add fin_f[1 : 1 + K] (base values)
+FIN_SIZE = 4
+KIND_REGRESSOR = 0
+KIND_CLASSIFIER = 1
+
+
+@njit(inline="always")
+def pstep(xv, xo, ft, th, to, n):
+    """One level down a perfect tree: from slot ``n`` of the tree whose slots start at ``to``
+    in ``ft``/``th``, for the row whose features start at ``xo`` in ``xv`` (all uint64)."""
+    i = to + n
+    return n + n + ONE + np.uint64(xv[xo + np.uint64(ft[i])] > th[i])
+
+
+@njit(inline="always")
+def add_leaf(acc, ao, leaves, lo, kt):
+    """``acc[ao + k] += leaves[lo + k]`` for k < kt (uint64 offsets)."""
+    for k in range(kt):
+        acc[ao + k] += leaves[lo + k]
+
+
+@njit(inline="always")
+def leaf_offset(t, li, n_leaves, kt):
+    """Offset in ``leaves`` of leaf ``li`` of tree ``t`` (uint64)."""
+    return (np.uint64(t) * n_leaves + li) * kt
+
+
+@njit(inline="always")
+def nan_rows_in(x, r, m):
+    """How many of the rows ``r .. r + m - 1`` of ``x`` hold a NaN."""
+    count = 0
+    f = x.shape[1]
+    for j in range(m):
+        row = x[r + j]
+        s = 0
+        for c in range(f):
+            v = row[c]
+            if v != v:
+                s = 1
+        count += s
+    return count
+
+
+@njit(inline="always")
+def _argmax_masked(s, fin_f, k0, c):
+    """np.argmax of row ``s[0]`` where entries with a zero mask (``fin_f[k0 + k]``) count as
+    -inf: the first maximum, or the first NaN."""
+    best = 0
+    bv = s[0, 0] if fin_f[k0] != 0.0 else -np.inf
+    if bv != bv:
+        return 0
+    for k in range(1, c):
+        v = s[0, k] if fin_f[k0 + k] != 0.0 else -np.inf
+        if v != v:
+            return k
+        if v > bv:
+            bv = v
+            best = k
+    return best
+
+
+@njit
+def finish_rows(acc, m, y, r, labels, label_values, fin_i, fin_f, tmp):
+    """Scores of rows ``r .. r + m - 1`` from their summed leaf values ``acc`` [m * K] into
+    ``y`` [N, K] (and, for a classifier, ``labels`` [N] from ``label_values``), exactly as the
+    host code of onnxjit/ops/ml.py does in float64: AVERAGE divides by ``fin_f[0]``, base values
+    ``fin_f[1 : 1 + K]`` are added, a classifier takes the argmax among classes whose mask
+    ``fin_f[1 + K : 1 + 2K]`` is set, then the post-transform (``tmp`` [1, K] float64 scratch).
+    """
+    c = y.shape[1]
+    kind = fin_i[FIN_KIND]
+    post = fin_i[FIN_POST]
+    avg = fin_i[FIN_AVG]
+    base = fin_i[FIN_BASE]
+    div = fin_f[0]
+    for j in range(m):
+        for k in range(c):
+            v = np.float64(acc[j * c + k])
+            if avg != 0:
+                v = v / div
+            if base != 0:
+                v = v + fin_f[1 + k]
+            tmp[0, k] = v
+        if kind == KIND_CLASSIFIER:
+            labels[r + j] = label_values[_argmax_masked(tmp, fin_f, 1 + c, c)]
+        if post != PT_NONE:
+            post_transform(tmp, post)
+        for k in range(c):
+            y[r + j, k] = tmp[0, k]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit.codegen import trees as gtrees
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import ml as kml
 from onnxjit.kernels.cpu import trees as ktrees
@@ -114,6 +115,8 @@ class _TreeTable:
     all_positive: bool = True
     # Fast layouts per (comparison dtype, n_targets); None where the ensemble has none.
     fast: dict[Any, _FastTable | None] = field(default_factory=dict)
+    # The node's other attributes, resolved on its first run (_Spec).
+    spec: Any = None
 
     @property
     def n_trees(self) -> int:
@@ -161,6 +164,22 @@ class _FastTable:
     values: np.ndarray  # acc dtype [n_leaves, n_targets]: summed leaf weights
     has: np.ndarray  # uint8 [n_targets]: 1 where every row gets a weight for the target
     visits: int  # node visits per row (sum of t_depth)
+    tree_targets: np.ndarray  # bool [n_trees, n_targets]: the targets each tree's leaves give
+    perfect: _PerfectTable | None = None  # the perfect layout, where it applies
+
+
+@dataclass
+class _PerfectTable:
+    """Perfect-tree layout of a fast table (kernels/cpu/trees.py, "Perfect layout")."""
+
+    feat: np.ndarray  # uint8/uint16/uint32 [n_trees * ni]
+    thr: np.ndarray  # the fast table's threshold dtype [n_trees * ni]
+    leaves: np.ndarray  # acc dtype [n_trees * (ni + 1) * kt]
+    depth: np.ndarray  # int64 [n_trees]
+    tgt: np.ndarray  # int64 [n_trees]: first target of each tree's kt values
+    kt: int  # values per leaf: 1 (each tree gives one target) or n_targets
+    ni: int  # interior slots per tree, 2**D - 1
+    visits: int  # node visits per row (sum of depth)
 
 
 # Deeper trees go to the general walk: lock-step walks take the depth of the deepest leaf.
@@ -257,7 +276,7 @@ def _build_fast(table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTab
     g_depth = np.array([t_depth[i : i + 8].max() for i in range(0, nt, 8)], dtype=np.int32).reshape(
         -1
     )
-    return _FastTable(
+    fast = _FastTable(
         t_root=t_root,
         t_depth=t_depth,
         g_depth=g_depth,
@@ -268,6 +287,80 @@ def _build_fast(table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTab
         values=values,
         has=any_t.any(axis=0).astype(np.uint8),
         visits=int(t_depth.sum()),
+        tree_targets=any_t,
+    )
+    fast.perfect = _build_perfect(fast, table.n_features)
+    return fast
+
+
+# The perfect layout pads every tree to 2**D slots (D: the deepest tree): beyond these bounds
+# the padding costs more memory than the walk saves, and the fast layout's walk serves.
+_PERFECT_MAX_DEPTH = 12
+_PERFECT_MAX_BYTES = 64 << 20
+
+
+def _build_perfect(fast: _FastTable, n_features: int) -> _PerfectTable | None:
+    """The perfect layout of ``fast`` (kernels/cpu/trees.py), or None beyond the bounds."""
+    nt = fast.t_root.shape[0]
+    depth = fast.t_depth.astype(np.int64)
+    d_max = int(depth.max()) if nt else 0
+    n_targets = fast.values.shape[1]
+    # each tree giving exactly one target (gradient-boosted classifiers, regressors) stores
+    # one value per leaf; otherwise every leaf stores all targets, zeros included (as the fast
+    # layout adds them)
+    per_tree = fast.tree_targets.sum(axis=1)
+    if nt and np.all(per_tree == 1):
+        kt = 1
+        tgt = np.argmax(fast.tree_targets, axis=1).astype(np.int64)
+    else:
+        kt = n_targets
+        tgt = np.zeros(nt, np.int64)
+    ni = (1 << d_max) - 1
+    n_leaves = ni + 1
+    thr_dt = fast.f_thr.dtype
+    feat_dt = (
+        np.uint8 if n_features <= 1 << 8 else np.uint16 if n_features <= 1 << 16 else np.uint32
+    )
+    size = nt * (ni * (np.dtype(feat_dt).itemsize + thr_dt.itemsize) + n_leaves * kt * 4)
+    if nt == 0 or d_max > _PERFECT_MAX_DEPTH or size > _PERFECT_MAX_BYTES or kt == 0:
+        return None
+    feat = np.zeros((nt, ni), feat_dt)
+    thr = np.full((nt, ni), np.inf, thr_dt)
+    leaves = np.zeros((nt, n_leaves, kt), fast.values.dtype)
+    # level by level: the fast-layout slot at every position of every tree; a leaf slot (its
+    # threshold +inf in the fast layout) repeats into both children, so that the positions
+    # below a leaf stay on it
+    cur = fast.t_root.astype(np.int64).reshape(nt, 1)
+    is_leaf_slot = fast.f_leaf >= 0
+    for d in range(d_max + 1):
+        done = np.flatnonzero(depth == d)
+        if done.shape[0]:
+            slots = cur[done]
+            if not np.all(is_leaf_slot[slots]):  # pragma: no cover - fast_layout's contract
+                return None
+            vals = fast.values[fast.f_leaf[slots]]  # [trees, 2**d, n_targets]
+            if kt == 1:
+                vals = np.take_along_axis(vals, tgt[done].reshape(-1, 1, 1), axis=2)
+            leaves[done, : 1 << d] = vals
+        if d == d_max:
+            break
+        lo = (1 << d) - 1
+        live = depth > d  # trees still branching at this level
+        sl = cur[live]
+        feat[live, lo : lo + (1 << d)] = fast.f_feat[sl]
+        thr[live, lo : lo + (1 << d)] = fast.f_thr[sl]
+        left = fast.f_left[cur].astype(np.int64)
+        right = np.where(is_leaf_slot[cur], left, left + 1)
+        cur = np.stack([left, right], axis=2).reshape(nt, -1)
+    return _PerfectTable(
+        feat=feat.reshape(-1),
+        thr=thr.reshape(-1),
+        leaves=leaves.reshape(-1),
+        depth=depth,
+        tgt=tgt,
+        kt=kt,
+        ni=ni,
+        visits=int(depth.sum()),
     )
 
 
@@ -280,9 +373,8 @@ _TABLES_MAX = 256
 
 
 def _cached_table(keys: tuple[Any, ...], build: Any) -> _TreeTable:
-    key = tuple(id(k) for k in keys)
-    with _TABLES_LOCK:
-        hit = _TABLES.get(key)
+    key = tuple(map(id, keys))
+    hit = _TABLES.get(key)  # one dict read is atomic; writers hold the lock
     if hit is not None:
         return hit[1]
     table = build()
@@ -447,6 +539,8 @@ def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: 
     if n and table.n_trees and agg in (ktrees.AGG_SUM, ktrees.AGG_AVERAGE):
         fast = table.fast_for(x.dtype, n_targets)
         if fast is not None:
+            if fast.perfect is not None:
+                return _perfect_sums(ctx, table, fast, x, agg, n_targets)
             return _run_fast(ctx, table, fast, x, agg, out)
     has = np.zeros((n, n_targets), dtype=np.uint8)
     if n == 0 or table.n_trees == 0:
@@ -510,6 +604,194 @@ def _run_fast(
 _FAST_PARALLEL_VISITS = 1 << 22
 
 
+# --------------------------------------------------------------------------------------------
+# Perfect layout: walk and finish in one generated kernel (onnxjit/codegen/trees.py)
+# --------------------------------------------------------------------------------------------
+
+# Node visits (rows x summed tree depths) from which the perfect walk runs on the thread pool:
+# about 15 us of walking. A pool call costs a few microseconds more than the serial kernel at
+# worst (onnxjit/pool.py), and halves the time when a worker is spinning.
+_PERFECT_PARALLEL_VISITS = 1 << 15
+_NO_LABELS = np.zeros(1, np.int64)
+
+
+@dataclass
+class _Spec:
+    """What a tree-ensemble node's attributes fix besides its table (set on its first run)."""
+
+    kind: int  # ktrees.KIND_REGRESSOR or ktrees.KIND_CLASSIFIER
+    agg: int
+    post: int
+    base: np.ndarray | None
+    n_targets: int
+    labels: np.ndarray | None = None  # classifier labels (int64 or object)
+    # per input (dtype, row width): the kernel plan, or None where the perfect walk does not
+    # serve (the host path then runs)
+    plans: dict[Any, _Plan | None] = field(default_factory=dict)
+
+
+@dataclass
+class _Plan:
+    """Arguments of one generated walk-and-finish kernel for one input dtype and width."""
+
+    predict: Any
+    predict_par: Any
+    args: tuple[Any, ...]  # feat, thr, leaves, depth, tgt, kt, fin_i, fin_f
+    label_values: np.ndarray  # what the kernel writes as a label (class indices for strings)
+    fast: _FastTable
+    visits: int
+
+
+def _perfect_call(p: _PerfectTable, x: np.ndarray, fin_i, fin_f, y, labels, label_values):
+    """Run the generated kernel over every row of ``x``; returns the rows holding a NaN."""
+    mod = gtrees.module(x.shape[1], p.ni)
+    args = (x, p.feat, p.thr, p.leaves, p.depth, p.tgt, p.kt, fin_i, fin_f, y, labels)
+    return _launch(mod.predict, mod.predict_par, args, label_values, x.shape[0] * p.visits)
+
+
+def _launch(predict: Any, predict_par: Any, args: tuple, label_values, visits: int) -> int:
+    n = args[0].shape[0]
+    if n > gtrees.G and visits >= _PERFECT_PARALLEL_VISITS:
+        bad_rows = np.zeros(1, np.int64)
+        run_parallel(predict_par, *args, label_values, bad_rows)
+        return int(bad_rows[0])
+    return int(predict(*args, label_values))
+
+
+def _nan_rows(x: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.isnan(x).any(axis=1))
+
+
+def _perfect_sums(
+    ctx: Any, table: _TreeTable, fast: _FastTable, x: np.ndarray, agg: int, n_targets: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_run_table` through the perfect layout (raw sums, no finishing)."""
+    fin_i = np.zeros(ktrees.FIN_SIZE, np.int64)
+    fin_f = np.zeros(1 + 2 * n_targets, np.float64)
+    n = x.shape[0]
+    out = np.empty((n, n_targets), np.float64)
+    bad = _perfect_call(fast.perfect, x, fin_i, fin_f, out, _NO_LABELS, _NO_LABELS)
+    has = np.empty((n, n_targets), dtype=np.uint8)
+    has[:] = fast.has
+    if bad:
+        rows = _nan_rows(x)
+        sub = np.zeros((rows.shape[0], n_targets), dtype=table.acc_dtype)
+        out[rows], has[rows] = _run_fast(ctx, table, fast, np.ascontiguousarray(x[rows]), agg, sub)
+    return out, has
+
+
+def _check_shapes(ctx: Any, table: _TreeTable, x: np.ndarray, n_targets: int) -> None:
+    if x.shape[1] < table.n_features:
+        raise ctx.error(
+            f"the trees read feature {table.n_features - 1} but the input has {x.shape[1]} "
+            "features per row; pass [N, F] with enough columns"
+        )
+    if table.n_targets > n_targets:
+        raise ctx.error(
+            f"a leaf writes target/class {table.n_targets - 1} but there are only {n_targets}"
+        )
+
+
+def _make_plan(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan | None:
+    """The fused kernel plan of ``spec`` for inputs like ``x``, or None where the host path
+    must run (no perfect layout, MIN/MAX, a binary classifier's conventions)."""
+    nt = spec.n_targets
+    _check_shapes(ctx, table, x, nt)
+    if table.n_trees == 0 or spec.agg not in (ktrees.AGG_SUM, ktrees.AGG_AVERAGE):
+        return None
+    if spec.kind == ktrees.KIND_CLASSIFIER and nt == 2:
+        return None
+    fast = table.fast_for(x.dtype, nt)
+    if fast is None or fast.perfect is None:
+        return None
+    p = fast.perfect
+    fin_i = np.zeros(ktrees.FIN_SIZE, np.int64)
+    fin_f = np.zeros(1 + 2 * nt, np.float64)
+    fin_i[ktrees.FIN_KIND] = spec.kind
+    fin_i[ktrees.FIN_AVG] = int(spec.agg == ktrees.AGG_AVERAGE)
+    fin_f[0] = table.n_trees
+    base = spec.base
+    label_values = _NO_LABELS
+    if spec.kind == ktrees.KIND_REGRESSOR:
+        # _finish_regression, row by row
+        if base is not None and base.shape[0]:
+            if base.shape[0] == nt and nt > 1:
+                fin_f[1 : 1 + nt] = base * fast.has
+            elif nt == 1:
+                fin_f[1] = base[0]
+            else:
+                raise ctx.error(f"base_values has {base.shape[0]} entries, expected n_targets={nt}")
+            fin_i[ktrees.FIN_BASE] = 1
+        post = spec.post if nt > 1 or spec.post == kml.PT_PROBIT else kml.PT_NONE
+    else:
+        # _tree_classify with one score column or more than two
+        mask = fast.has.astype(np.float64)
+        if base is not None and base.shape[0]:
+            if base.shape[0] != nt:
+                raise ctx.error(f"base_values has {base.shape[0]} entries, expected {nt}")
+            fin_f[1 : 1 + nt] = base
+            fin_i[ktrees.FIN_BASE] = 1
+            mask[:] = 1.0
+        fin_f[1 + nt :] = mask
+        labels = spec.labels
+        label_values = labels if labels.dtype == np.int64 else np.arange(nt, dtype=np.int64)
+        post = spec.post
+    fin_i[ktrees.FIN_POST] = post
+    mod = gtrees.module(x.shape[1], p.ni)
+    return _Plan(
+        predict=mod.predict,
+        predict_par=mod.predict_par,
+        args=(p.feat, p.thr, p.leaves, p.depth, p.tgt, p.kt, fin_i, fin_f),
+        label_values=label_values,
+        fast=fast,
+        visits=p.visits,
+    )
+
+
+_MISSING = object()
+
+
+def _plan_for(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan | None:
+    key = (x.dtype, x.shape[1])
+    plan = spec.plans.get(key, _MISSING)
+    if plan is _MISSING:
+        plan = _make_plan(ctx, table, spec, x)
+        with _TABLES_LOCK:
+            spec.plans.setdefault(key, plan)
+    return plan
+
+
+def _run_plan(
+    ctx: Any, table: _TreeTable, spec: _Spec, plan: _Plan, x: np.ndarray, ydtype: Any
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Scores (and labels, for a classifier) of every row through the fused kernel; rows
+    holding a NaN are computed again by the host path."""
+    n = x.shape[0]
+    y = np.empty((n, spec.n_targets), ydtype)
+    classify = spec.kind == ktrees.KIND_CLASSIFIER
+    lab = np.empty(n, np.int64) if classify else _NO_LABELS
+    bad = _launch(
+        plan.predict, plan.predict_par, (x, *plan.args, y, lab), plan.label_values, n * plan.visits
+    )
+    labels = spec.labels
+    strings = classify and labels.dtype == object
+    if strings:
+        lab = label_output(labels, lab)
+    if bad:
+        rows = _nan_rows(x)
+        sub = np.zeros((rows.shape[0], spec.n_targets), dtype=table.acc_dtype)
+        out, has = _run_fast(ctx, table, plan.fast, np.ascontiguousarray(x[rows]), spec.agg, sub)
+        if classify:
+            lab[rows], y[rows] = _tree_classify(
+                ctx, out, has, labels, spec.base, spec.post, table.binary_case, table.all_positive
+            )
+        else:
+            y[rows] = _finish_regression(
+                ctx, out, has, spec.agg, table.n_trees, spec.base, spec.post
+            )
+    return y, (lab if classify else None)
+
+
 def _finish_regression(
     ctx: Any,
     out: np.ndarray,
@@ -541,25 +823,39 @@ def _finish_regression(
     return _apply_post(out, post)
 
 
-def _regressor(
+def _regressor_spec(
     ctx: Any,
-    x: np.ndarray,
-    *,
     table: _TreeTable,
     aggregate_function: str,
     base: np.ndarray | None,
     n_targets: int | None,
     post_transform: str,
-) -> np.ndarray:
+) -> _Spec:
     if aggregate_function not in _AGG:
         raise ctx.unsupported(f"aggregate_function {aggregate_function!r} is not supported")
-    agg = _AGG[aggregate_function]
-    post = _post_code(ctx, post_transform)
-    xf = _float_rows(ctx, x)
     nt = int(n_targets) if n_targets is not None else max(table.n_targets, 1)
-    out, has = _run_table(ctx, table, xf, agg, nt)
-    out = _finish_regression(ctx, out, has, agg, table.n_trees, base, post)
-    return out.astype(np.float32)
+    spec = _Spec(
+        kind=ktrees.KIND_REGRESSOR,
+        agg=_AGG[aggregate_function],
+        post=_post_code(ctx, post_transform),
+        base=base,
+        n_targets=nt,
+    )
+    table.spec = spec
+    return spec
+
+
+def _regress(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray, ydtype: Any) -> np.ndarray:
+    """Y [N, n_targets] in ``ydtype``: the fused kernel where it serves, else the host path."""
+    xf = _float_rows(ctx, x)
+    plan = _plan_for(ctx, table, spec, xf)
+    if plan is None:
+        out, has = _run_table(ctx, table, xf, spec.agg, spec.n_targets)
+        out = _finish_regression(ctx, out, has, spec.agg, table.n_trees, spec.base, spec.post)
+        return out.astype(ydtype)
+    if ydtype not in (np.float32, np.float64):  # rounded once, from float64
+        return _run_plan(ctx, table, spec, plan, xf, np.float64)[0].astype(ydtype)
+    return _run_plan(ctx, table, spec, plan, xf, ydtype)[0]
 
 
 @onnx_op("TreeEnsembleRegressor", since=1, domain=ML_DOMAIN)
@@ -672,18 +968,25 @@ def tree_ensemble_regressor_3(
             target_weights,
             target_weights_as_tensor,
             target_ids,
+            aggregate_function,
+            base_values,
+            base_values_as_tensor,
+            n_targets,
+            post_transform,
         ),
         build,
     )
-    return _regressor(
-        ctx,
-        x,
-        table=table,
-        aggregate_function=aggregate_function,
-        base=_attr_floats(base_values, base_values_as_tensor),
-        n_targets=n_targets,
-        post_transform=post_transform,
-    )
+    spec = table.spec
+    if spec is None:
+        spec = _regressor_spec(
+            ctx,
+            table,
+            aggregate_function,
+            _attr_floats(base_values, base_values_as_tensor),
+            n_targets,
+            post_transform,
+        )
+    return _regress(ctx, table, spec, x, np.float32)
 
 
 def class_labels(
@@ -867,10 +1170,10 @@ def tree_ensemble_classifier_3(
     expanded to two columns as onnxruntime does ([1-s, s] for non-negative weights, else
     [-s, s] or logistic of both).
     """
-    labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
 
     def build() -> _TreeTable:
         # Attribute conversions happen here, once per node, not on every run.
+        labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
         weights = _attr_floats(class_weights, class_weights_as_tensor)
         table = _build_legacy_table(
             ctx,
@@ -906,24 +1209,39 @@ def tree_ensemble_classifier_3(
             class_ids,
             classlabels_int64s,
             classlabels_strings,
+            base_values,
+            base_values_as_tensor,
+            post_transform,
         ),
         build,
     )
-    post = _post_code(ctx, post_transform)
+    spec = table.spec
+    if spec is None:
+        labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
+        spec = _Spec(
+            kind=ktrees.KIND_CLASSIFIER,
+            agg=ktrees.AGG_SUM,
+            post=_post_code(ctx, post_transform),
+            base=_attr_floats(base_values, base_values_as_tensor),
+            n_targets=labels.shape[0],
+            labels=labels,
+        )
+        table.spec = spec
     xf = _float_rows(ctx, x)
-    c = labels.shape[0]
-    out, has = _run_table(ctx, table, xf, ktrees.AGG_SUM, c)
-    binary_case = table.binary_case
-    all_positive = table.all_positive
+    plan = _plan_for(ctx, table, spec, xf)
+    if plan is not None:
+        y, lab = _run_plan(ctx, table, spec, plan, xf, np.float32)
+        return lab, y
+    out, has = _run_table(ctx, table, xf, ktrees.AGG_SUM, spec.n_targets)
     return _tree_classify(
         ctx,
         out,
         has,
-        labels,
-        _attr_floats(base_values, base_values_as_tensor),
-        post,
-        binary_case,
-        all_positive,
+        spec.labels,
+        spec.base,
+        spec.post,
+        table.binary_case,
+        table.all_positive,
     )
 
 
@@ -1091,14 +1409,29 @@ def tree_ensemble_5(
             membership_values,
         )
 
-    table = _cached_table((nodes_modes, nodes_splits, leaf_weights, tree_roots), build)
-    out_dtype = x.dtype if x.dtype in (np.float32, np.float64, np.float16) else np.float32
-    xf = _float_rows(ctx, x)
-    out, has = _run_table(ctx, table, xf, int(aggregate_function), int(n_targets))
-    out = _finish_regression(
-        ctx, out, has, int(aggregate_function), table.n_trees, None, int(post_transform)
+    table = _cached_table(
+        (
+            nodes_modes,
+            nodes_splits,
+            leaf_weights,
+            tree_roots,
+            aggregate_function,
+            n_targets,
+            post_transform,
+        ),
+        build,
     )
-    return out.astype(out_dtype)
+    spec = table.spec
+    if spec is None:
+        spec = table.spec = _Spec(
+            kind=ktrees.KIND_REGRESSOR,
+            agg=int(aggregate_function),
+            post=int(post_transform),
+            base=None,
+            n_targets=int(n_targets),
+        )
+    out_dtype = x.dtype if x.dtype in (np.float32, np.float64, np.float16) else np.float32
+    return _regress(ctx, table, spec, x, out_dtype)
 
 
 # --------------------------------------------------------------------------------------------
