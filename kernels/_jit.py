@@ -16,7 +16,7 @@ import os
 
 import numba
 
-PARALLEL_THRESHOLD = 1 << 20
+PARALLEL_THRESHOLD = 1 << 15
 
 _OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
 

@@ -54,7 +54,7 @@ def read_settings() -> Settings:
     return Settings(
         cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
         num_threads=_int_env("ONNXJIT_NUM_THREADS", os.cpu_count() or 1),
-        parallel_threshold=_int_env("ONNXJIT_PARALLEL_THRESHOLD", 1 << 20),
+        parallel_threshold=_int_env("ONNXJIT_PARALLEL_THRESHOLD", 1 << 15),
         vector_width=_choice_env("ONNXJIT_VECTOR_WIDTH", _VECTOR_WIDTHS),
     )
 

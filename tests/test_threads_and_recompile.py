@@ -118,6 +118,8 @@ def test_gemms_split_over_the_pool_above_the_size_threshold(monkeypatch, batch):
     got = sess.run(None, {"x": x})[0]
     want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    # 8 x 64 x 96 multiply-adds stay on the caller; 4096 rows are split
-    assert kernels == ([] if batch == 8 else ["gemm_par", "gemm_par"]), kernels
+    # 8 x 64 x 96 multiply-adds stay on the caller; 4096 rows are split (other kernels of
+    # the model, the GELU chain or the LayerNorm rows, may take the pool too)
+    gemms = [k for k in kernels if k.startswith("gemm")]
+    assert gemms == ([] if batch == 8 else ["gemm_par", "gemm_par"]), kernels
     assert set(_blas_thread_counts()) == {1}

@@ -173,9 +173,17 @@ _LOG_WIN = [0.7071067811865476, 1.0, 2.0, 0.5, 1.1754943508222875e-38, 1e-45, 3.
 _TANH_WIN = [0.625, 9.0, 10.0, 1e-4, 0.0]
 _ERF_WIN = [1.0, 3.92, 2.0, 1e-4, 0.0]
 
+
+def _nonpos_exp_grid() -> np.ndarray:
+    """x <= 0 down to where e^x is the smallest normal float32 (exp_nonpos_f32's contract)."""
+    x = -_grid32(-149, 7, [-w for w in _EXP_WIN if w < 0] + [0.0, 0.34657359], False)
+    return x[(x <= 0) & (x >= np.float32(-87.33654))]
+
+
 F32_CASES = {
     # name: (function, oracle, grid)
     "exp_f32": (V.exp_f32, np.exp, lambda: _grid32(-149, 7, _EXP_WIN, True)),
+    "exp_nonpos_f32": (V.exp_nonpos_f32, np.exp, lambda: _nonpos_exp_grid()),
     "log_f32": (V.log_f32, np.log, lambda: _grid32(-149, 127, _LOG_WIN, False)),
     "log1p_f32": (
         V.log1p_f32,
@@ -369,6 +377,32 @@ def test_scalar_resolves_float_families_to_vecmath() -> None:
             assert getattr(S, name) is getattr(V, name)
 
 
+def test_exp_nonpos_edges() -> None:
+    """Below -87.3 (where e^x leaves the normal range) the result is +0, NaN propagates,
+    -inf gives 0 and 0 gives exactly 1; with and without contraction."""
+    x = np.array([-87.33654, -87.34, -100.0, -1e30, -np.inf, np.nan, 0.0, -0.0], np.float32)
+    for fma in (False, True):
+        y = _apply(V.exp_nonpos_f32, x, fma)
+        assert y[0] > 0 and np.all(y[1:5] == 0) and not np.any(np.signbit(y[1:5]))
+        assert np.isnan(y[5]) and y[6] == 1 and y[7] == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_maxnum_reduction_matches_numpy_and_skips_nan(dtype) -> None:
+    @numba.njit
+    def row_max(x):
+        m = x[0]
+        for i in range(x.size):
+            m = V.maxnum(m, x[i])
+        return m
+
+    x = np.random.default_rng(5).standard_normal(1001).astype(dtype)
+    assert row_max(x) == x.max()
+    x[[0, 500]] = np.nan  # maxNum takes the other operand of a NaN
+    assert row_max(x) == np.nanmax(x)
+    assert row_max(np.array([np.nan], dtype)) != row_max(np.array([np.nan], dtype))  # NaN
+
+
 # ---------------------------------------------------------------------------------------------
 # Vectorisation
 # ---------------------------------------------------------------------------------------------
@@ -387,8 +421,26 @@ def _has_avx2() -> bool:
 @pytest.mark.skipif(not _has_avx2(), reason="the x86 SIMD check needs a CPU with AVX2")
 @pytest.mark.parametrize(
     "fn",
-    [V.exp_f32, V.log_f32, V.tanh_f32, V.sigmoid_f32, V.erf_f32, V.exp_f64, V.log_f64],
-    ids=["exp_f32", "log_f32", "tanh_f32", "sigmoid_f32", "erf_f32", "exp_f64", "log_f64"],
+    [
+        V.exp_f32,
+        V.exp_nonpos_f32,
+        V.log_f32,
+        V.tanh_f32,
+        V.sigmoid_f32,
+        V.erf_f32,
+        V.exp_f64,
+        V.log_f64,
+    ],
+    ids=[
+        "exp_f32",
+        "exp_nonpos",
+        "log_f32",
+        "tanh_f32",
+        "sigmoid_f32",
+        "erf_f32",
+        "exp_f64",
+        "log_f64",
+    ],
 )
 def test_loops_are_vectorised(fn) -> None:
     """The loop body compiles to packed SIMD arithmetic on ymm/zmm registers (no libm call)."""

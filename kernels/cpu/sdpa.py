@@ -17,11 +17,9 @@ first three dimensions are either 1 (broadcast) or ``(nb, nh, sq)`` and whose la
 
 from __future__ import annotations
 
-import numpy as np
-
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..vecmath import vexp
+from ..vecmath import maxnum, vexp_nonpos
 from .blas import gemm_block
 
 
@@ -56,33 +54,16 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
     if has_cond and not where_first:
         for j in range(n):
             row[j] = fill if crow[j] == swap else row[j]
-    # Max with four partial maxima (a NaN never wins a comparison: it reaches exp below).
-    m0 = m1 = m2 = m3 = -np.inf
-    j = 0
-    while j + 4 <= n:
-        m0 = row[j] if row[j] > m0 else m0
-        m1 = row[j + 1] if row[j + 1] > m1 else m1
-        m2 = row[j + 2] if row[j + 2] > m2 else m2
-        m3 = row[j + 3] if row[j + 3] > m3 else m3
-        j += 4
-    while j < n:
-        m0 = row[j] if row[j] > m0 else m0
-        j += 1
-    top = max(max(m0, m1), max(m2, m3))
+    # maxNum reduction (vectorised; a NaN is skipped here but reaches exp below)
+    top = row[0]
     for j in range(n):
-        row[j] = vexp(row[j] - top)
-    t0 = t1 = t2 = t3 = 0.0
-    j = 0
-    while j + 4 <= n:
-        t0 += row[j]
-        t1 += row[j + 1]
-        t2 += row[j + 2]
-        t3 += row[j + 3]
-        j += 4
-    while j < n:
-        t0 += row[j]
-        j += 1
-    inv = 1.0 / ((t0 + t1) + (t2 + t3))
+        top = maxnum(top, row[j])
+    total = row.dtype.type(0.0)
+    for j in range(n):
+        e = vexp_nonpos(row[j] - top)
+        row[j] = e
+        total += e
+    inv = row.dtype.type(1.0) / total
     if nan_zero:
         for j in range(n):
             p = row[j] * inv
@@ -92,7 +73,7 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
             row[j] = row[j] * inv
 
 
-@njit
+@njit(fastmath={"reassoc"})
 def attention_rows(
     s, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero
 ):
@@ -101,7 +82,7 @@ def attention_rows(
         _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero)
 
 
-@pjit
+@pjit(fastmath={"reassoc"})
 def attention_rows_par(
     ctl, s, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero
 ):
@@ -163,14 +144,14 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, 
     )
 
 
-@njit(fma=True)
+@njit(fma=True, fastmath={"reassoc"})
 def heads(n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts):
     """Every head through :func:`_head` (serial)."""
     for t in range(n_heads):
         _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts)
 
 
-@pjit(fma=True)
+@pjit(fma=True, fastmath={"reassoc"})
 def heads_par(
     ctl, n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts
 ):
