@@ -260,3 +260,79 @@ def test_maxpool_nan_propagates(indices, threading_mode):
 @pytest.mark.parametrize("shape", [(2, 3, 7, 9), (1, 64, 4, 4), (1, 3, 300), (1, 2, 3, 40, 50)])
 def test_global_average_pool(shape, threading_mode):
     check_node("GlobalAveragePool", {"x": rnd(shape)}, opset=21, oracle="ort", rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------- prepared fast paths
+
+
+def _cnn(dtype=F32):
+    """Conv(bias) / FusedConv (ReLU6, residual) / depthwise / 1x1 / MaxPool / global average:
+    every conv and pool fast path in one graph with a dynamic batch."""
+    et = {F32: TensorProto.FLOAT, F64: TensorProto.DOUBLE}[dtype]
+
+    def init(name, shape, seed):
+        return numpy_helper.from_array(weights(shape, dtype, seed), name)
+
+    inits = [
+        init("w0", (8, 3, 3, 3), 1),
+        init("b0", (8,), 2),
+        init("wd", (8, 1, 3, 3), 3),
+        init("bd", (8,), 4),
+        init("wp", (8, 8, 1, 1), 5),
+        init("w2", (16, 8, 3, 3), 6),
+        numpy_helper.from_array(np.array(0.0, dtype), "lo"),
+        numpy_helper.from_array(np.array(0.6, dtype), "hi"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["c0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("Conv", ["p0", "wd", "bd"], ["d0"], group=8, pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["d0", "lo", "hi"], ["d1"]),
+        helper.make_node("Conv", ["d1", "wp"], ["q0"]),
+        helper.make_node("Add", ["q0", "p0"], ["q1"]),
+        helper.make_node("Relu", ["q1"], ["q2"]),
+        helper.make_node("Conv", ["q2", "w2"], ["e0"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["e0"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", et, ["batch", 3, 23, 21])],
+        [helper.make_tensor_value_info("y", et, ["batch", 16, 1, 1])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_conv_pool_fast_paths(dtype, threading_mode):
+    model = _cnn(dtype)
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    ops = {n.op_type for n in sess.graph_nodes()}
+    assert {"Conv", "FusedConv", "MaxPool", "GlobalAveragePool"} <= ops
+    rtol, atol = TOL[dtype] if dtype == F64 else (1e-4, 1e-5)
+    kept = []
+    for i, batch in enumerate([2, 2, 2, 1, 1, 2]):
+        x = rnd((batch, 3, 23, 21), dtype, 10 + i)
+        want = reference_outputs(model, {"x": x}) if dtype == F64 else ort_outputs(model, {"x": x})
+        got = sess.run(None, {"x": x})
+        assert_close(got, want, rtol=rtol, atol=atol)
+        kept.append((got, want))
+    for got, want in kept:  # no buffer handed out twice
+        assert_close(got, want, rtol=rtol, atol=atol)
+    prepared = {st.node.op_type for st in sess._program.steps if st.fast is not None}
+    assert {"Conv", "FusedConv", "MaxPool", "GlobalAveragePool"} <= prepared, prepared
+
+
+def test_conv_fast_path_steps_aside():
+    # A non-contiguous input, then another dtype layout of the same shape: the prepared
+    # path returns MISS and the implementation runs (outputs still exact).
+    model = _cnn()
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    x = rnd((2, 3, 23, 21), F32, 20)
+    sess.run(None, {"x": x})
+    xt = np.asfortranarray(x)
+    assert_close(sess.run(None, {"x": xt}), ort_outputs(model, {"x": x}), rtol=1e-4, atol=1e-5)
+    assert_close(sess.run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-4, atol=1e-5)

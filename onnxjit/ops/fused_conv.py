@@ -8,13 +8,15 @@ tile as soon as BLAS wrote it (after the depthwise kernel: one pass over each ch
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.ops.fused_gemm import activation_args
 from onnxjit.ops.gemm import empty_array
-from onnxjit.ops.nn import ConvEpilogue, conv_compute, conv_output_shape
-from onnxjit.registry import NodeContext, internal_op
+from onnxjit.ops.nn import ConvEpilogue, conv_compute, conv_output_shape, prepare_conv
+from onnxjit.registry import NodeContext, fast_path, internal_op
 
 
 @internal_op("FusedConv")
@@ -71,3 +73,17 @@ def fused_conv(
     ep = ConvEpilogue(bias, res, code, p0, p1)
     y = conv_compute(ctx, x, w, **geometry, epilogue=ep)
     return y if cd == x.dtype else y.astype(x.dtype)
+
+
+@fast_path(fused_conv)
+def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """FusedConv for one input shape (float32/float64, C-contiguous) with the same weight and
+    bias objects and a residual of the output's shape (or none): the convolution's plan
+    (method, tiles, pool entries, epilogue) is made once."""
+    x, w, b, residual = (*args, None, None)[:4]
+    has_res = residual is not None
+    if has_res and (residual.shape != result.shape or residual.dtype != x.dtype):
+        return None  # a broadcasting residual: the implementation's numpy path
+    act = kwargs.get("activation", "")
+    code, p0, p1 = activation_args(ctx, act, kwargs.get("activation_params"), x.dtype)
+    return prepare_conv(ctx, x, w, b, kwargs, has_res, code, p0, p1)

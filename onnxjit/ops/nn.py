@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from onnxjit import threads
+from onnxjit import pool, threads
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import conv as kconv
@@ -32,7 +32,7 @@ from onnxjit.kernels.cpu import pool as kpool
 from onnxjit.ops import gemm as blas
 from onnxjit.ops.fused_norm import layer_norm_rows, softmax_last
 from onnxjit.pool import run_parallel
-from onnxjit.registry import NodeContext, onnx_op
+from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op
 
 # Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value
 # so that the registry's default lint sees equality.
@@ -392,20 +392,7 @@ def _gather_table(k3, st3, dl3, pb3, osz, isz) -> np.ndarray:
     return tab
 
 
-def _im2col(x5, k3, st3, dl3, pb3, osz, col) -> None:
-    """Unfold every channel of ``x5`` (N, C, D, H, W) into ``col`` (N, C*K, S)."""
-    C = x5.shape[1]
-    par = col.size >= _jit.PARALLEL_THRESHOLD >> _IM2COL_SHIFT
-    if osz[2] < _GATHER_OW:
-        tab = _gather_table(k3, st3, dl3, pb3, osz, np.asarray(x5.shape[2:], np.int64))
-        if par:
-            run_parallel(kconv.im2col_gather_par, x5, 0, C, tab, col)
-        else:
-            kconv.im2col_gather(x5, 0, C, tab, col)
-    elif par:
-        run_parallel(kconv.im2col_par, x5, 0, C, k3, st3, dl3, pb3, osz, col)
-    else:
-        kconv.im2col(x5, 0, C, k3, st3, dl3, pb3, osz, col)
+_TILES: dict[tuple[int, int, int], tuple[int, int]] = {}
 
 
 def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int]:
@@ -413,6 +400,10 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int]:
     ``k``): the largest of a few tiles (rows 64/32/16, columns 64/48/32/16) that OpenBLAS
     multiplies without packing (``tm * tn * k <= _SMALL_GEMM``), else 64-row/column packed
     tiles as for any product."""
+    key = (m, n, k)
+    tiles = _TILES.get(key)
+    if tiles is not None:
+        return tiles
     best = None
     for tm in (64, 32, 16):
         for tn in (64, 48, 32, 16):
@@ -421,36 +412,198 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int]:
                 continue
             if best is None or t_m * t_n > best[0] * best[1]:
                 best = (t_m, t_n)
-    if best is not None:
-        return best
-    return kblas.tiles(1, m, n, k, max(2, threads.current()))
+    if best is None:
+        best = kblas.tiles(1, m, n, k, 2)
+    if len(_TILES) > 4096:
+        _TILES.clear()
+    _TILES[key] = best
+    return best
 
 
-def _conv_gemm(w2, col, y, m: int, n: int, k: int, batch: int, ep: ConvEpilogue | None) -> None:
-    """``y[p] = act(w2 @ col[p] + bias + residual[p])`` for ``batch`` images: ``w2`` (m, k),
-    ``col`` (batch, k, n), ``y`` (batch, m, n), all C-contiguous; one pool call, tiles of
-    :func:`_conv_tiles` with the epilogue applied to each tile as BLAS leaves it."""
-    t = y.dtype.type
-    empty = blas.empty_array(y.dtype)
-    if ep is None:
-        e = (empty, kblas.BIAS_NONE, empty, False, kep.ACT_NONE, t(0), t(0))
-    else:
-        e = (
-            empty if ep.bias is None else ep.bias,
-            kblas.BIAS_NONE if ep.bias is None else kblas.BIAS_ROW,
-            empty if ep.residual is None else ep.residual.reshape(-1),
-            ep.residual is not None,
-            ep.act,
-            t(ep.p0),
-            t(ep.p1),
+# What a _ConvPlan runs
+_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL = range(4)
+
+
+class _ConvPlan:
+    """A convolution of one input shape with one weight and epilogue, every decision made
+    once: the method (1x1 GEMM, depthwise kernel, im2col by runs or by gather table + GEMM),
+    GEMM tiles, which kernels run on the pool and their pool entry points. :meth:`run` then
+    allocates the output and launches. Fast paths keep a plan between runs; the operators
+    build one per call.
+
+    ``w`` is (M, C/group, *ks) in the compute dtype; ``bias`` (M,) or None; ``has_res``:
+    :meth:`run` gets a residual shaped like the output (C-contiguous, compute dtype)."""
+
+    def __init__(self, x_shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1):
+        dtype = np.dtype(dtype)
+        N, C = x_shape[:2]
+        M = w.shape[0]
+        cg, mg = C // group, M // group
+        s_out = math.prod(out)
+        K = math.prod(ks)
+        t = dtype.type
+        self.dtype = dtype
+        self.y_shape = (N, M, *out)
+        self.y3_shape = (N, M, s_out)
+        self.empty = empty = blas.empty_array(dtype)
+        self.ep = (
+            empty if bias is None else bias,
+            kblas.BIAS_NONE if bias is None else kblas.BIAS_ROW,
+            bias is not None,
+            has_res,
+            act,
+            t(p0),
+            t(p1),
         )
-    args = (batch, m, n, k, w2.reshape(-1), 0, col.reshape(-1), k * n, y.reshape(-1))
-    args += (False, False, t(1), t(0), e)
-    tm, tn = _conv_tiles(m, n, k)
-    if batch * m * n * k >= blas.PARALLEL_MACS:
-        run_parallel(kblas.gemm_par, *args, tm, tn)
-    else:
-        run_parallel(kblas.gemm_par, *args, tm, tn, threads=1)
+        self.conv_ep = ConvEpilogue(bias, None, act, t(p0), t(p1))
+        if N == 0 or M == 0 or s_out == 0 or cg == 0 or K == 0:
+            self.kind = _ZEROS
+            self.with_ep = not (N == 0 or M == 0 or s_out == 0)
+            return
+        n_threads = threads.current()
+        w = np.ascontiguousarray(w, dtype)
+        x_sp = tuple(x_shape[2:])
+        if (
+            group == 1
+            and all(k == 1 for k in ks)
+            and all(p == 0 for p in pb)
+            and all((i - 1) // s + 1 == o for i, s, o in zip(x_sp, st, out))
+        ):
+            # 1x1 convolution: a strided view of the input is already the GEMM operand
+            # (stride 1: the input itself; stride > 1: one strided copy), no im2col.
+            self.kind = _POINTWISE
+            self.sl = None
+            if any(s != 1 for s in st):
+                self.sl = (
+                    slice(None),
+                    slice(None),
+                    *(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st)),
+                )
+            self.gemm = self._bind_gemm(w.reshape(M, C), M, s_out, C, N, n_threads)
+            return
+        self.x5_shape = (N, C, *_pad3(x_sp, 1))
+        k3, st3, dl3, pb3 = (
+            _i64(_pad3(ks, 1)),
+            _i64(_pad3(st, 1)),
+            _i64(_pad3(dl, 1)),
+            _i64(_pad3(pb, 0)),
+        )
+        osz = _i64(_pad3(out, 1))
+        if group > 1 and cg == 1 and group == C:
+            # Depthwise: direct loops with the epilogue fused (a GEMM with one input channel
+            # would be all overhead).
+            self.kind = _DEPTHWISE
+            self.y5_shape = (N, M, *osz.tolist())
+            self.dw_args = (w.reshape(M, K), k3, st3, dl3, pb3)
+            self.mult = M // C
+            if n_threads > 1 and N * M * s_out * K >= _jit.PARALLEL_THRESHOLD >> _WINDOW_SHIFT:
+                sample = (
+                    np.empty(self.x5_shape, dtype),
+                    *self.dw_args,
+                    np.empty(self.y5_shape, dtype),
+                    self.mult,
+                    self._dw_ep(empty),
+                )
+                self.dw = pool.bind(kconv.depthwise_par, sample, n_threads)
+            else:
+                self.dw = kconv.depthwise
+            return
+        self.kind = _IM2COL
+        self.group, self.cg, self.mg, self.K = group, cg, mg, K
+        per_image = C * K * s_out * dtype.itemsize
+        self.chunk = chunk = max(1, min(N, _COL_BYTES // max(per_image, 1)))
+        self.col_shape = (chunk, C * K, s_out)
+        par = n_threads > 1 and chunk * C * K * s_out >= _jit.PARALLEL_THRESHOLD >> _IM2COL_SHIFT
+        sample_x = np.empty(self.x5_shape, dtype)
+        sample_col = np.empty(self.col_shape, dtype)
+        if osz[2] < _GATHER_OW:
+            tab = _gather_table(k3, st3, dl3, pb3, osz, _i64(self.x5_shape[2:]))
+            self.im2col_args = (0, C, tab)
+            kernels = (kconv.im2col_gather, kconv.im2col_gather_par)
+        else:
+            self.im2col_args = (0, C, k3, st3, dl3, pb3, osz)
+            kernels = (kconv.im2col, kconv.im2col_par)
+        if par:
+            sample = (sample_x, *self.im2col_args, sample_col)
+            self.im2col = pool.bind(kernels[1], sample, n_threads)
+        else:
+            self.im2col = kernels[0]
+        self.w2 = w.reshape(M, cg * K)
+        if group == 1:
+            self.gemm = self._bind_gemm(self.w2, M, s_out, cg * K, chunk, n_threads)
+
+    def _dw_ep(self, res: np.ndarray) -> tuple:
+        bias, _mode, has_bias, has_res, act, p0, p1 = self.ep
+        return (bias, has_bias, res, has_res, act, p0, p1)
+
+    def _bind_gemm(self, w2, m: int, n: int, k: int, batch: int, n_threads: int):
+        """``run(batch, b, c, res)``: ``c[p] = act(w2 @ b[p] + bias + res[p])`` on flat
+        C-contiguous ``b`` (batch, k, n), ``c`` and ``res`` (batch, m, n), in tiles of
+        :func:`_conv_tiles` with the epilogue applied to each as BLAS leaves it."""
+        t = self.dtype.type
+        one, zero = t(1), t(0)
+        bias, mode, _has_bias, has_res, act, p0, p1 = self.ep
+        tm, tn = _conv_tiles(m, n, k)
+        a = w2.reshape(-1)
+        sample_b = np.empty(1, self.dtype)
+        sample_ep = (bias, mode, self.empty, has_res, act, p0, p1)
+        sample = (batch, m, n, k, a, 0, sample_b, k * n, sample_b, False, False)
+        sample += (one, zero, sample_ep, tm, tn)
+        par = n_threads > 1 and batch * m * n * k >= blas.PARALLEL_MACS
+        go = pool.bind(kblas.gemm_par, sample, n_threads if par else 1)
+        kn = k * n
+
+        def run(batch: int, b: np.ndarray, c: np.ndarray, res: np.ndarray) -> None:
+            ep = (bias, mode, res, has_res, act, p0, p1)
+            go(batch, m, n, k, a, 0, b, kn, c, False, False, one, zero, ep, tm, tn)
+
+        return run
+
+    def run(self, x: np.ndarray, res: np.ndarray | None) -> np.ndarray:
+        """The convolution of C-contiguous ``x`` (the plan's shape and compute dtype) plus the
+        epilogue, with ``res`` the residual when the plan has one: a fresh (N, M, *out)."""
+        kind = self.kind
+        dtype = self.dtype
+        if kind == _ZEROS:
+            y = np.zeros(self.y_shape, dtype)
+            if self.with_ep:
+                _conv_epilogue(y, self.conv_ep._replace(residual=res))
+            return y
+        y = np.empty(self.y3_shape, dtype)
+        rf = self.empty if res is None else res.reshape(-1)
+        if kind == _POINTWISE:
+            if self.sl is not None:
+                x = np.ascontiguousarray(x[self.sl])
+            self.gemm(self.y_shape[0], x.reshape(-1), y.reshape(-1), rf)
+            return y.reshape(self.y_shape)
+        x5 = x.reshape(self.x5_shape)
+        if kind == _DEPTHWISE:
+            y5 = y.reshape(self.y5_shape)
+            self.dw(x5, *self.dw_args, y5, self.mult, self._dw_ep(rf))
+            return y.reshape(self.y_shape)
+        N = self.y_shape[0]
+        chunk = self.chunk
+        col = _col_buffer(dtype, self.col_shape)
+        per_res = rf.size // N if res is not None else 0
+        per_y = y.size // N
+        yf = y.reshape(-1)
+        for n0 in range(0, N, chunk):
+            n1 = min(N, n0 + chunk)
+            cs = col[: n1 - n0]
+            self.im2col(x5[n0:n1], *self.im2col_args, cs)
+            if self.group == 1:
+                r = rf[n0 * per_res : n1 * per_res] if res is not None else rf
+                self.gemm(n1 - n0, cs.reshape(-1), yf[n0 * per_y : n1 * per_y], r)
+                continue
+            cg, mg, K = self.cg, self.mg, self.K
+            ep = self.conv_ep._replace(residual=res)
+            for g in range(self.group):
+                wg = self.w2[g * mg : (g + 1) * mg]
+                for i in range(n1 - n0):
+                    yg = y[n0 + i, g * mg : (g + 1) * mg]
+                    gep = _gemm_epilogue(ep, y, g * mg, (g + 1) * mg, n0 + i)
+                    blas.matmul_into(wg, cs[i, g * cg * K : (g + 1) * cg * K], yg, epilogue=gep)
+        return y.reshape(self.y_shape)
 
 
 def _conv_core(
@@ -465,95 +618,24 @@ def _conv_core(
     ep: ConvEpilogue | None = None,
 ) -> np.ndarray:
     """Convolution of float32/float64 ``x`` (N, C, *sp) with ``w`` (M, C/group, *ks), then
-    the epilogue ``ep`` (bias per channel, residual, activation) when given.
+    the epilogue ``ep`` (bias per channel, residual, activation) when given: a fresh
+    C-contiguous (N, M, *out) array (see :class:`_ConvPlan`).
 
-    The result is a fresh C-contiguous (N, M, *out) array. Each GEMM writes its (M/group, S)
-    block of the output straight into place (``W[M, C*K] @ col[C*K, S]`` is NCHW per image), so
-    no transpose or copy follows it, and applies the epilogue tile by tile as it goes.
-    Depthwise convolutions (group == C) run a direct kernel with the epilogue fused.
+    Each GEMM writes its (M/group, S) block of the output straight into place (``W[M, C*K] @
+    col[C*K, S]`` is NCHW per image), so no transpose or copy follows it, and applies the
+    epilogue tile by tile as it goes. Depthwise convolutions (group == C) run a direct kernel
+    with the epilogue fused.
     """
-    N, C = x.shape[:2]
-    M = w.shape[0]
-    cg, mg = C // group, M // group
-    s_out = math.prod(out)
-    K = math.prod(ks)
-    if N == 0 or M == 0 or s_out == 0:
-        return np.zeros((N, M, *out), x.dtype)
-    if cg == 0 or K == 0:
-        y = np.zeros((N, M, *out), x.dtype)
-        _conv_epilogue(y, ep)
-        return y
-    x = np.ascontiguousarray(x)
-    w = np.ascontiguousarray(w)
-    if ep is not None and ep.residual is not None:
-        ep = ep._replace(residual=np.ascontiguousarray(ep.residual))
-    y = np.empty((N, M, s_out), x.dtype)
-    if (
-        group == 1
-        and all(k == 1 for k in ks)
-        and all(p == 0 for p in pb)
-        and all((i - 1) // s + 1 == o for i, s, o in zip(x.shape[2:], st, out))
-    ):
-        # 1x1 convolution: a strided view of the input is already the GEMM operand (stride 1:
-        # the input itself; stride > 1: one strided copy), no im2col.
-        sl = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st))
-        xs = x[(slice(None), slice(None), *sl)]
-        xs = np.ascontiguousarray(xs).reshape(N, C, s_out)
-        _conv_gemm(w.reshape(M, C), xs, y, M, s_out, C, N, ep)
-        return y.reshape(N, M, *out)
-    x5 = x.reshape(N, C, *_pad3(x.shape[2:], 1))
-    k3, st3, dl3, pb3 = (
-        _i64(_pad3(ks, 1)),
-        _i64(_pad3(st, 1)),
-        _i64(_pad3(dl, 1)),
-        _i64(_pad3(pb, 0)),
-    )
-    osz = _i64(_pad3(out, 1))
-    if group > 1 and cg == 1 and group == C:
-        # Depthwise: direct loops with the epilogue fused (a GEMM with one input channel
-        # would be all overhead).
-        y5 = y.reshape(N, M, *osz)
-        t = y.dtype.type
-        empty = blas.empty_array(y.dtype)
-        if ep is None:
-            e = (empty, False, empty, False, kep.ACT_NONE, t(0), t(0))
-        else:
-            e = (
-                empty if ep.bias is None else ep.bias,
-                ep.bias is not None,
-                empty if ep.residual is None else ep.residual.reshape(-1),
-                ep.residual is not None,
-                ep.act,
-                t(ep.p0),
-                t(ep.p1),
-            )
-        args = (x5, w.reshape(M, K), k3, st3, dl3, pb3, y5, M // C, e)
-        if y.size * K >= _jit.PARALLEL_THRESHOLD >> _WINDOW_SHIFT:
-            run_parallel(kconv.depthwise_par, *args)
-        else:
-            kconv.depthwise(*args)
-        return y.reshape(N, M, *out)
-    wr = w.reshape(M, cg * K)
-    per_image = C * K * s_out * x.dtype.itemsize
-    chunk = max(1, min(N, _COL_BYTES // max(per_image, 1)))
-    col = _col_buffer(x.dtype, (chunk, C * K, s_out))
-    for n0 in range(0, N, chunk):
-        n1 = min(N, n0 + chunk)
-        cs = col[: n1 - n0]
-        _im2col(x5[n0:n1], k3, st3, dl3, pb3, osz, cs)
-        if group == 1:
-            gep = ep
-            if ep is not None and ep.residual is not None:
-                gep = ep._replace(residual=ep.residual.reshape(N, M * s_out)[n0:n1])
-            _conv_gemm(wr, cs, y[n0:n1], M, s_out, cg * K, n1 - n0, gep)
-            continue
-        for g in range(group):
-            wg = wr[g * mg : (g + 1) * mg]
-            for i in range(n1 - n0):
-                yg = y[n0 + i, g * mg : (g + 1) * mg]
-                gep = _gemm_epilogue(ep, y, g * mg, (g + 1) * mg, n0 + i)
-                blas.matmul_into(wg, cs[i, g * cg * K : (g + 1) * cg * K], yg, epilogue=gep)
-    return y.reshape(N, M, *out)
+    if ep is None:
+        ep = ConvEpilogue(None, None, kep.ACT_NONE, 0, 0)
+    res = ep.residual
+    plan = _ConvPlan(
+        x.shape, x.dtype, w, group, ks, st, dl, pb, out, ep.bias, res is not None, ep.act,
+        ep.p0, ep.p1,
+    )  # fmt: skip
+    if res is not None:
+        res = np.ascontiguousarray(res.reshape(plan.y_shape), x.dtype)
+    return plan.run(np.ascontiguousarray(x), res)
 
 
 class ConvEpilogue(NamedTuple):
@@ -698,6 +780,78 @@ def conv(
         epilogue=ep,
     )
     return _back(y, x.dtype)
+
+
+def prepare_conv(
+    ctx: NodeContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    attrs: dict,
+    has_res: bool,
+    act: int,
+    p0: Any,
+    p1: Any,
+) -> Any:
+    """The fast path of Conv / FusedConv for arguments like these (see
+    :func:`onnxjit.registry.fast_path`): ``fast(x, w, b=None, residual=None)`` runs a
+    :class:`_ConvPlan` made once for float32/float64 ``x`` of this shape (C-contiguous) and
+    these weight and bias objects, with a residual of the output's shape when ``has_res``;
+    it returns MISS for anything else. None where there is no fast path."""
+    dtype = x.dtype
+    if (
+        dtype not in _NATIVE_FLOATS
+        or w.dtype != dtype
+        or (b is not None and b.dtype != dtype)
+        or not x.flags.c_contiguous
+        or x.ndim < 3
+    ):
+        return None
+    ks = [int(k) for k in w.shape[2:]]
+    pb, _pe, out, st, dl = _geometry(
+        ctx,
+        x.shape[2:],
+        ks,
+        attrs.get("strides"),
+        attrs.get("dilations"),
+        attrs.get("pads"),
+        attrs.get("auto_pad", "NOTSET"),
+    )
+    bias = None if b is None else np.ascontiguousarray(b, dtype)
+    group = int(attrs.get("group", 1))
+    plan = _ConvPlan(x.shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1)
+    shape = x.shape
+    y_shape = plan.y_shape
+    ndarray = np.ndarray
+    run = plan.run
+
+    def fast(x2: Any, w2: Any, b2: Any = None, r2: Any = None) -> Any:
+        if (
+            w2 is not w
+            or b2 is not b
+            or type(x2) is not ndarray
+            or x2.shape != shape
+            or x2.dtype != dtype
+            or not x2.flags.c_contiguous
+        ):
+            return MISS
+        if r2 is not None:
+            if not has_res or type(r2) is not ndarray or r2.shape != y_shape or r2.dtype != dtype:
+                return MISS
+            if not r2.flags.c_contiguous:
+                r2 = np.ascontiguousarray(r2)
+        elif has_res:
+            return MISS
+        return run(x2, r2)
+
+    return fast
+
+
+@fast_path(conv)
+def _prepare_conv(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    x, w, b = (*args, None)[:3]
+    t = x.dtype.type
+    return prepare_conv(ctx, x, w, b, kwargs, False, kep.ACT_NONE, t(0), t(0))
 
 
 @onnx_op("ConvInteger", since=10)
@@ -988,6 +1142,56 @@ def max_pool(
     )
 
 
+@fast_path(max_pool_1, max_pool_8, max_pool)
+def _prepare_max_pool(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """MaxPool without Indices on float32/float64 inputs of one shape (C-contiguous): the
+    geometry and kernel choice made once."""
+    x = args[0]
+    if (len(ctx.outputs_used) > 1 and ctx.outputs_used[1]) or x.dtype not in _NATIVE_FLOATS:
+        return None
+    if not x.flags.c_contiguous or x.ndim < 3 or x.ndim > 5:
+        return None
+    ks = [int(k) for k in kwargs["kernel_shape"]]
+    pb, _pe, out, st, dl = _geometry(
+        ctx,
+        x.shape[2:],
+        ks,
+        kwargs.get("strides"),
+        kwargs.get("dilations"),
+        kwargs.get("pads"),
+        kwargs.get("auto_pad", "NOTSET"),
+        kwargs.get("ceil_mode", 0),
+    )
+    N, C = x.shape[:2]
+    shape, dtype = x.shape, x.dtype
+    x4_shape = (N * C, *_pad3(x.shape[2:], 1))
+    y4_shape = (N * C, *_pad3(out, 1))
+    y_shape = (N, C, *out)
+    geo = tuple(_i64(_pad3(v, f)) for v, f in ((ks, 1), (st, 1), (dl, 1), (pb, 0)))
+    if math.prod(y4_shape) * math.prod(ks) >= _jit.PARALLEL_THRESHOLD >> _WINDOW_SHIFT:
+        sample = (np.empty(x4_shape, dtype), np.empty(y4_shape, dtype), *geo)
+        kernel = pool.bind(kpool.max_pool_values_par, sample, threads.current())
+    else:
+        kernel = kpool.max_pool_values
+    pair = isinstance(result, tuple)
+    ndarray = np.ndarray
+
+    def fast(x2: Any) -> Any:
+        if (
+            type(x2) is not ndarray
+            or x2.shape != shape
+            or x2.dtype != dtype
+            or not x2.flags.c_contiguous
+        ):
+            return MISS
+        y = np.empty(y4_shape, dtype)
+        kernel(x2.reshape(x4_shape), y, *geo)
+        y = y.reshape(y_shape)
+        return (y, None) if pair else y
+
+    return fast
+
+
 @onnx_op("AveragePool", since=1)
 def average_pool_1(
     ctx: NodeContext,
@@ -1137,6 +1341,36 @@ def global_average_pool(ctx: NodeContext, x: np.ndarray) -> np.ndarray:
     y = np.empty(x2.shape[0], xc.dtype)
     _launch(kpool.global_mean, kpool.global_mean_par, x.size, x2, y)
     return _back(y.reshape(*x.shape[:2], *([1] * len(axes))), x.dtype)
+
+
+@fast_path(global_average_pool)
+def _prepare_global_average_pool(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    x = args[0]
+    if x.dtype not in _NATIVE_FLOATS or not x.flags.c_contiguous or x.ndim < 3 or not x.size:
+        return None
+    shape, dtype = x.shape, x.dtype
+    x2_shape = (shape[0] * shape[1], math.prod(shape[2:]))
+    y_shape = result.shape
+    if x.size >= _jit.PARALLEL_THRESHOLD:
+        sample = (np.empty(x2_shape, dtype), np.empty(x2_shape[0], dtype))
+        kernel = pool.bind(kpool.global_mean_par, sample, threads.current())
+    else:
+        kernel = kpool.global_mean
+    ndarray = np.ndarray
+
+    def fast(x2: Any) -> Any:
+        if (
+            type(x2) is not ndarray
+            or x2.shape != shape
+            or x2.dtype != dtype
+            or not x2.flags.c_contiguous
+        ):
+            return MISS
+        y = np.empty(x2_shape[0], dtype)
+        kernel(x2.reshape(x2_shape), y)
+        return y.reshape(y_shape)
+
+    return fast
 
 
 @onnx_op("GlobalMaxPool", since=1)
