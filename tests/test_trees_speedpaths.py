@@ -17,9 +17,10 @@ from onnx import numpy_helper
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle")
 
-from oracle import assert_close, ort_outputs  # noqa: E402
+from oracle import assert_close, ort_outputs, reference_outputs  # noqa: E402
 from test_ops_ml import _compare, _declare_outputs, _node_model, _run_onnxjit  # noqa: E402
 
+import onnxjit  # noqa: E402
 import onnxjit.ops.ml as ml  # noqa: E402
 
 FAST_MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GT", "BRANCH_GTE"]
@@ -239,11 +240,8 @@ def test_fast_classifier(n_classes, rows):
     assert all(f is not None for f in _fast_tables())
 
 
-def test_fast_tree_ensemble_5():
-    # TreeEnsemble-5 from the legacy regressor (onnx's version converter is not needed:
-    # onnxruntime runs both, the reference evaluator runs TreeEnsemble-5)
-    rng = np.random.default_rng(8)
-    n_trees, depth = 9, 4
+def _v5_attrs(rng, n_trees, depth, n_features):
+    """TreeEnsemble-5 attributes of full trees of ``depth`` (modes LEQ, LT, GTE, GT)."""
     roots, modes, feats, splits, tids, fids, tleaf, fleaf, lt, lw = ([] for _ in range(10))
     for _ in range(n_trees):
         roots.append(len(modes))
@@ -251,7 +249,7 @@ def test_fast_tree_ensemble_5():
         base = len(modes)
         for k in range(n_int):
             modes.append(int(rng.integers(4)))  # LEQ, LT, GTE, GT
-            feats.append(int(rng.integers(3)))
+            feats.append(int(rng.integers(n_features)))
             splits.append(float(np.round(rng.standard_normal() * 0.7, 1)))
             for c, ids, leafs in ((2 * k + 1, tids, tleaf), (2 * k + 2, fids, fleaf)):
                 if c < n_int:
@@ -262,7 +260,6 @@ def test_fast_tree_ensemble_5():
                     leafs.append(1)
                     lt.append(0)
                     lw.append(float(np.round(rng.standard_normal(), 3)))
-    x = _x(rng, 33, 3)
     attrs = dict(
         n_targets=1,
         aggregate_function=1,
@@ -280,6 +277,15 @@ def test_fast_tree_ensemble_5():
     )
     for k in ("nodes_modes", "nodes_splits", "leaf_weights"):
         attrs[k] = numpy_helper.from_array(attrs[k])
+    return attrs
+
+
+def test_fast_tree_ensemble_5():
+    # TreeEnsemble-5 from the legacy regressor (onnx's version converter is not needed:
+    # onnxruntime runs both, the reference evaluator runs TreeEnsemble-5)
+    rng = np.random.default_rng(8)
+    attrs = _v5_attrs(rng, 9, 4, 3)
+    x = _x(rng, 33, 3)
     model = _node_model("TreeEnsemble", {"x": x}, attrs, ml_opset=5)
     _compare(model, {"x": x}, oracle="ref")
     assert all(f is not None for f in _fast_tables())
@@ -486,3 +492,57 @@ def test_perfect_layout_matches_fast_layout():
                 k = 2 * k + 1 + int(x[r, p.feat[i]] > p.thr[i])
             leaf = k - ((1 << int(p.depth[t])) - 1)
             assert p.leaves[(t * (ni + 1) + leaf) * p.kt] == want
+
+
+@pytest.mark.parametrize("kind", ["regressor", "classifier", "strings", "v5"])
+def test_fast_path_later_runs(monkeypatch, kind):
+    # one session, many runs: after the first run the node's fast path (registry.fast_path)
+    # runs the kernel; other row counts, rows holding NaN, a strided input (a miss, then the
+    # implementation) and the parallel kernel, each against an oracle; earlier outputs must
+    # stay as they were
+    monkeypatch.setattr(ml, "_PERFECT_PARALLEL_VISITS", 1 << 12)
+    rng = np.random.default_rng(91)
+    nan = 0.0 if kind == "v5" else 0.2  # the reference evaluator has no NaN rule for LT/GT
+    feeds = [
+        _x(rng, 5, 4),
+        _x(rng, 40, 4, nan_rows=nan),
+        _x(rng, 1, 4),
+        _x(rng, 300, 4, nan_rows=nan / 10),
+        _x(rng, 30, 4)[::2],
+        _x(rng, 7, 4),
+    ]
+    if kind != "v5":
+        feeds.append(_x(rng, 1, 4, nan_rows=1.0))
+    a = _unbalanced_forest(rng, 18, 5, 4, 3, FAST_MODES)
+    if kind == "regressor":
+        model = _node_model("TreeEnsembleRegressor", {"x": feeds[0]}, _regressor(a, 3))
+    elif kind == "v5":
+        model = _node_model("TreeEnsemble", {"x": feeds[0]}, _v5_attrs(rng, 19, 5, 4), ml_opset=5)
+    else:
+        labels = [3, 1, 2] if kind == "classifier" else []
+        attrs = _classifier(a, labels, post_transform="SOFTMAX", base_values=[0.1, 0.2, 0.3])
+        if kind == "strings":
+            del attrs["classlabels_int64s"]
+            attrs["classlabels_strings"] = ["x", "y", "z"]
+        model = _node_model("TreeEnsembleClassifier", {"x": feeds[0]}, attrs, n_outputs=2)
+    for vi in model.graph.input:
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    oracle = reference_outputs if kind == "v5" else ort_outputs
+    _declare_outputs(model, oracle(model, {"x": feeds[0]}))
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    kept = []
+    for x in feeds:
+        want = oracle(model, {"x": np.ascontiguousarray(x)})
+        got = sess.run(None, {"x": x})
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            if w.dtype.kind in "OUS":
+                np.testing.assert_array_equal(np.asarray(g, dtype=object), w.astype(object))
+            else:
+                assert_close(g, w, 1e-5, 1e-5, f"{kind}, {x.shape[0]} rows")
+        kept.append((got, [np.array(g, copy=True) for g in got]))
+    for got, copy in kept:
+        for g, c in zip(got, copy):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
+    assert all(p is not None for p in _perfect_tables())
+    assert sess._program.steps[0].fast is not None  # the last run went through a fast path

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit import pool, threads
 from onnxjit.codegen import trees as gtrees
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import ml as kml
 from onnxjit.kernels.cpu import trees as ktrees
 from onnxjit.pool import run_parallel
-from onnxjit.registry import ML_DOMAIN, onnx_op
+from onnxjit.registry import MISS, ML_DOMAIN, fast_path, onnx_op
 
 _POST = {
     "NONE": kml.PT_NONE,
@@ -768,14 +769,28 @@ def _run_plan(
     holding a NaN are computed again by the host path."""
     n = x.shape[0]
     y = np.empty((n, spec.n_targets), ydtype)
-    classify = spec.kind == ktrees.KIND_CLASSIFIER
-    lab = np.empty(n, np.int64) if classify else _NO_LABELS
+    lab = np.empty(n, np.int64) if spec.kind == ktrees.KIND_CLASSIFIER else _NO_LABELS
     bad = _launch(
         plan.predict, plan.predict_par, (x, *plan.args, y, lab), plan.label_values, n * plan.visits
     )
+    return _complete(ctx, table, spec, plan, x, y, lab, bad)
+
+
+def _complete(
+    ctx: Any,
+    table: _TreeTable,
+    spec: _Spec,
+    plan: _Plan,
+    x: np.ndarray,
+    y: np.ndarray,
+    lab: np.ndarray,
+    bad: int,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """After the fused kernel: string labels, and the rows holding a NaN (``bad`` of them)
+    computed again by the host path. Returns (scores, labels or None)."""
+    classify = spec.kind == ktrees.KIND_CLASSIFIER
     labels = spec.labels
-    strings = classify and labels.dtype == object
-    if strings:
+    if classify and labels.dtype == object:
         lab = label_output(labels, lab)
     if bad:
         rows = _nan_rows(x)
@@ -959,7 +974,7 @@ def tree_ensemble_regressor_3(
             or np.asarray(target_weights_as_tensor).dtype == np.float32,
         )
 
-    table = _cached_table(
+    table = _cached_table(  # the attributes of _REGRESSOR_KEYS, in that order
         (
             nodes_treeids,
             nodes_modes,
@@ -1198,7 +1213,7 @@ def tree_ensemble_classifier_3(
         table.all_positive = weights is None or bool(np.all(weights >= 0))
         return table
 
-    table = _cached_table(
+    table = _cached_table(  # the attributes of _CLASSIFIER_KEYS, in that order
         (
             nodes_treeids,
             nodes_modes,
@@ -1409,7 +1424,7 @@ def tree_ensemble_5(
             membership_values,
         )
 
-    table = _cached_table(
+    table = _cached_table(  # the attributes of _V5_KEYS, in that order
         (
             nodes_modes,
             nodes_splits,
@@ -1432,6 +1447,125 @@ def tree_ensemble_5(
         )
     out_dtype = x.dtype if x.dtype in (np.float32, np.float64, np.float16) else np.float32
     return _regress(ctx, table, spec, x, out_dtype)
+
+
+# -- fast paths (registry.fast_path): later runs of a node go straight to its kernel --------
+
+# The attributes that key each operator's table, in the order its implementation passes them
+# to _cached_table (version 1 of the legacy operators lacks the *_as_tensor attributes: None).
+_REGRESSOR_KEYS = (
+    "nodes_treeids",
+    "nodes_modes",
+    "nodes_values",
+    "nodes_values_as_tensor",
+    "target_weights",
+    "target_weights_as_tensor",
+    "target_ids",
+    "aggregate_function",
+    "base_values",
+    "base_values_as_tensor",
+    "n_targets",
+    "post_transform",
+)
+_CLASSIFIER_KEYS = (
+    "nodes_treeids",
+    "nodes_modes",
+    "nodes_values",
+    "nodes_values_as_tensor",
+    "class_weights",
+    "class_weights_as_tensor",
+    "class_ids",
+    "classlabels_int64s",
+    "classlabels_strings",
+    "base_values",
+    "base_values_as_tensor",
+    "post_transform",
+)
+_V5_KEYS = (
+    "nodes_modes",
+    "nodes_splits",
+    "leaf_weights",
+    "tree_roots",
+    "aggregate_function",
+    "n_targets",
+    "post_transform",
+)
+
+
+def _prepare_trees(ctx: Any, x: Any, kwargs: dict, names: tuple[str, ...], v5: bool) -> Any:
+    """``fast(x)`` running the fused kernel the implementation just used for inputs like
+    ``x`` (same dtype and row width, 2-D C-contiguous, any row count), or None."""
+    hit = _TABLES.get(tuple(id(kwargs.get(k)) for k in names))
+    if hit is None or not isinstance(x, np.ndarray) or x.ndim != 2 or not x.flags.c_contiguous:
+        return None
+    table = hit[1]
+    spec = table.spec
+    if spec is None or x.dtype not in (np.float32, np.float64):
+        return None
+    plan = spec.plans.get((x.dtype, x.shape[1]))
+    if plan is None:
+        return None
+    dtype = x.dtype
+    width = x.shape[1]
+    ydtype = dtype if v5 else np.dtype(np.float32)
+    n_out = spec.n_targets
+    classify = spec.kind == ktrees.KIND_CLASSIFIER
+    strings = classify and spec.labels.dtype == object
+    predict = plan.predict
+    args = plan.args
+    label_values = plan.label_values
+    visits = plan.visits
+    group = gtrees.G
+    from_visits = _PERFECT_PARALLEL_VISITS
+    threads_now = threads.current()
+    par = None
+    if threads_now > 1:
+        y0 = np.empty((1, n_out), ydtype)
+        lab0 = np.empty(1, np.int64) if classify else _NO_LABELS
+        sample = (x, *args, y0, lab0, label_values, np.zeros(1, np.int64))
+        par = pool.bind(plan.predict_par, sample, threads_now)
+    empty = np.empty
+    ndarray = np.ndarray
+    no_labels = _NO_LABELS
+
+    def fast(x: Any) -> Any:
+        if (
+            type(x) is not ndarray
+            or x.dtype is not dtype
+            or x.ndim != 2
+            or x.shape[1] != width
+            or not x.flags.c_contiguous
+        ):
+            return MISS
+        n = x.shape[0]
+        y = empty((n, n_out), ydtype)
+        lab = empty(n, np.int64) if classify else no_labels
+        if par is not None and n > group and n * visits >= from_visits:
+            bad_rows = np.zeros(1, np.int64)
+            par(x, *args, y, lab, label_values, bad_rows)
+            bad = bad_rows[0]
+        else:
+            bad = predict(x, *args, y, lab, label_values)
+        if bad or strings:
+            y, lab = _complete(ctx, table, spec, plan, x, y, lab, bad)
+        return (lab, y) if classify else y
+
+    return fast
+
+
+@fast_path(tree_ensemble_regressor_1, tree_ensemble_regressor_3)
+def _prepare_regressor(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
+    return _prepare_trees(ctx, args[0], kwargs, _REGRESSOR_KEYS, False)
+
+
+@fast_path(tree_ensemble_classifier_1, tree_ensemble_classifier_3)
+def _prepare_classifier(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
+    return _prepare_trees(ctx, args[0], kwargs, _CLASSIFIER_KEYS, False)
+
+
+@fast_path(tree_ensemble_5)
+def _prepare_v5(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
+    return _prepare_trees(ctx, args[0], kwargs, _V5_KEYS, True)
 
 
 # --------------------------------------------------------------------------------------------
