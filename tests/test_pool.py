@@ -175,7 +175,7 @@ def test_gemm_tiles_match_numpy(dtype, batch, m, n, k, ta, tb, shared_b, threads
     args = (batch, m, n, k, a.ravel(), m * k, b.ravel(), 0 if shared_b else k * n, c.ravel())
     args += (ta, tb, t(1), t(0), ep)
     if threads == 1:
-        kblas.gemm(*args)
+        kblas.gemm(*args, *kblas.tiles(batch, m, n, k, 1))
     else:
         pool.run_parallel(kblas.gemm_par, *args, *kblas.tiles(batch, m, n, k, 2), threads=2)
     tol = 1e-4 if dtype == np.float32 else 1e-10

@@ -192,9 +192,11 @@ def bind(
 
         return run
     gemm = kblas.gemm
+    # one thread: BLAS's unpacked tiles still beat one packed call once a product is large
+    tm, tn = kblas.tiles(batch, m, n, k, 1) if batch * m * n * k > kblas.SMALL_GEMM else (m, n)
 
     def run1(a: np.ndarray, c: np.ndarray) -> None:
-        gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep)
+        gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn)
 
     return run1
 
