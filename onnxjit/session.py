@@ -163,6 +163,8 @@ class InferenceSession:
                 )
             )
         self._runs = 0
+        self._all_outputs = list(range(len(self._outputs)))
+        self._threads_setting = int(self._options.intra_op_num_threads or 0)
         self._signatures: set[tuple] = set()
 
     # -- metadata ----------------------------------------------------------------------------
@@ -217,8 +219,8 @@ class InferenceSession:
             raise InvalidInputError(
                 "run() was called with RunOptions.terminate = True; clear it to run"
             )
-        if output_names is None or len(output_names) == 0:
-            wanted = list(range(len(self._outputs)))
+        if not output_names:
+            wanted = self._all_outputs
         else:
             wanted = []
             for name in output_names:
@@ -229,11 +231,13 @@ class InferenceSession:
                     )
                 wanted.append(self._output_index[name])
         feeds = self._validate_feed(input_feed)
-        threads_mod.apply(int(self._options.intra_op_num_threads or 0))
+        threads_mod.apply(self._threads_setting)
         profiler = self._profiler
-        t0 = time.perf_counter_ns()
-        outputs = self._program.run(feeds, profiler=profiler)
-        if profiler is not None:
+        if profiler is None:
+            outputs = self._program.run(feeds)
+        else:
+            t0 = time.perf_counter_ns()
+            outputs = self._program.run(feeds, profiler=profiler)
             profiler.events.append(
                 _session_event("model_run", profiler, t0, time.perf_counter_ns())
             )

@@ -49,10 +49,16 @@ def resolve(threads: int) -> int:
     return max(1, min(int(threads), available_cores()))
 
 
+_resolved: dict[int, int] = {}  # setting -> thread count (the cores do not change per process)
+
+
 def apply(threads: int) -> None:
     """Use ``threads`` threads (0 = default) for the calling thread's runs; keep BLAS at one
     thread. Runs before every session run."""
-    _local.n = resolve(threads)
+    n = _resolved.get(threads)
+    if n is None:
+        n = _resolved[threads] = resolve(threads)
+    _local.n = n
     # Compiling can load a BLAS library that was not there when the limit was set (Numba's
     # np.dot lowering loads SciPy's OpenBLAS), so a compile since the last setting means again.
     if jitstats.compile_count() != _scanned_at:

@@ -105,3 +105,42 @@ def test_a_fast_path_steps_aside_for_other_constants_and_types():
         got = sess.run(None, {"x": feed})
         for g, w in zip(got, ref.run(None, {"x": np.ascontiguousarray(feed)})):
             np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_single_elementwise_ops_take_a_fast_path(dtype):
+    """Lone elementwise ops (optimisation level basic: nothing fuses them) with broadcasting,
+    integer division and an attribute operand, while the batch changes."""
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["s"]),
+        helper.make_node("Div", ["s", "d"], ["q"]),
+        helper.make_node("Abs", ["q"], ["y"]),
+    ]
+    if dtype == np.float32:
+        nodes.append(helper.make_node("LeakyRelu", ["y"], ["z"], alpha=0.2))
+    else:
+        nodes.append(helper.make_node("Neg", ["y"], ["z"]))
+    et = TensorProto.FLOAT if dtype == np.float32 else TensorProto.INT32
+    rng = np.random.default_rng(3)
+    b = rng.integers(-5, 5, (1, 6)).astype(dtype)
+    d = rng.integers(1, 4, (6,)).astype(dtype)
+    graph = helper.make_graph(
+        nodes,
+        "ew",
+        [helper.make_tensor_value_info("x", et, ["n", 6])],
+        [helper.make_tensor_value_info("z", et, ["n", 6])],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(d, "d")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = onnxjit.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = onnxjit.InferenceSession(m.SerializeToString(), so)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (3, 3, 3, 40000, 3, 40000):
+        x = rng.integers(-100, 100, (n, 6)).astype(dtype)
+        np.testing.assert_allclose(
+            sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-6
+        )
+    fast = {st.node.op_type for st in sess._program.steps if st.fast is not None}
+    assert {"Add", "Div", "Abs"} <= fast, fast

@@ -711,6 +711,19 @@ def run_plan(
     return outs
 
 
+def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray]) -> Any:
+    """``go(*outs_flat, *inputs_flat, *plan.sizes)``: the plan's kernel for arrays like
+    these, serial or handed to the pool as :func:`run_plan` decides, with the pool entry
+    looked up once (for fast paths, which keep it between runs)."""
+    if plan.sizes and plan.work > _jit.PARALLEL_THRESHOLD:
+        from onnxjit import pool, threads
+
+        outs = [np.empty(1, dt) for dt in plan.alloc]
+        sample = (*outs, *[a.reshape(-1) for a in arrays], *plan.sizes)
+        return pool.bind(plan.entry.module.kernel_par, sample, threads.current())
+    return plan.entry.module.kernel
+
+
 def _flat_bits(a: np.ndarray) -> np.ndarray:
     return (a.view(np.uint16) if a.dtype in _NARROW_KIND else a).ravel()
 

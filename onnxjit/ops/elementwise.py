@@ -18,6 +18,7 @@ only widened the type lists and resolve to the previous registration
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,8 @@ import numpy as np
 
 from onnxjit import types as onnx_types
 from onnxjit.codegen import expr as E
-from onnxjit.codegen.elementwise import apply, compute_dtype
-from onnxjit.registry import onnx_op
+from onnxjit.codegen.elementwise import apply, bind_plan, compute_dtype, plan_for
+from onnxjit.registry import MISS, fast_path, fast_path_of, implementations, onnx_op
 
 # Versions of our ops that only changed the allowed types (reviewed): resolved by the previous
 # registration, which handles the new types.
@@ -100,6 +101,9 @@ TYPE_ONLY_VERSIONS: dict[str, tuple[int, ...]] = {
 }
 
 _EXPRS: dict[tuple, E.Expr] = {}
+# The last _ew evaluation of this thread, for the fast path the executor prepares right after
+# the node ran (see _prepare_ew).
+_LAST = threading.local()
 
 
 def _ew(
@@ -121,7 +125,9 @@ def _ew(
         _EXPRS[k] = e
     if out_dtype is None:
         out_dtype = dts[0] if compute_dtype(dts[0]) == e.dtype else e.dtype
-    return apply(e, arrays, out_dtype)
+    result = apply(e, arrays, out_dtype)
+    _LAST.call = (e, out_dtype, arrays)  # read by _prepare_ew right after this node
+    return result
 
 
 def _scalar(value: Any, like: np.ndarray) -> np.ndarray:
@@ -1047,3 +1053,55 @@ def fusible_ops() -> dict[str, int]:
     out = {k: v[0] for k, v in _BUILDERS.items()}
     out.update(Cast=6, CastLike=15)
     return out
+
+
+# -- fast path ---------------------------------------------------------------------------------
+def _prepare_ew(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
+    """A fast path for an elementwise op whose implementation handed its own arguments, as
+    they are, to :func:`_ew` (most ops; those that add attribute operands or convert their
+    inputs first get none): the kernel plan for these shapes and dtypes, fixed."""
+    rec = getattr(_LAST, "call", None)
+    _LAST.call = None
+    if rec is None:
+        return None
+    e, out_dtype, arrays = rec
+    if len(arrays) != len(args) or any(a is not b for a, b in zip(arrays, args)):
+        return None
+    if any(type(a) is not np.ndarray or not a.flags.c_contiguous for a in args):
+        return None
+    plan = plan_for((e,), args, (out_dtype,))
+    if not plan.size or plan.narrow or plan.post != (None,):
+        return None
+    shapes = tuple(a.shape for a in args)
+    dtypes = tuple(a.dtype for a in args)
+    out_shape, out_dt, sizes = plan.out_shape, plan.alloc[0], tuple(plan.sizes)
+    go = bind_plan(plan, args)
+    empty = np.empty
+
+    def fast(*xs: Any) -> Any:
+        if len(xs) != len(shapes):
+            return MISS
+        for x, s, d in zip(xs, shapes, dtypes):
+            if type(x) is not np.ndarray or x.shape != s or x.dtype != d:
+                return MISS
+            if not x.flags.c_contiguous or not x.flags.writeable:
+                return MISS
+        out = empty(out_shape, out_dt)
+        go(out.reshape(-1), *[x.reshape(-1) for x in xs], *sizes)
+        return out
+
+    return fast
+
+
+def _register_fast_paths() -> None:
+    """Give every elementwise implementation of this module the generic fast path."""
+    seen = set()
+    for impls in implementations().values():
+        for impl in impls:
+            fn = impl.fn
+            if fn.__module__ == __name__ and fn not in seen and fast_path_of(fn) is None:
+                seen.add(fn)
+                fast_path(fn)(_prepare_ew)
+
+
+_register_fast_paths()

@@ -30,12 +30,12 @@ from onnxjit import ir
 from onnxjit.codegen import expr as E
 from onnxjit.codegen.elementwise import (
     NARROW_FLOATS,
+    bind_plan,
     compute_dtype,
     kernel_inputs,
     plan_for,
     run_plan,
 )
-from onnxjit.kernels import _jit
 from onnxjit.ops.elementwise import NotFusable, fused_expr
 from onnxjit.registry import MISS, fast_path, internal_op
 
@@ -260,10 +260,7 @@ class FusedGroup:
         sizes = tuple(k.sizes)
         if k.post != (None,) * len(k.post):
             return None
-        if sizes and k.work > _jit.PARALLEL_THRESHOLD:
-            go = bind_parallel(k.entry.module.kernel_par, k, arrays)
-        else:
-            go = k.entry.module.kernel
+        go = bind_plan(k, arrays)
         empty = np.empty
         getrefcount = sys.getrefcount
         limit = _fast_baseline()
@@ -448,13 +445,3 @@ def _fast_baseline() -> int:
         args = (np.empty(1),)  # the executor's argument tuple
         _FAST_REFS = probe(*args)
     return _FAST_REFS
-
-
-def bind_parallel(kernel: Any, plan: Any, arrays: Sequence[np.ndarray]) -> Any:
-    """The pool launch of ``kernel`` for arrays like these (looked up once)."""
-    from onnxjit import pool, threads
-
-    n = threads.current()
-    outs = [np.empty(1, dt) for dt in plan.alloc]
-    sample = (*outs, *[a.reshape(-1) for a in arrays], *plan.sizes)
-    return pool.bind(kernel, sample, n)
