@@ -144,3 +144,63 @@ def test_single_elementwise_ops_take_a_fast_path(dtype):
         )
     fast = {st.node.op_type for st in sess._program.steps if st.fast is not None}
     assert {"Add", "Div", "Abs"} <= fast, fast
+
+
+def _norm_model():
+    """Softmax-13, LogSoftmax-13, LayerNormalization-17 and the Gelu (erf) and RMSNorm
+    patterns, which the passes turn into the internal Gelu and RMSNorm operators."""
+    rng = np.random.default_rng(4)
+    d = 24
+    inits = [
+        numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "g"),
+        numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "bb"),
+        numpy_helper.from_array(np.array(1.4142135, np.float32), "sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+        numpy_helper.from_array(np.array([-1], np.int64), "last"),
+    ]
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["sm"], axis=-1),
+        helper.make_node("LogSoftmax", ["sm"], ["ls"], axis=-1),
+        helper.make_node("LayerNormalization", ["ls", "g", "bb"], ["ln"], axis=-1),
+        helper.make_node("Div", ["ln", "sqrt2"], ["e0"]),
+        helper.make_node("Erf", ["e0"], ["e1"]),
+        helper.make_node("Add", ["e1", "one"], ["e2"]),
+        helper.make_node("Mul", ["ln", "e2"], ["e3"]),
+        helper.make_node("Mul", ["e3", "half"], ["ge"]),
+        helper.make_node("Pow", ["ge", "two"], ["r0"]),
+        helper.make_node("ReduceMean", ["r0", "last"], ["r1"], keepdims=1),
+        helper.make_node("Add", ["r1", "eps"], ["r2"]),
+        helper.make_node("Sqrt", ["r2"], ["r3"]),
+        helper.make_node("Div", ["ge", "r3"], ["r4"]),
+        helper.make_node("Mul", ["r4", "g"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "norms",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 5, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5, d])],
+        inits,
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_kernel_fast_paths_agree_with_onnxruntime(threads):
+    m = _norm_model()
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = onnxjit.InferenceSession(m.SerializeToString(), so)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for n in (2, 2, 2, 700, 2, 700, 1):
+        x = rng.standard_normal((n, 5, 24)).astype(np.float32)
+        np.testing.assert_allclose(
+            sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4
+        )
+    fast = {st.node.op_type for st in sess._program.steps if st.fast is not None}
+    assert {"Softmax", "LogSoftmax", "LayerNormalization", "Gelu", "RMSNorm"} <= fast, fast

@@ -18,6 +18,7 @@ from onnxjit.ops import (  # noqa: F401
     misc,
     ml,
     nn,
+    norm_fast,
     quant,
     reduce,
     resize,
