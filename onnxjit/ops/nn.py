@@ -396,28 +396,43 @@ _TILES: dict[tuple[int, int, int], tuple[int, int]] = {}
 
 
 def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int]:
-    """Tile shape of a convolution GEMM (``m`` output channels, ``n`` output positions, inner
-    ``k``): the largest of a few tiles (rows 64/32/16, columns 64/48/32/16) that OpenBLAS
-    multiplies without packing (``tm * tn * k <= _SMALL_GEMM``), else 64-row/column packed
-    tiles as for any product."""
+    """Tile shape ``(tm, tn)`` of a convolution GEMM (``m`` output channels, ``n`` output
+    positions, inner ``k``), from sweeps of the C1/C2 shapes at 112 and 224 pixels on the
+    development VM (python /tmp/cva/sweep.py: weights read from memory as in a network):
+
+    * OpenBLAS multiplies a block with ``tm * tn * k <= _SMALL_GEMM`` without packing the
+      operands, 1.1-1.6x faster here than 64-row/column packed tiles;
+    * each of the ``tm`` weight rows is a separate stream in that kernel: with long rows
+      (``k >= 1024``) 8-row tiles ran 10-40 % faster than 16-64 rows (the rows come from
+      memory, not cache); shorter rows prefer taller tiles (up to 64 rows);
+    * column blocks start at multiples of 16 (a block of 49 starting at column 49 ran 20 %
+      slower than blocks of 48); wider than 64 columns gained nothing;
+    * where the unpacked kernel would take fewer than 32 columns of a wider output (k >= 4096
+      at 224 pixels), 128-row packed tiles were 10 % faster.
+    """
     key = (m, n, k)
     tiles = _TILES.get(key)
     if tiles is not None:
         return tiles
-    best = None
-    for tm in (64, 32, 16):
-        for tn in (64, 48, 32, 16):
-            t_m, t_n = min(tm, m), min(tn, n)
-            if t_m * t_n * k > _SMALL_GEMM:
-                continue
-            if best is None or t_m * t_n > best[0] * best[1]:
-                best = (t_m, t_n)
-    if best is None:
-        best = kblas.tiles(1, m, n, k, 2)
+    if k >= 1024:
+        tm = min(8, m)
+        most = min(64, _SMALL_GEMM // (tm * k))
+        if n <= most:
+            tiles = (tm, n)
+        elif most >= 32:
+            tiles = (tm, most // 16 * 16)
+        else:
+            tiles = (min(m, 128), min(n, 64))
+    else:
+        tn = min(n, 64)
+        tm = 64
+        while tm > 8 and tm * tn * k > _SMALL_GEMM:
+            tm //= 2
+        tiles = (min(m, tm), tn)
     if len(_TILES) > 4096:
         _TILES.clear()
-    _TILES[key] = best
-    return best
+    _TILES[key] = tiles
+    return tiles
 
 
 # What a _ConvPlan runs
