@@ -204,3 +204,37 @@ def test_row_kernel_fast_paths_agree_with_onnxruntime(threads):
         )
     fast = {st.node.op_type for st in sess._program.steps if st.fast is not None}
     assert {"Softmax", "LogSoftmax", "LayerNormalization", "Gelu", "RMSNorm"} <= fast, fast
+
+
+def test_attention_fast_path_agrees_with_onnxruntime():
+    """MatMul(Q, K^T) * scale + mask -> Softmax -> MatMul(V), fused into SDPA, with the mask
+    fed per run, while the batch changes."""
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Add", ["s1", "mask"], ["s2"]),
+        helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
+    qkv = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", 4, 16, 8]) for n in "qkv"]
+    graph = helper.make_graph(
+        nodes,
+        "att",
+        [*qkv, helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["b", 1, 1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4, 16, 8])],
+        [numpy_helper.from_array(np.array(0.35, np.float32), "scale")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = onnxjit.InferenceSession(m.SerializeToString())
+    assert [n.op_type for n in sess.graph_nodes()] == ["SDPA"]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(6)
+    for b in (1, 1, 1, 6, 1, 6):
+        feed = {n: rng.standard_normal((b, 4, 16, 8)).astype(np.float32) for n in "qkv"}
+        feed["mask"] = np.where(rng.random((b, 1, 1, 16)) < 0.2, -1e4, 0).astype(np.float32)
+        np.testing.assert_allclose(
+            sess.run(None, feed)[0], ref.run(None, feed)[0], rtol=1e-5, atol=1e-5
+        )
+    assert sess._program.steps[0].fast is not None

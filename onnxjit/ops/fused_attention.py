@@ -21,13 +21,17 @@ larger shape) takes a numpy path with the same semantics. float16/bfloat16 compu
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import numpy as np
 
+from onnxjit import pool, threads
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import sdpa as ksdpa
 from onnxjit.ops.gemm import PARALLEL_MACS
 from onnxjit.pool import run_parallel
-from onnxjit.registry import NodeContext, internal_op
+from onnxjit.registry import MISS, NodeContext, fast_path, internal_op
 
 _DUMMY = {}
 
@@ -187,11 +191,17 @@ def _flat_4d(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``a`` (rank 2 to 4) as flat C-contiguous data and its (batch, head) element strides
     over the last two dims, 0 where the dim is 1 (broadcast)."""
     a4 = np.ascontiguousarray(a.reshape((1,) * (4 - a.ndim) + a.shape))
-    per = a4.shape[2] * a4.shape[3]
-    strides = np.array(
-        [a4.shape[1] * per if a4.shape[0] > 1 else 0, per if a4.shape[1] > 1 else 0], np.int64
+    return a4.reshape(-1), _strides_4d(a4.shape)
+
+
+def _strides_4d(shape4: tuple[int, ...]) -> np.ndarray:
+    per = shape4[2] * shape4[3]
+    return np.array(
+        [shape4[1] * per if shape4[0] > 1 else 0, per if shape4[1] > 1 else 0], np.int64
     )
-    return a4.reshape(-1), strides
+
+
+_LAST = threading.local()  # the heads runner of this thread's last SDPA (for _prepare)
 
 
 def _by_heads(q, k, k_given_t, v, mask, cond, batch, cdt, scale, fill, opts) -> np.ndarray:
@@ -207,19 +217,73 @@ def _by_heads(q, k, k_given_t, v, mask, cond, batch, cdt, scale, fill, opts) -> 
     qf, qs = _flat_4d(q.astype(cdt, copy=False))
     kf, ks = _flat_4d(k.astype(cdt, copy=False))
     vf, vs = _flat_4d(v.astype(cdt, copy=False))
-    y = np.empty((*batch, sq, dv), cdt)
-    s = np.empty((nb * nh * sq, sk), cdt)
-    masks = (
-        _dummy(cdt) if mask is None else _as_4d(mask, sk),
-        _dummy(np.dtype(np.bool_)) if cond is None else _as_4d(cond, sk),
-        mask is not None,
-        cond is not None,
-    )
+    run = _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, cdt, scale, fill, opts, qf)
+    _LAST.runner = run
+    return run(qf, kf, vf, mask, cond)
+
+
+def _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, cdt, scale, fill, opts, sample):
+    """``run(qf, kf, vf, mask, cond)`` for flat C-contiguous Q, K, V of these shapes (the
+    kernel, its pool entry and every size fixed)."""
+    nb, nh = (1,) * (2 - len(batch)) + tuple(batch)
     t = cdt.type
-    args = (nb * nh, qf, qs, kf, ks, k_given_t, vf, vs, s, y.reshape(-1), nh, sq, d, dv)
-    tail = (masks, t(scale), (t(fill), *opts))
+    tail_scale, tail_opts = t(scale), (t(fill), *opts)
+    y_shape = (*batch, sq, dv)
+    dummy_f, dummy_b = _dummy(cdt), _dummy(np.dtype(np.bool_))
+    kernel = ksdpa.heads
     if nb * nh > 1 and nb * nh * sq * sk * (d + dv) >= PARALLEL_MACS:
-        run_parallel(ksdpa.heads_par, *args, *tail)
-    else:
-        ksdpa.heads(*args, *tail)
-    return y
+        s0 = np.empty((1, sk), cdt)
+        masks0 = (dummy_f, dummy_b, False, False)
+        sample_args = (nb * nh, sample, qs, sample, ks, k_given_t, sample, vs, s0, sample)
+        sample_args += (nh, sq, d, dv, masks0, tail_scale, tail_opts)
+        kernel = pool.bind(ksdpa.heads_par, sample_args, threads.current())
+
+    def run(qf, kf, vf, mask, cond):
+        y = np.empty(y_shape, cdt)
+        s = np.empty((nb * nh * sq, sk), cdt)
+        masks = (
+            dummy_f if mask is None else _as_4d(mask, sk),
+            dummy_b if cond is None else _as_4d(cond, sk),
+            mask is not None,
+            cond is not None,
+        )
+        kernel(nb * nh, qf, qs, kf, ks, k_given_t, vf, vs, s, y.reshape(-1), nh, sq, d, dv,
+               masks, tail_scale, tail_opts)  # fmt: skip
+        return y
+
+    return run
+
+
+@fast_path(sdpa)
+def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """SDPA on float32/float64 Q, K, V of fixed shapes that took the per-head kernel."""
+    run = getattr(_LAST, "runner", None)
+    _LAST.runner = None
+    q, k, v = args[0], args[1], args[2]
+    if run is None or q.dtype not in (np.float32, np.float64):
+        return None
+    if not all(type(a) is np.ndarray and a.flags.c_contiguous for a in (q, k, v)):
+        return None
+    extras = tuple(args[3:])
+    shapes = (q.shape, k.shape, v.shape)
+    dtype = q.dtype
+    extra_kinds = tuple(None if e is None else (e.shape, e.dtype) for e in extras)
+
+    def fast(q2: Any, k2: Any, v2: Any, *rest: Any) -> Any:
+        if (
+            (q2.shape, k2.shape, v2.shape) != shapes
+            or q2.dtype != dtype
+            or k2.dtype != dtype
+            or v2.dtype != dtype
+            or not (q2.flags.c_contiguous and k2.flags.c_contiguous and v2.flags.c_contiguous)
+            or len(rest) != len(extras)
+        ):
+            return MISS
+        for e, kind in zip(rest, extra_kinds):
+            if (e is None) != (kind is None) or (e is not None and (e.shape, e.dtype) != kind):
+                return MISS
+        mask = rest[0] if len(rest) > 0 else None
+        cond = rest[1] if len(rest) > 1 else None
+        return run(q2.reshape(-1), k2.reshape(-1), v2.reshape(-1), mask, cond)
+
+    return fast
