@@ -141,8 +141,9 @@ def fast_path(*impls: Callable[..., Any]):
 
     After a node ran with some arguments, the executor calls ``prepare(ctx, args, kwargs,
     result)`` (the same ``ctx``, positional arguments and attributes the implementation got,
-    and what it returned). It returns ``fast(*args)`` or None. ``fast`` does what the implementation does for arguments like
-    these (same shapes, types, constant inputs), with everything that depends only on them
+    and what it returned). It returns ``fast(*args)`` or None. ``fast`` does what the
+    implementation does for arguments like these (same shapes, types, constant inputs),
+    with everything that depends only on them
     worked out once, and returns :data:`MISS` for any other arguments: the executor then calls
     the implementation and prepares again. Validation stays in the implementation, which
     always runs first for a new kind of argument.

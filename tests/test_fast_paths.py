@@ -238,3 +238,22 @@ def test_attention_fast_path_agrees_with_onnxruntime():
             sess.run(None, feed)[0], ref.run(None, feed)[0], rtol=1e-5, atol=1e-5
         )
     assert sess._program.steps[0].fast is not None
+
+
+def test_output_slots_reuse_a_buffer_only_when_nothing_holds_it():
+    from onnxjit.buffers import Slot
+
+    slot = Slot((256, 256), np.float32)  # 256 KiB: reused
+    a = slot.get()
+    b = slot.get()
+    assert b is not a  # `a` is still held
+    a_id = id(b)
+    del a, b
+    c = slot.get()
+    assert id(c) == a_id  # the slot's own buffer, free again
+    view = c[:10]
+    del c
+    d = slot.get()
+    assert not np.shares_memory(d, view)  # a view keeps its base busy
+    small = Slot((4,), np.float32)  # tiny arrays are never kept
+    assert small.get() is not small.get()

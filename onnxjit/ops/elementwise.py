@@ -26,6 +26,7 @@ import ml_dtypes
 import numpy as np
 
 from onnxjit import types as onnx_types
+from onnxjit.buffers import Slot
 from onnxjit.codegen import expr as E
 from onnxjit.codegen.elementwise import apply, bind_plan, compute_dtype, plan_for
 from onnxjit.registry import MISS, fast_path, fast_path_of, implementations, onnx_op
@@ -1076,7 +1077,7 @@ def _prepare_ew(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
     dtypes = tuple(a.dtype for a in args)
     out_shape, out_dt, sizes = plan.out_shape, plan.alloc[0], tuple(plan.sizes)
     go = bind_plan(plan, args)
-    empty = np.empty
+    out_slot = Slot(out_shape, out_dt)
 
     def fast(*xs: Any) -> Any:
         if len(xs) != len(shapes):
@@ -1086,7 +1087,7 @@ def _prepare_ew(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
                 return MISS
             if not x.flags.c_contiguous or not x.flags.writeable:
                 return MISS
-        out = empty(out_shape, out_dt)
+        out = out_slot.get()
         go(out.reshape(-1), *[x.reshape(-1) for x in xs], *sizes)
         return out
 

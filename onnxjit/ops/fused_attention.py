@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit import pool, threads
+from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import sdpa as ksdpa
 from onnxjit.ops.gemm import PARALLEL_MACS
@@ -238,9 +239,12 @@ def _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, cdt, scale, fill,
         sample_args += (nh, sq, d, dv, masks0, tail_scale, tail_opts)
         kernel = pool.bind(ksdpa.heads_par, sample_args, threads.current())
 
+    y_slot = Slot(y_shape, cdt)
+    s_slot = Slot((nb * nh * sq, sk), cdt)
+
     def run(qf, kf, vf, mask, cond):
-        y = np.empty(y_shape, cdt)
-        s = np.empty((nb * nh * sq, sk), cdt)
+        y = y_slot.get()
+        s = s_slot.get()
         masks = (
             dummy_f if mask is None else _as_4d(mask, sk),
             dummy_b if cond is None else _as_4d(cond, sk),

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit import ir
+from onnxjit.buffers import Slot
 from onnxjit.codegen import expr as E
 from onnxjit.codegen.elementwise import (
     NARROW_FLOATS,
@@ -261,7 +262,7 @@ class FusedGroup:
         if k.post != (None,) * len(k.post):
             return None
         go = bind_plan(k, arrays)
-        empty = np.empty
+        slots = [Slot(shape, dt) for shape, dt in outs_spec]
         getrefcount = sys.getrefcount
         limit = _fast_baseline()
         n_out = len(outs_spec)
@@ -282,14 +283,14 @@ class FusedGroup:
                 flat.append(x.reshape(-1))
             outs = []
             reused = 0
-            for shape, dt in outs_spec:
+            for slot in slots:
                 buf = None
                 for i, dnr in enumerate(donors):
-                    if dnr.dtype == dt:
+                    if dnr.dtype == slot.dtype:
                         buf = donors.pop(i)
                         reused += 1
                         break
-                outs.append(empty(shape, dt) if buf is None else buf)
+                outs.append(slot.get() if buf is None else buf)
             group.fast_reused = reused  # for tests: buffers reused by the last fast call
             go(*[o.reshape(-1) for o in outs], *flat, *sizes)
             return outs[0] if n_out == 1 else tuple(outs)

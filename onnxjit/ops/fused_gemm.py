@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
@@ -150,7 +151,7 @@ def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL, act=code, p0=p0, p1=p1)
     run = gemm_bind(1, M, N, K, False, 0, w.reshape(-1), False, 0, dtype, kwargs["alpha"], 0.0,
                     ep, a.reshape(-1))  # fmt: skip
-    empty = np.empty
+    out = Slot(out_shape, dtype)
 
     def fast(a2: Any, w2: Any, b2: Any = None) -> Any:
         if (
@@ -162,7 +163,7 @@ def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
             or not a2.flags.c_contiguous
         ):
             return MISS
-        y = empty(out_shape, dtype)
+        y = out.get()
         run(a2.reshape(-1), y.reshape(-1))
         return y
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit import pool, threads
+from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
@@ -332,6 +333,8 @@ def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result
         (a2, a2, sc, bi, eps, a2, a2, want_sum, scratch, scratch),
     )
     empty = np.empty
+    y_slot = Slot(shape, dtype)
+    s_slot = Slot(shape, dtype)
 
     def fast(a2: Any, b2: Any, s3: Any = None, b3: Any = None) -> Any:
         if (
@@ -341,9 +344,9 @@ def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result
             or b3 is not bias
         ):
             return MISS
-        y = empty(shape, dtype)
+        y = y_slot.get()
         y2 = y.reshape(rows, n)
-        s = empty(shape, dtype) if want_sum else y
+        s = s_slot.get() if want_sum else y
         go(a2.reshape(rows, n), b2.reshape(rows, n), sc, bi, eps, y2, s.reshape(rows, n),
            want_sum, empty(rows, dtype), empty(rows, dtype))  # fmt: skip
         if not two:
@@ -380,11 +383,12 @@ def _prepare_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any
         (x2, sc, bi, eps, x2, scratch, scratch),
     )
     empty = np.empty
+    y_slot = Slot(shape, dtype)
 
     def fast(x3: Any, s3: Any = None, b3: Any = None) -> Any:
         if not _plain(x3, shape, dtype) or s3 is not scale or b3 is not bias:
             return MISS
-        y = empty(shape, dtype)
+        y = y_slot.get()
         go(x3.reshape(rows, n), sc, bi, eps, y.reshape(rows, n), empty(rows, dtype),
            empty(rows, dtype))  # fmt: skip
         return y

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit.buffers import Slot
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.ops import fused_norm, nn
@@ -49,12 +50,12 @@ def _prepare_softmax(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -
     log = ctx.label.startswith("LogSoftmax")
     x2 = x.reshape(rows, n)
     go = _bound(knn.softmax_rows, knn.softmax_rows_par, x.size, (x2, x2, log))
-    empty = np.empty
+    y_slot = Slot(shape, dtype)
 
     def fast(x3: Any) -> Any:
         if not _plain(x3, shape, dtype):
             return MISS
-        y = empty(shape, dtype)
+        y = y_slot.get()
         go(x3.reshape(rows, n), y.reshape(rows, n), log)
         return y
 
@@ -88,12 +89,13 @@ def _prepare_layer_normalization(ctx: NodeContext, args: tuple, kwargs: dict, re
         (x2, sc, bi, eps, x2, scratch, scratch),
     )
     empty = np.empty
+    y_slot = Slot(shape, dtype)
     several = ctx.n_outputs > 1
 
     def fast(x3: Any, s3: Any = None, b3: Any = None) -> Any:
         if not _plain(x3, shape, dtype) or s3 is not scale or b3 is not bias:
             return MISS
-        y = empty(shape, dtype)
+        y = y_slot.get()
         go(x3.reshape(rows, n), sc, bi, eps, y.reshape(rows, n), empty(rows, dtype),
            empty(rows, dtype))  # fmt: skip
         return (y, None, None) if several else y
@@ -119,12 +121,12 @@ def _prepare_gelu(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> A
     tanh_form = kwargs["approximate"] == "tanh"
     x2 = x.reshape(rows, n)
     go = _bound(knn.gelu_rows, knn.gelu_rows_par, x.size, (x2, bi, x2, tanh_form))
-    empty = np.empty
+    y_slot = Slot(shape, dtype)
 
     def fast(x3: Any, b3: Any = None) -> Any:
         if not _plain(x3, shape, dtype) or b3 is not bias:
             return MISS
-        y = empty(shape, dtype)
+        y = y_slot.get()
         go(x3.reshape(rows, n), bi, y.reshape(rows, n), tanh_form)
         return y
 
@@ -153,11 +155,12 @@ def _prepare_rms_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) 
         (x2, sc, eps, x2, np.empty(rows, dtype)),
     )
     empty = np.empty
+    y_slot = Slot(shape, dtype)
 
     def fast(x3: Any, s3: Any = None) -> Any:
         if not _plain(x3, shape, dtype) or s3 is not scale:
             return MISS
-        y = empty(shape, dtype)
+        y = y_slot.get()
         go(x3.reshape(rows, n), sc, eps, y.reshape(rows, n), empty(rows, dtype))
         return y
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit import types
+from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import tensor as K
 from onnxjit.pool import run_parallel
@@ -1046,11 +1047,15 @@ def _prepare_transpose(ctx: NodeContext, args: tuple, kwargs: dict, result: Any)
     perm = kwargs.get("perm")
     p = tuple(range(x.ndim))[::-1] if perm is None else tuple(int(v) for v in perm)
     shape = x.shape
+    out = Slot(tuple(shape[i] for i in p), x.dtype)
+    dtype = x.dtype
 
     def fast(x2: Any) -> Any:
-        if type(x2) is not np.ndarray or x2.shape != shape:
+        if type(x2) is not np.ndarray or x2.shape != shape or x2.dtype != dtype:
             return MISS
-        return x2.transpose(p).copy(order="C")
+        y = out.get()
+        np.copyto(y, x2.transpose(p))
+        return y
 
     return fast
 
@@ -1067,6 +1072,7 @@ def _prepare_concat(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) ->
     shapes = tuple(a.shape for a in args)
     axis = _norm_axis(ctx, 1 if kwargs.get("axis") is None else kwargs["axis"], len(shapes[0]))
     out_shape = result.shape
+    slot = Slot(out_shape, dtype)
     slots = []
     start = 0
     for s in shapes:
@@ -1081,7 +1087,7 @@ def _prepare_concat(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) ->
         for x, s in zip(xs, shapes):
             if type(x) is not np.ndarray or x.shape != s or x.dtype != dtype:
                 return MISS
-        out = np.empty(out_shape, dtype)
+        out = slot.get()
         for x, sl in zip(xs, slots):
             out[sl] = x
         return out
