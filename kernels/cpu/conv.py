@@ -12,6 +12,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from ..chunks import claim
+from .blas import gemm_block
 from .epilogue import ACT_NONE, activate
 
 
@@ -448,3 +449,142 @@ def depthwise_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
             last = _dw_plane(
                 xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide, last, ep
             )
+
+
+@njit(inline="always")
+def _im2col_rows(xf, C, D, H, W, k, st, dl, pb, osz, spans, n, r_lo, r_hi, blk):
+    """Columns of output rows ``[r_lo, r_hi)`` (rows of the flattened (od, oh) grid) of the
+    im2col matrix of image ``n``, into ``blk`` ((C*KD*KH*KW) x ((r_hi - r_lo) * OW), row-major,
+    flat). ``spans[kw] = (lo, hi, off)``: the in-range output columns of kernel column kw and
+    its input column offset (computed once per call: no division per run)."""
+    KD, KH, KW = k[0], k[1], k[2]
+    OH, OW = osz[1], osz[2]
+    sw = st[2]
+    usw = _u(sw)
+    uow = _u(OW)
+    ld = _u((r_hi - r_lo) * OW)
+    for rr in range(r_lo, r_hi):
+        od = rr // OH
+        oh = rr - od * OH
+        cb = _u((rr - r_lo) * OW)
+        for kd in range(KD):
+            d = od * st[0] + kd * dl[0] - pb[0]
+            for kh in range(KH):
+                h = oh * st[1] + kh * dl[1] - pb[1]
+                inside = d >= 0 and d < D and h >= 0 and h < H
+                for c in range(C):
+                    row0 = ((c * KD + kd) * KH + kh) * KW
+                    src_row = ((n * C + c) * D + d) * H + h
+                    for kw in range(KW):
+                        base = _u(row0 + kw) * ld + cb
+                        if not inside:
+                            for j in range(uow):
+                                blk[base + j] = 0
+                            continue
+                        lo, hi, off = spans[kw, 0], spans[kw, 1], spans[kw, 2]
+                        ulo, uhi = _u(lo), _u(hi)
+                        for j in range(ulo):
+                            blk[base + j] = 0
+                        src = _u(src_row * W + lo * sw + off)
+                        run = base + ulo
+                        if sw == 1:
+                            for j in range(uhi - ulo):
+                                blk[run + j] = xf[src + j]
+                        else:
+                            for j in range(uhi - ulo):
+                                blk[run + j] = xf[src + j * usw]
+                        for j in range(uhi, uow):
+                            blk[base + j] = 0
+
+
+@njit(inline="always")
+def _tile_epilogue(yf, base, ld, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1):
+    """``act(y + bias[r0 + r] + res)`` on a ``rows x cols`` tile of ``yf`` at ``base`` (row
+    stride ``ld``), one row at a time while BLAS left it in cache."""
+    for r in range(rows):
+        off = base + r * ld
+        v = yf[off : off + cols]
+        if has_res:
+            rv = res[off : off + cols]
+            b = bias[r0 + r] if has_bias else v.dtype.type(0)
+            for j in range(cols):
+                v[j] = v[j] + b + rv[j]
+        elif has_bias:
+            b = bias[r0 + r]
+            for j in range(cols):
+                v[j] = v[j] + b
+        activate(v, act, p0, p1)
+
+
+@njit(inline="always")
+def _conv_rows_item(
+    xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb, item, blk
+):
+    bias, has_bias, res, has_res, act, p0, p1 = ep
+    R = osz[0] * osz[1]
+    OW = osz[2]
+    nb = (R + rpb - 1) // rpb
+    n = item // nb
+    b = item - n * nb
+    r_lo = b * rpb
+    r_hi = min(R, r_lo + rpb)
+    cols = (r_hi - r_lo) * OW
+    _im2col_rows(xf, C, D, H, W, k, st, dl, pb, osz, spans, n, r_lo, r_hi, blk)
+    S = R * OW
+    t = yf.dtype.type
+    for r0 in range(0, M, tm):
+        rows = min(tm, M - r0)
+        base = (n * M + r0) * S + r_lo * OW
+        gemm_block(False, False, rows, cols, Kt, t(1), wf, r0 * Kt, Kt, blk, 0, cols, t(0), yf,
+                   base, S)  # fmt: skip
+        if has_bias or has_res or act != ACT_NONE:
+            _tile_epilogue(yf, base, S, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1)
+
+
+@njit(inline="always")
+def _spans(W, k, st, dl, pb, OW):
+    spans = np.empty((k[2], 3), np.int64)
+    for kw in range(k[2]):
+        off = kw * dl[2] - pb[2]
+        lo, hi = _span(OW, W, st[2], off)
+        spans[kw, 0], spans[kw, 1], spans[kw, 2] = lo, hi, off
+    return spans
+
+
+@njit(fma=True)
+def conv_rows(x, w2, k, st, dl, pb, y, ep, tm, rpb):
+    """Convolution (group 1) of ``x`` (N, C, D, H, W) with ``w2`` (M, C*KD*KH*KW) into ``y``
+    (N, M, OD, OH, OW) plus the epilogue ``ep = (bias, has_bias, res, has_res, act, p0, p1)``
+    (``res`` flat like ``y``), by blocks of ``rpb`` output rows: the block's im2col columns
+    are built in a buffer that stays in cache, then multiplied by BLAS in ``tm``-row tiles,
+    each followed by its epilogue. No im2col matrix of the whole image is ever written."""
+    N, C, D, H, W = x.shape
+    M, Kt = w2.shape
+    osz = y.shape[2:]
+    R = osz[0] * osz[1]
+    spans = _spans(W, k, st, dl, pb, osz[2])
+    blk = np.empty(Kt * rpb * osz[2], x.dtype)
+    xf, wf, yf = x.reshape(-1), w2.reshape(-1), y.reshape(-1)
+    for item in range(N * ((R + rpb - 1) // rpb)):
+        _conv_rows_item(xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb,
+                        item, blk)  # fmt: skip
+
+
+@pjit(fma=True)
+def conv_rows_par(ctl, x, w2, k, st, dl, pb, y, ep, tm, rpb):
+    """Pool twin of :func:`conv_rows` (items: blocks of output rows of each image)."""
+    N, C, D, H, W = x.shape
+    M, Kt = w2.shape
+    osz = y.shape[2:]
+    R = osz[0] * osz[1]
+    spans = _spans(W, k, st, dl, pb, osz[2])
+    blk = np.empty(Kt * rpb * osz[2], x.dtype)
+    xf, wf, yf = x.reshape(-1), w2.reshape(-1), y.reshape(-1)
+    n_items = N * ((R + rpb - 1) // rpb)
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for item in range(chunk_lo, chunk_hi):
+            _conv_rows_item(xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm,
+                            rpb, item, blk)  # fmt: skip

@@ -353,6 +353,10 @@ _GATHER_OW = 16
 # PARALLEL_THRESHOLD (these kernels do more per element than an elementwise one).
 _IM2COL_SHIFT = 5
 _WINDOW_SHIFT = 4
+# Output rows at least this wide run the row-blocked convolution (group 1).
+_ROWS_MIN_OW = 16
+# Output columns per block of the row-blocked convolution (whole output rows, at least one).
+_ROW_BLOCK = 128
 # The BLAS Numba calls (OpenBLAS) multiplies blocks with M*N*K up to this without packing
 # the operands: conv GEMM tiles under it ran 1.2-1.5x faster than 64-wide packed tiles.
 _SMALL_GEMM = 1_000_000
@@ -436,7 +440,7 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int]:
 
 
 # What a _ConvPlan runs
-_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL = range(4)
+_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS = range(5)
 
 
 class _ConvPlan:
@@ -523,6 +527,38 @@ class _ConvPlan:
             else:
                 self.dw = kconv.depthwise
             return
+        if group == 1 and osz[2] >= _ROWS_MIN_OW:
+            # im2col by blocks of output rows, each multiplied while it is in cache
+            self.kind = _ROWS
+            kt = C * K
+            ow = int(osz[2])
+            rows = int(osz[0] * osz[1])
+            # Blocks as wide as OpenBLAS multiplies unpacked with 8-row tiles (up to
+            # _ROW_BLOCK columns), and at least 4 per thread to share out.
+            rpb = max(1, min(_ROW_BLOCK, _SMALL_GEMM // (8 * kt)) // ow)
+            rpb = max(1, min(rpb, N * rows // (4 * n_threads)))
+            cols = rpb * ow
+            if 8 * cols * kt > _SMALL_GEMM:
+                tm = 64  # packed tiles
+            else:
+                tm = 8 if kt >= 1024 else 64
+                while tm > 8 and tm * cols * kt > _SMALL_GEMM:
+                    tm //= 2
+            self.y5_shape = (N, M, *osz.tolist())
+            self.rows_args = (w.reshape(M, kt), k3, st3, dl3, pb3)
+            self.rows_tail = (min(tm, M), rpb)
+            if n_threads > 1 and N * M * s_out * kt >= blas.PARALLEL_MACS:
+                sample = (
+                    np.empty(self.x5_shape, dtype),
+                    *self.rows_args,
+                    np.empty(self.y5_shape, dtype),
+                    self._dw_ep(empty),
+                    *self.rows_tail,
+                )
+                self.rows = pool.bind(kconv.conv_rows_par, sample, n_threads)
+            else:
+                self.rows = kconv.conv_rows
+            return
         self.kind = _IM2COL
         self.group, self.cg, self.mg, self.K = group, cg, mg, K
         per_image = C * K * s_out * dtype.itemsize
@@ -595,6 +631,10 @@ class _ConvPlan:
         if kind == _DEPTHWISE:
             y5 = y.reshape(self.y5_shape)
             self.dw(x5, *self.dw_args, y5, self.mult, self._dw_ep(rf))
+            return y.reshape(self.y_shape)
+        if kind == _ROWS:
+            y5 = y.reshape(self.y5_shape)
+            self.rows(x5, *self.rows_args, y5, self._dw_ep(rf), *self.rows_tail)
             return y.reshape(self.y_shape)
         N = self.y_shape[0]
         chunk = self.chunk
