@@ -45,6 +45,7 @@ from .vecmath import (  # noqa: F401  (re-exported: the code generator picks the
     log1p_f64,
     log_f32,
     log_f64,
+    maxnum,
     sigmoid_f32,
     sigmoid_f64,
     tanh_f32,

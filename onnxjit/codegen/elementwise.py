@@ -134,8 +134,8 @@ def _unsigned(index: ast.expr, always: bool = False) -> ast.expr:
     return _np_call("uint64", index)
 
 
-def _claim_loop(loop: ast.stmt) -> ast.While:
-    """``while True: chunk_lo, chunk_hi = claim(ctl, n0); if empty: break; <loop>``."""
+def _claim_loop(body: list[ast.stmt]) -> ast.While:
+    """``while True: chunk_lo, chunk_hi = claim(ctl, n0); if empty: break; <body>``."""
     claim = ast.Assign(
         targets=[
             ast.Tuple(elts=[_name("chunk_lo", True), _name("chunk_hi", True)], ctx=ast.Store())
@@ -148,7 +148,7 @@ def _claim_loop(loop: ast.stmt) -> ast.While:
         body=[ast.Break()],
         orelse=[],
     )
-    return ast.While(test=ast.Constant(True), body=[claim, done, loop], orelse=[])
+    return ast.While(test=ast.Constant(True), body=[claim, done, *body], orelse=[])
 
 
 def _dtype_ctor(dtype: np.dtype) -> str:
@@ -190,6 +190,7 @@ class _Emitter:
         masks: tuple[tuple[bool, ...], ...],
         loads: tuple[str, ...] = (),
         stores: tuple[str, ...] = (),
+        reduce: str = "",
     ):
         self.exprs = exprs
         self.masks = masks
@@ -198,6 +199,10 @@ class _Emitter:
         self.loads = loads or ("",) * self.n_in
         self.stores = stores or ("",) * len(exprs)
         self.helpers: set[str] = set()
+        # "sum", "mean" or "max": the one expression is reduced over the innermost dim
+        self.reduce = reduce
+        if reduce and (len(exprs) != 1 or self.rank < 1):
+            raise ValueError("a reduction kernel has one expression and rank >= 1")
 
     def _helper_call(self, fn: str, arg: ast.expr) -> ast.Call:
         self.helpers.add(fn)
@@ -237,7 +242,8 @@ class _Emitter:
                 prev = _name(f"{var}_{d}")
             return prev if prev is not None else ast.Constant(0)
 
-        out_index = offsets("q", list(range(r)))
+        out_dims = list(range(r - 1)) if self.reduce else list(range(r))
+        out_index = offsets("q", out_dims)
         node_level: dict[Expr, int] = {}
         names: dict[Expr, str] = {}
         for k in range(self.n_in):
@@ -272,24 +278,29 @@ class _Emitter:
             levels[lvl].append(_assign(var, self._render(node, [names[a] for a in node.args])))
             node_level[node] = lvl
             names[node] = var
+        around: tuple[list[ast.stmt], list[ast.stmt]] = ([], [])
         for j, e in enumerate(self.exprs):
             value: ast.expr = _name(names[e])
+            if self.reduce:
+                # accumulate over the innermost loop, store once per row after it
+                init, step, value = self._reduction(e, value)
+                around[0].extend(init)
+                levels[r].extend(step)
             if self.stores[j]:
                 src = "f64" if e.dtype == np.float64 else "f32"
                 value = self._helper_call(f"{src}_to_{self.stores[j]}", value)
-            levels[r].append(
-                ast.Assign(
-                    targets=[
-                        ast.Subscript(
-                            value=_name(f"y{j}"),
-                            slice=_unsigned(out_index, parallel),
-                            ctx=ast.Store(),
-                        )
-                    ],
-                    value=value,
-                    lineno=0,
-                )
+            store = ast.Assign(
+                targets=[
+                    ast.Subscript(
+                        value=_name(f"y{j}"),
+                        slice=_unsigned(out_index, parallel),
+                        ctx=ast.Store(),
+                    )
+                ],
+                value=value,
+                lineno=0,
             )
+            (around[1] if self.reduce else levels[r]).append(store)
         body: list[ast.stmt] = levels[r]
         for d in range(r - 1, -1, -1):
             if parallel and d == 0:
@@ -304,20 +315,25 @@ class _Emitter:
                 orelse=[],
                 lineno=0,
             )
+            inner: list[ast.stmt] = [loop]
+            if self.reduce and d == r - 1:
+                inner = around[0] + [loop] + around[1]
             if parallel and d == 0:
-                loop = _claim_loop(loop)
-            body = levels[d] + [loop]
+                inner = [_claim_loop(inner)]
+            body = levels[d] + inner
         params = (["ctl"] if parallel else []) + (
             [f"y{j}" for j in range(len(self.exprs))]
             + [f"x{k}" for k in range(self.n_in)]
             + [f"n{d}" for d in range(r)]
         )
-        # fma: contraction shortens the vecmath polynomials (see kernels/_jit.py)
-        deco = ast.Call(
-            func=_name("pjit" if parallel else "njit"),
-            args=[],
-            keywords=[ast.keyword(arg="fma", value=ast.Constant(True))],
-        )
+        # fma: contraction shortens the vecmath polynomials (see kernels/_jit.py); a sum
+        # vectorises only when it may be reassociated (partial sums per vector lane)
+        keywords = [ast.keyword(arg="fma", value=ast.Constant(True))]
+        if self.reduce in ("sum", "mean"):
+            keywords.append(
+                ast.keyword(arg="fastmath", value=ast.Set(elts=[ast.Constant("reassoc")]))
+            )
+        deco = ast.Call(func=_name("pjit" if parallel else "njit"), args=[], keywords=keywords)
         return ast.FunctionDef(
             name=name,
             args=ast.arguments(
@@ -333,6 +349,62 @@ class _Emitter:
             lineno=0,
             **_TYPE_PARAMS,
         )
+
+    def _reduction(
+        self, e: Expr, value: ast.expr
+    ) -> tuple[list[ast.stmt], list[ast.stmt], ast.expr]:
+        """(statements before the innermost loop, statements inside it, the row's result)."""
+        dt = e.dtype
+        acc = _name("acc")
+        n_last = _name(f"n{self.rank - 1}")
+        if self.reduce in ("sum", "mean"):
+            init = [_assign("acc", _np_call(_dtype_ctor(dt), ast.Constant(0)))]
+            step = [_assign("acc", ast.BinOp(left=acc, op=ast.Add(), right=value))]
+            if self.reduce == "sum":
+                return init, step, acc
+            count = _np_call(_dtype_ctor(dt), n_last)
+            return init, step, ast.BinOp(left=acc, op=ast.Div(), right=count)
+        if self.reduce != "max":
+            raise ValueError(f"unknown reduction {self.reduce!r}")
+        if dt.kind == "f":
+            # maxNum vectorises (kernels.vecmath.maxnum); a NaN is remembered on the side so
+            # that the row's maximum is NaN as ReduceMax gives it
+            self.helpers.add("maxnum")
+            neg_inf = ast.UnaryOp(op=ast.USub(), operand=_name("np.inf"))
+            init = [
+                _assign("acc", _np_call(_dtype_ctor(dt), neg_inf)),
+                _assign("nan", ast.Constant(False)),
+            ]
+            step = [
+                _assign("acc", ast.Call(func=_name("maxnum"), args=[acc, value], keywords=[])),
+                _assign(
+                    "nan",
+                    ast.BoolOp(
+                        op=ast.Or(),
+                        values=[
+                            _name("nan"),
+                            ast.Compare(left=value, ops=[ast.NotEq()], comparators=[value]),
+                        ],
+                    ),
+                ),
+            ]
+            result = ast.IfExp(
+                test=_name("nan"), body=_np_call(_dtype_ctor(dt), _name("np.nan")), orelse=acc
+            )
+            return init, step, result
+        lowest = int(np.iinfo(dt).min) if dt.kind in "iu" else 0
+        init = [_assign("acc", _np_call(_dtype_ctor(dt), ast.Constant(lowest)))]
+        step = [
+            _assign(
+                "acc",
+                ast.IfExp(
+                    test=ast.Compare(left=value, ops=[ast.Gt()], comparators=[acc]),
+                    body=value,
+                    orelse=acc,
+                ),
+            )
+        ]
+        return init, step, acc
 
     def _render(self, node: Op, args: list[str]) -> ast.expr:
         a = [_name(x) for x in args]
@@ -362,7 +434,8 @@ class _Emitter:
 
     def module(self) -> str:
         fns = [self.function("kernel", False)]
-        if self.rank:
+        # a reduction over the only dim has no rows to share out
+        if self.rank and not (self.reduce and self.rank == 1):
             fns.append(self.function("kernel_par", True))
         else:
             fns.append(_assign("kernel_par", _name("kernel")))
@@ -391,6 +464,7 @@ class _Emitter:
             f'"""onnxjit generated elementwise kernel (scalar helpers {_SCALAR_HASH}).\n\n'
             f"rank {self.rank}, broadcast masks {self.masks}\n"
             f"narrow loads {self.loads}, narrow stores {self.stores}\n"
+            + (f"reduced over the innermost dim: {self.reduce}\n" if self.reduce else "")
             + "\n".join(f"y{j} = {e!r}" for j, e in enumerate(self.exprs))
             + '\n"""\n'
         )
@@ -402,6 +476,7 @@ def generate_source(
     masks: Sequence[Sequence[bool]],
     loads: Sequence[str] = (),
     stores: Sequence[str] = (),
+    reduce: str = "",
 ) -> str:
     """Source of the kernel module for ``exprs`` with per-input broadcast ``masks``.
 
@@ -410,7 +485,7 @@ def generate_source(
     stored narrow (and passed as a uint16 view), else ``""`` (the default for all).
     """
     m = tuple(tuple(bool(b) for b in mk) for mk in masks)
-    e = _Emitter(tuple(exprs), m, tuple(loads), tuple(stores))
+    e = _Emitter(tuple(exprs), m, tuple(loads), tuple(stores), reduce)
     # the function body has to be generated first to know which helpers to import
     return e.module()
 
@@ -731,3 +806,71 @@ def _flat_bits(a: np.ndarray) -> np.ndarray:
 def apply(expr: Expr, inputs: Sequence[Any], out_dtype: Any = None) -> np.ndarray:
     """Evaluate ``expr`` elementwise over broadcast ``inputs``; see :func:`apply_many`."""
     return apply_many((expr,), inputs, None if out_dtype is None else (out_dtype,))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise expression reduced over trailing axes
+# ---------------------------------------------------------------------------------------------
+
+REDUCTIONS = ("sum", "mean", "max")
+
+
+def apply_reduce(
+    expr: Expr, inputs: Sequence[Any], reduce: str, n_axes: int, out_dtype: Any = None
+) -> np.ndarray | None:
+    """``reduce`` ("sum", "mean" or "max") of ``expr`` over the last ``n_axes`` axes of the
+    inputs' broadcast shape, in one pass: the elementwise values are never stored. Returns the
+    reduced array (the leading axes' shape; the caller adds kept dims), or None when the
+    inputs do not broadcast over the trailing axes in one pattern (then the caller reduces
+    the materialised values itself). ``out_dtype`` defaults to the expression's dtype; a
+    float16/bfloat16 one is narrowed on store, as :func:`apply_many` does.
+    """
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduce!r}")
+    arrays = kernel_inputs(inputs)
+    shapes = [a.shape for a in arrays]
+    rank = max(len(s) for s in shapes)
+    if not 0 < n_axes <= rank:
+        return None
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    split = rank - n_axes
+    try:
+        lead_out, lead_sizes, lead_masks = broadcast_layout([p[:split] for p in padded])
+        tail_out, tail_sizes, tail_masks = broadcast_layout([p[split:] for p in padded])
+    except ValueError:
+        return None
+    if len(tail_sizes) != 1 or math.prod(tail_out) == 0:
+        return None  # several broadcast patterns over the reduced axes, or nothing to reduce
+    sizes = tuple(lead_sizes) + tuple(tail_sizes)
+    masks = tuple(tuple(lm) + tuple(tm) for lm, tm in zip(lead_masks, tail_masks))
+    dt = np.dtype(out_dtype) if out_dtype is not None else expr.dtype
+    loads = tuple(_NARROW_KIND.get(a.dtype, "") for a in arrays)
+    stores = (_NARROW_KIND[dt],) if dt in _NARROW_KIND and expr.dtype in (F32, F64) else ("",)
+    if not stores[0] and dt != expr.dtype:
+        return None
+    entry = _reduce_entry((expr,), masks, loads, stores, reduce)
+    y = np.empty(lead_out, dtype=dt)
+    if y.size == 0:
+        return y
+    flat_in = [_flat_bits(a) for a in arrays]
+    args = [_flat_bits(y), *flat_in, *sizes]
+    if (
+        len(sizes) > 1
+        and y.size > 1
+        and y.size * sizes[-1] * entry.weight > _jit.PARALLEL_THRESHOLD
+    ):
+        run_parallel(entry.module.kernel_par, *args)
+    else:
+        entry.module.kernel(*args)
+    return y
+
+
+def _reduce_entry(exprs, masks, loads, stores, reduce) -> _Entry:
+    key = (exprs, masks, loads, stores, reduce)
+    entry = _KERNELS.get(key)
+    if entry is None:
+        src = generate_source(exprs, masks, loads, stores, reduce)
+        mod = modcache.load(src)
+        entry = _Entry(mod, input_dtypes(exprs), str(modcache.path_for(src)), work_weight(exprs))
+        _KERNELS[key] = entry
+    return entry

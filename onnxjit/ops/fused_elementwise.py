@@ -31,6 +31,7 @@ from onnxjit.buffers import Slot
 from onnxjit.codegen import expr as E
 from onnxjit.codegen.elementwise import (
     NARROW_FLOATS,
+    apply_reduce,
     bind_plan,
     compute_dtype,
     kernel_inputs,
@@ -446,3 +447,116 @@ def _fast_baseline() -> int:
         args = (np.empty(1),)  # the executor's argument tuple
         _FAST_REFS = probe(*args)
     return _FAST_REFS
+
+
+class ReduceTail:
+    """A fused elementwise group followed by ReduceSum, ReduceMean or ReduceMax of its one
+    output (see :mod:`onnxjit.passes.fuse_reduce`).
+
+    When the axes are the trailing ones of the group output's shape and every input
+    broadcasts the same way across them, one generated kernel evaluates the group and
+    accumulates (:func:`onnxjit.codegen.elementwise.apply_reduce`); otherwise the member ops
+    and the original Reduce node run one after the other, which gives their own results and
+    errors.
+    """
+
+    def __init__(
+        self, group: FusedGroup, reduce_node: ir.Node, kind: str, axes: list[int], keepdims: int
+    ):
+        self.group = group
+        self.reduce_node = reduce_node
+        self.kind = kind
+        self.axes = list(axes)
+        self.keepdims = int(keepdims)
+        self._program = None
+        self._plans: dict[tuple, Any] = {}
+
+    def run(self, arrays: Sequence[Any]) -> np.ndarray:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
+        key = tuple([(a.shape, a.dtype) for a in arrays])
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(arrays)
+            if len(self._plans) > 256:
+                self._plans.clear()
+            self._plans[key] = plan
+        if plan is _FALLBACK:
+            return self._run_members(arrays)
+        expr, used, rank, n_axes, out_dtype, out_shape = plan
+        ins = [arrays[k].reshape((1,) * (rank - arrays[k].ndim) + arrays[k].shape) for k in used]
+        y = apply_reduce(expr, ins, self.kind, n_axes, out_dtype)
+        if y is None:  # pragma: no cover - _plan checked the layout
+            return self._run_members(arrays)
+        return y.reshape(out_shape)
+
+    def _plan(self, arrays: list[np.ndarray]) -> Any:
+        g = self.group
+        dtypes = tuple(a.dtype for a in arrays)
+        exprs = g._expressions(dtypes)
+        if exprs is _FALLBACK or len(exprs) != 1:
+            return _FALLBACK
+        expr, out_dtype = exprs[0]
+        if np.dtype(out_dtype).kind != "f" or expr.dtype.kind != "f":
+            return _FALLBACK  # integer sums and means keep the Reduce op's own rules
+        d_in, d_c = g._out_deps[0]
+        if not d_in:
+            return _FALLBACK
+        try:
+            shape = np.broadcast_shapes(
+                *[arrays[k].shape for k in d_in], *[g.consts[c].shape for c in d_c]
+            )
+        except ValueError:
+            return _FALLBACK
+        rank = len(shape)
+        if rank == 0:
+            return _FALLBACK
+        axes = sorted({a + rank if a < 0 else a for a in self.axes}) or list(range(rank))
+        n_axes = len(axes)
+        if axes != list(range(rank - n_axes, rank)) or any(a < 0 or a >= rank for a in axes):
+            return _FALLBACK
+        used = sorted(d_in)
+        (renumbered,) = _renumber([expr], {old: new for new, old in enumerate(used)})
+        lead = shape[: rank - n_axes]
+        padded = [(1,) * (rank - arrays[k].ndim) + arrays[k].shape for k in used]
+        if not _tail_broadcasts_once(padded, rank - n_axes):
+            return _FALLBACK
+        out_shape = lead + (1,) * n_axes if self.keepdims else lead
+        return renumbered, used, rank, n_axes, out_dtype, out_shape
+
+    def _run_members(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+        if self._program is None:
+            from onnxjit.plan import Program
+
+            node = self.reduce_node
+            inits = dict(self.group.consts)
+            if len(node.inputs) > 1 and node.inputs[1]:
+                inits[node.inputs[1]] = np.asarray(self.axes, np.int64)
+            graph = ir.Graph(
+                name="fused_reduce",
+                nodes=[*self.group.members, node],
+                inputs=[ir.ValueInfo(n, None) for n in self.group.inputs],
+                outputs=[ir.ValueInfo(node.outputs[0], None)],
+                initializers=inits,
+            )
+            self._program = Program(graph)
+        return self._program.run(list(arrays))[0]
+
+    def describe(self) -> str:
+        return f"{self.kind} over axes {self.axes or 'all'} of {self.group.describe()}"
+
+
+def _tail_broadcasts_once(shapes: list[tuple[int, ...]], split: int) -> bool:
+    """Every input is present in all, or in none, of the non-1 dims from ``split`` on."""
+    from onnxjit.codegen.elementwise import broadcast_layout
+
+    try:
+        _out, sizes, _masks = broadcast_layout([s[split:] for s in shapes])
+    except ValueError:
+        return False
+    return len(sizes) == 1
+
+
+@internal_op("FusedReduce")
+def fused_reduce(*xs: np.ndarray, reduction: ReduceTail = None) -> np.ndarray:
+    """Reduce the output of a fused elementwise group (see :class:`ReduceTail`)."""
+    return reduction.run(xs)

@@ -107,6 +107,12 @@ PASSES: tuple[PassSpec, ...] = (
         "fuse_elementwise:fuse_elementwise",
         "maximal elementwise groups as one generated kernel",
     ),
+    PassSpec(
+        "reduction_fusion",
+        LAYOUT,
+        "fuse_reduce:fuse_reductions",
+        "ReduceSum/Mean/Max of an elementwise chain in one pass",
+    ),
     PassSpec("final_dead_node_elimination", BASIC, "optimize:remove_dead_nodes", "unused nodes"),
 )
 
