@@ -6,8 +6,8 @@ Protocol, per case (:func:`measure_case`):
    compare every output with the case's ``rtol``/``atol``. A mismatch makes the result void (no
    ratio is reported for it).
 2. Threads: onnxruntime ``intra_op_num_threads=2``, ``inter_op_num_threads=1``, sequential;
-   onnxjit ``SessionOptions.intra_op_num_threads=2``; BLAS limited to 2 threads with
-   threadpoolctl for the whole run (:func:`fix_threads`).
+   onnxjit ``SessionOptions.intra_op_num_threads=2`` (its own pool, with BLAS single-threaded
+   inside); BLAS limited to 2 threads with threadpoolctl for the roofs (:func:`fix_threads`).
 3. Warm both: at least 5 runs each (plus one run per extra size for D1 cases, after which the
    Numba compilations triggered by those new sizes are counted).
 4. At least 21 rounds. In each round the two engines run one block each, in random order; a block
