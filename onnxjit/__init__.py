@@ -31,6 +31,7 @@ from onnxjit.errors import (
     ModelCheckError,
     ModelLoadError,
     OnnxJitError,
+    ResourceLimitError,
     UnsupportedOperatorError,
 )
 from onnxjit.jitstats import compile_count, compile_seconds
@@ -81,5 +82,6 @@ __all__ = [
     "InvalidInputError",
     "InvalidArgumentError",
     "ExecutionError",
+    "ResourceLimitError",
     "__version__",
 ]

@@ -6,6 +6,9 @@
 ``ONNXJIT_PARALLEL_THRESHOLD`` element count above which kernels run multi-threaded.
 ``ONNXJIT_VECTOR_WIDTH`` ``auto`` (default: 512-bit vectors on CPUs with AVX-512) or
                         ``native`` (LLVM's tuning, which prefers 256-bit vectors there).
+``ONNXJIT_MAX_TENSOR_BYTES`` cap on the bytes of one tensor whose size comes from data
+                        (default ``25%`` of memory; ``0`` = no cap; see :mod:`onnxjit.limits`).
+``ONNXJIT_MAX_RUN_BYTES`` cap on the bytes such tensors add up to in one run (default ``50%``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from onnxjit import limits as _limits
 
 
 def _default_cache_dir() -> Path:
@@ -36,6 +41,7 @@ class Settings:
     num_threads: int
     parallel_threshold: int
     vector_width: str
+    limits: _limits.Limits
 
 
 _VECTOR_WIDTHS = ("auto", "native")
@@ -56,6 +62,7 @@ def read_settings() -> Settings:
         num_threads=_int_env("ONNXJIT_NUM_THREADS", os.cpu_count() or 1),
         parallel_threshold=_int_env("ONNXJIT_PARALLEL_THRESHOLD", 1 << 15),
         vector_width=_choice_env("ONNXJIT_VECTOR_WIDTH", _VECTOR_WIDTHS),
+        limits=_limits.from_environment(),
     )
 
 

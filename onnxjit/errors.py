@@ -48,3 +48,16 @@ class InvalidArgumentError(OnnxJitError, ValueError):
 
 class ExecutionError(OnnxJitError, RuntimeError):
     """A node failed while running; the message names the node and operator."""
+
+
+class ResourceLimitError(OnnxJitError, MemoryError):
+    """A tensor or a run would allocate more than the configured cap (see onnxjit.limits).
+
+    Raised before the allocation; the message names the node, the size and the setting to
+    change (``ONNXJIT_MAX_TENSOR_BYTES`` / ``ONNXJIT_MAX_RUN_BYTES`` or the session config
+    entries ``onnxjit.max_tensor_bytes`` / ``onnxjit.max_run_bytes``).
+    """
+
+
+class ConfigurationError(OnnxJitError, ValueError):
+    """An ``ONNXJIT_*`` variable or a session config entry holds a value onnxjit cannot use."""

@@ -1,16 +1,27 @@
 """Loading: protobuf parsing, external data (safe paths, mmap, SHA-1) and the in-memory IR.
 
 :func:`load_model` accepts a path, bytes, or an ``onnx.ModelProto`` and returns an
-:class:`onnxjit.ir.Model`. External data is only ever read from files inside the model's folder:
-absolute locations, ``..`` components, NUL bytes and symlinks that resolve outside the folder are
-refused. Large external tensors are memory-mapped read-only instead of copied.
+:class:`onnxjit.ir.Model`. External data is only ever read from regular files inside the model's
+folder: absolute locations, ``..`` components, NUL bytes, symlinks that resolve outside the
+folder, files with several hard links (one of them may be outside), unknown or repeated
+external_data keys, and offsets or lengths that do not fit the file or the tensor are refused.
+The file is opened without following a final symlink and the opened file's real path is
+checked again, so a path swapped between the check and the open is caught. Large external
+tensors are memory-mapped read-only instead of copied.
+
+Malformed protos raise :class:`ModelLoadError`: negative dims, element counts that overflow
+int64, data that disagrees with dims, subgraphs nested more than ``MAX_GRAPH_DEPTH`` deep.
+Dense forms of sparse initializers are created under the allocation caps of
+:mod:`onnxjit.limits`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,11 +31,17 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, numpy_helper
 
-from onnxjit import ir, types
-from onnxjit.errors import ExternalDataError, ModelLoadError
+from onnxjit import ir, limits, types
+from onnxjit.errors import ExternalDataError, ModelLoadError, ResourceLimitError
 
 # External tensors at least this large are memory-mapped rather than copied.
 MMAP_THRESHOLD = 1 << 20
+# Graph attributes (If/Loop/Scan bodies) nested deeper than this are refused: the IR is walked
+# recursively by every stage. Bytes parsed by protobuf stop earlier (its limit of 100 nested
+# messages is about 33 levels of subgraphs), so this bounds ModelProtos built in memory.
+MAX_GRAPH_DEPTH = 64
+# The keys of TensorProto.external_data (ONNX ExternalData.md); any other key is refused.
+EXTERNAL_DATA_KEYS = ("location", "offset", "length", "checksum")
 
 _ATTR_SCALAR_FIELDS = {
     AttributeProto.FLOAT: "f",
@@ -87,6 +104,11 @@ def _parse(data: bytes, what: str) -> onnx.ModelProto:
     try:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
+        if "MaxDepth" in str(exc) or "recursion" in str(exc).lower():
+            raise ModelLoadError(
+                f"{what} nests messages more deeply than protobuf's limit of 100 (about 33 "
+                f"levels of subgraphs) ({exc}); flatten the nested If/Loop/Scan bodies"
+            ) from None
         raise ModelLoadError(
             f"{what} could not be decoded as an ONNX ModelProto ({exc}); "
             "check that the file is a complete .onnx model"
@@ -105,6 +127,7 @@ class _Loader:
     def __init__(self, base_dir: Path | None):
         self.base_dir = base_dir
         self._files: dict[Path, tuple[Any, mmap.mmap | None, int]] = {}
+        self._depth = 0  # graphs being decoded around the current one
 
     # -- model / graph / node -----------------------------------------------------------
     def model(self, proto: onnx.ModelProto) -> ir.Model:
@@ -157,6 +180,19 @@ class _Loader:
         )
 
     def graph(self, gp: onnx.GraphProto) -> ir.Graph:
+        if self._depth >= MAX_GRAPH_DEPTH:
+            raise ModelLoadError(
+                f"subgraph attributes (If/Loop/Scan bodies) are nested more than "
+                f"{MAX_GRAPH_DEPTH - 1} levels below the main graph (at graph {gp.name!r}); "
+                "onnxjit refuses deeper nesting, flatten the nested bodies"
+            )
+        self._depth += 1
+        try:
+            return self._graph(gp)
+        finally:
+            self._depth -= 1
+
+    def _graph(self, gp: onnx.GraphProto) -> ir.Graph:
         inits: dict[str, np.ndarray] = {}
         order: list[str] = []
         for t in gp.initializer:
@@ -288,8 +324,26 @@ class _Loader:
 
     # -- tensors ---------------------------------------------------------------------------
     def tensor(self, t: TensorProto) -> np.ndarray:
+        _check_dims(t.name, "tensor", t.dims)
+        if t.data_type not in _ELEM_TYPES or t.data_type == TensorProto.UNDEFINED:
+            raise ModelLoadError(
+                f"tensor {t.name!r} has data_type {t.data_type}, which is not an ONNX element "
+                "type; fix the tensor's data_type"
+            )
         if t.data_location == TensorProto.EXTERNAL:
             return self.external_tensor(t)
+        if t.HasField("raw_data") and t.data_type != TensorProto.STRING:
+            count = math.prod(int(d) for d in t.dims)
+            if t.data_type in _PACKED_TYPES:
+                expected = _packed_nbytes(t.data_type, count)
+            else:
+                expected = count * types.np_dtype(t.data_type).itemsize
+            if len(t.raw_data) != expected:
+                raise ModelLoadError(
+                    f"tensor {t.name!r}: raw_data holds {len(t.raw_data)} bytes but dims "
+                    f"{list(t.dims)} of {types.elem_type_name(t.data_type)} need {expected}; "
+                    "fix the dims or re-save the tensor"
+                )
         try:
             arr = numpy_helper.to_array(t)
         except Exception as exc:  # onnx raises ValueError/TypeError on inconsistent protos
@@ -310,13 +364,26 @@ class _Loader:
     def sparse_tensor(self, st: onnx.SparseTensorProto) -> np.ndarray:
         values = self.tensor(st.values)
         indices = self.tensor(st.indices).astype(np.int64)
+        _check_dims(st.values.name, "sparse tensor", st.dims)
         dims = tuple(int(d) for d in st.dims)
+        # The dense form is allocated here from declared dims: it counts against the caps.
+        limits.check(f"sparse tensor {st.values.name!r}", dims, values.dtype, "dense form")
+        if values.ndim != 1:
+            raise ModelLoadError(
+                f"sparse tensor {st.values.name!r}: values have shape {list(values.shape)}; "
+                "expected a 1-D tensor of the non-zero values"
+            )
         dense = np.zeros(dims, dtype=values.dtype)
         flat = dense.reshape(-1)
         nnz = values.size
         if indices.ndim == 1:
             lin = indices
         elif indices.ndim == 2 and indices.shape == (nnz, len(dims)):
+            if nnz and (indices.min() < 0 or (indices >= np.array(dims)).any()):
+                raise ModelLoadError(
+                    f"sparse tensor {st.values.name!r}: an index is outside dims {dims}; "
+                    "expected each coordinate in [0, dim - 1]"
+                )
             lin = np.ravel_multi_index(tuple(indices.T), dims) if nnz else indices[:, 0]
         else:
             raise ModelLoadError(
@@ -325,7 +392,8 @@ class _Loader:
             )
         if nnz and (lin.min() < 0 or lin.max() >= flat.size):
             raise ModelLoadError(
-                f"sparse tensor {st.values.name!r}: an index is outside dims {dims}"
+                f"sparse tensor {st.values.name!r}: an index is outside dims {dims}; "
+                f"expected linear indices in [0, {flat.size - 1}]"
             )
         flat[lin] = values.reshape(-1)
         return dense
@@ -337,6 +405,11 @@ class _Loader:
                 raise ExternalDataError(
                     f"tensor {t.name!r}: external_data key {entry.key!r} appears twice; "
                     "each key may appear once"
+                )
+            if entry.key not in EXTERNAL_DATA_KEYS:
+                raise ExternalDataError(
+                    f"tensor {t.name!r}: external_data key {entry.key!r} is not one of "
+                    f"{list(EXTERNAL_DATA_KEYS)} (ONNX ExternalData.md); remove the entry"
                 )
             info[entry.key] = entry.value
         location = info.get("location")
@@ -352,14 +425,18 @@ class _Loader:
             )
         path = self.safe_external_path(t.name, location)
         offset = _parse_nonneg(t.name, "offset", info.get("offset", "0"))
-        dtype = types.np_dtype(t.data_type)
+        try:
+            dtype = types.np_dtype(t.data_type)
+        except Exception:
+            raise ExternalDataError(
+                f"tensor {t.name!r}: data_type {t.data_type} is not an ONNX element type; "
+                "fix the tensor's data_type"
+            ) from None
         dims = tuple(int(d) for d in t.dims)
-        if any(d < 0 for d in dims):
-            raise ExternalDataError(f"tensor {t.name!r} has negative dims {dims}")
-        count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        count = math.prod(dims)  # exact: _check_dims bounded it
         packed = t.data_type in _PACKED_TYPES
         expected = _packed_nbytes(t.data_type, count) if packed else count * dtype.itemsize
-        fsize = path.stat().st_size
+        buf, fsize = self._map(t.name, location, path)
         length = _parse_nonneg(t.name, "length", info["length"]) if "length" in info else None
         if length is None:
             length = expected
@@ -374,7 +451,6 @@ class _Loader:
                 f"tensor {t.name!r}: external data [{offset}, {offset + length}) lies beyond the "
                 f"end of {location!r} ({fsize} bytes); the file is truncated or the offset is wrong"
             )
-        buf = self._map(path)
         view = memoryview(buf)[offset : offset + length]
         digest = info.get("checksum")
         if digest is not None:
@@ -432,35 +508,119 @@ class _Loader:
                 f"tensor {tensor!r}: external location {location!r} resolves to {str(target)!r} "
                 f"outside the model's folder {str(base)!r} (through a symlink); refusing it"
             )
-        if not target.is_file():
+        if not target.exists():
             raise ExternalDataError(
                 f"tensor {tensor!r}: external data file {location!r} does not exist in "
                 f"{str(base)!r}; copy it next to the model"
             )
         return target
 
-    def _map(self, path: Path) -> Any:
+    def _map(self, tensor: str, location: str, path: Path) -> tuple[Any, int]:
+        """(the file's bytes, mapped read-only, and its size), opened once per file.
+
+        The file is opened without following a final symlink and without blocking (a FIFO
+        would otherwise hang the load); it must be a regular file with one link whose real
+        path, read back from the open descriptor, lies inside the model's folder.
+        """
         if path not in self._files:
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
+            fd = self._open_checked(tensor, location, path)
+            with os.fdopen(fd, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
                     self._files[path] = (b"", None, 0)
                 else:
                     mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                    self._files[path] = (mm, mm, 0)
-        return self._files[path][0]
+                    self._files[path] = (mm, mm, size)
+        buf, _, size = self._files[path]
+        return buf, size
+
+    def _open_checked(self, tensor: str, location: str, path: Path) -> int:
+        flags = os.O_RDONLY
+        for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"):
+            flags |= getattr(os, name, 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise ExternalDataError(
+                f"tensor {tensor!r}: external data file {location!r} could not be opened "
+                f"({exc.strerror}); check that it is a readable regular file in the model's "
+                "folder"
+            ) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ExternalDataError(
+                    f"tensor {tensor!r}: external data {location!r} is not a regular file "
+                    f"(mode {stat.filemode(st.st_mode)}); point location at a data file"
+                )
+            if st.st_nlink > 1:
+                raise ExternalDataError(
+                    f"tensor {tensor!r}: external data file {location!r} has {st.st_nlink} "
+                    "hard links, and a hard link may be a file outside the model's folder "
+                    "(onnx refuses them too); replace the link with a copy of the file"
+                )
+            base = self.base_dir.resolve() if self.base_dir is not None else None
+            real = _fd_path(fd)
+            if real is None:  # no /proc: the path must still name the file that was opened
+                real = path.resolve()
+                if not os.path.samestat(st, os.stat(real)):
+                    real = None
+            if base is None or real is None or (real != base and base not in real.parents):
+                raise ExternalDataError(
+                    f"tensor {tensor!r}: external data {location!r} changed while it was "
+                    f"opened and now resolves outside the model's folder ({real}); refusing it"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
 
 _LITTLE = np.little_endian
-_PACKED_TYPES = {
-    getattr(TensorProto, n)
-    for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+_ELEM_TYPES = frozenset(TensorProto.DataType.values())
+# Element types stored packed below one byte, with their width in bits.
+_PACKED_BITS = {
+    getattr(TensorProto, n): bits
+    for n, bits in (
+        ("INT4", 4),
+        ("UINT4", 4),
+        ("FLOAT4E2M1", 4),
+        ("INT2", 2),
+        ("UINT2", 2),
+        ("FLOAT6E2M3", 6),
+        ("FLOAT6E3M2", 6),
+    )
     if hasattr(TensorProto, n)
 }
+_PACKED_TYPES = set(_PACKED_BITS)
+
+
+def _fd_path(fd: int) -> Path | None:
+    """The real path of an open file, from /proc (Linux); None where that is unavailable."""
+    link = f"/proc/self/fd/{fd}"
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    return Path(target) if target.startswith("/") else None
+
+
+def _check_dims(name: str, what: str, dims: Any) -> None:
+    """Refuse negative dims and element counts that overflow int64 (ModelLoadError)."""
+    values = [int(d) for d in dims]
+    if any(d < 0 for d in values):
+        raise ModelLoadError(
+            f"{what} {name!r} has negative dims {values}; dimensions must be >= 0, fix the "
+            "tensor's dims"
+        )
+    try:
+        limits.element_count(f"{what} {name!r}", values, "declared")
+    except ResourceLimitError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def _packed_nbytes(data_type: int, count: int) -> int:
-    bits = 2 if data_type in {getattr(TensorProto, n, -1) for n in ("INT2", "UINT2")} else 4
-    return (count * bits + 7) // 8
+    return (count * _PACKED_BITS[data_type] + 7) // 8
 
 
 def _parse_nonneg(tensor: str, key: str, raw: str) -> int:

@@ -87,6 +87,10 @@ def _not_implemented(what: str, why: str, instead: str) -> UnsupportedOperatorEr
 # Session config entries onnxjit reads: key -> what it does.
 ONNXJIT_CONFIG_KEYS = {
     "onnxjit.disabled_optimizers": "comma-separated graph pass names to skip",
+    "onnxjit.max_tensor_bytes": "cap on one data-sized tensor (see onnxjit.limits)",
+    "onnxjit.max_run_bytes": "cap on the data-sized tensors of one run (see onnxjit.limits)",
+    "session.model_external_initializers_file_folder_path": "folder of external data for a "
+    "model given as bytes",
 }
 
 

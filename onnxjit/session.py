@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import check, ir, passes, registry, types
+from onnxjit import check, ir, limits, passes, registry, types
 from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
@@ -29,6 +29,9 @@ from onnxjit.plan import Profiler, Program
 log = logging.getLogger("onnxjit")
 
 CPU_PROVIDER = "CPUExecutionProvider"
+# onnxruntime's session config key for the folder external data of a model given as bytes
+# is read from (the base_dir argument does the same).
+EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 _KNOWN_PROVIDERS = (CPU_PROVIDER, "CUDAExecutionProvider")
 
 
@@ -97,6 +100,10 @@ class InferenceSession:
     """Load, check, optimise and run an ONNX model.
 
     ``path_or_bytes`` is a file path, the serialized model, or an ``onnx.ModelProto``.
+    External data is read only from inside the model file's folder, or from ``base_dir`` (also
+    settable as onnxruntime's session config entry
+    ``session.model_external_initializers_file_folder_path``), which bytes and ModelProtos
+    that reference external data need.
     Raises :class:`onnxjit.errors.ModelLoadError` when the model cannot be read,
     :class:`onnxjit.errors.ModelCheckError` listing every rule of the IR spec it breaks, and
     :class:`onnxjit.errors.UnsupportedOperatorError` listing every operator onnxjit cannot run.
@@ -109,6 +116,7 @@ class InferenceSession:
         providers: Sequence[str | tuple[str, dict]] | None = None,
         provider_options: Sequence[dict] | None = None,
         disabled_optimizers: Sequence[str] | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
@@ -125,7 +133,14 @@ class InferenceSession:
         self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
         t0 = time.perf_counter()
         t0_ns = time.perf_counter_ns()
-        self._model = load_model(path_or_bytes)
+        # Caps on data-sized allocations (onnxjit.limits); constant folding below runs under
+        # them too. External data of a model given as bytes is read from base_dir (or
+        # onnxruntime's config entry naming that folder).
+        self._limits = limits.for_session(self._options._config, limits.default_limits())
+        limits.begin_run(self._limits)
+        if base_dir is None:
+            base_dir = self._options._config.get(EXTERNAL_DATA_FOLDER_KEY) or None
+        self._model = load_model(path_or_bytes, base_dir=base_dir)
         check.check_model(self._model)
         problems: list[str] = []
         passes.inline_functions(self._model)
@@ -246,6 +261,10 @@ class InferenceSession:
         return [outputs[i] for i in wanted]
 
     def _validate_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        """The positional inputs for ``input_feed`` after every check (see :meth:`run`);
+        raises InvalidInputError listing every problem. Also starts this thread's run total
+        for the allocation caps (onnxjit.limits)."""
+        limits.begin_run(self._limits)
         fast = self._repeat_feed(input_feed)
         if fast is not None:
             return fast
