@@ -570,7 +570,7 @@ KIND_REGRESSOR = 0
 KIND_CLASSIFIER = 1
 
 
-@njit(inline="always")
+@njit
 def pstep(xv, xo, ft, th, to, n):
     """One level down a perfect tree: from slot ``n`` of the tree whose slots start at ``to``
     in ``ft``/``th``, for the row whose features start at ``xo`` in ``xv`` (all uint64)."""
@@ -578,20 +578,7 @@ def pstep(xv, xo, ft, th, to, n):
     return n + n + ONE + np.uint64(xv[xo + np.uint64(ft[i])] > th[i])
 
 
-@njit(inline="always")
-def add_leaf(acc, ao, leaves, lo, kt):
-    """``acc[ao + k] += leaves[lo + k]`` for k < kt (uint64 offsets)."""
-    for k in range(kt):
-        acc[ao + k] += leaves[lo + k]
-
-
-@njit(inline="always")
-def leaf_offset(t, li, n_leaves, kt):
-    """Offset in ``leaves`` of leaf ``li`` of tree ``t`` (uint64)."""
-    return (np.uint64(t) * n_leaves + li) * kt
-
-
-@njit(inline="always")
+@njit
 def nan_rows_in(x, r, m):
     """How many of the rows ``r .. r + m - 1`` of ``x`` hold a NaN."""
     count = 0
@@ -607,7 +594,7 @@ def nan_rows_in(x, r, m):
     return count
 
 
-@njit(inline="always")
+@njit
 def _argmax_masked(s, fin_f, k0, c):
     """np.argmax of row ``s[0]`` where entries with a zero mask (``fin_f[k0 + k]``) count as
     -inf: the first maximum, or the first NaN."""

@@ -11,20 +11,35 @@ only, so a new batch size compiles nothing.
 The source is built as a Python AST (parsed from a fixed template holding only generated names
 and integer constants), rendered with ``ast.unparse`` and imported through
 :mod:`onnxjit.codegen.modcache`, so Numba caches the kernels on disk. The module composes the
-helpers of kernels/cpu/trees.py (``pstep``, ``add_leaf``, ``nan_rows_in``, ``finish_rows``).
+helpers of kernels/cpu/trees.py (``pstep``, ``nan_rows_in``, ``finish_rows``).
 
-Exported: ``predict(x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels,
-label_values)`` (serial; returns the number of rows holding a NaN, whose outputs are not valid)
-and ``predict_par(ctl, ..., bad_rows)``, its pool twin (adds that count to ``bad_rows[0]``).
+Exported: ``predict(ctl, x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels,
+label_values, bad_rows)``, a pool kernel (:mod:`onnxjit.kernels.chunks`) that adds the number
+of rows holding a NaN (whose outputs are not valid) to ``bad_rows[0]`` and returns the count of
+the rows it walked itself: called directly with a one-thread ``ctl`` it is the serial kernel
+(one compiled entry point instead of two: each links and optimises every walk again).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+from pathlib import Path
 from types import ModuleType
 
 from onnxjit.codegen import modcache
+from onnxjit.kernels.cpu import trees as _ktrees
+
+# Numba's cache checks only the file that defines a function, not the helpers it inlines: the
+# generated source names the hash of the helpers' files, so that editing them gives new files.
+_KERNELS = Path(_ktrees.__file__).parent.parent  # the kernels package
+_HELPERS_HASH = hashlib.sha256(
+    b"".join(
+        (_KERNELS / name).read_bytes()
+        for name in ("cpu/trees.py", "cpu/ml.py", "_jit.py", "chunks.py", "atomics.py")
+    )
+).hexdigest()[:16]
 
 # Rows walked in lock-step: 12 independent chains hide the load latency of a level (about 15
 # cycles) without spilling; 8 chains ran 0.67 ns per visit, 12 0.53, 16 0.54 (rf_reg, G1).
@@ -33,23 +48,39 @@ G = 12
 GT = 16
 
 
+def _indent(lines: list[str], n: int) -> str:
+    return "\n".join(" " * n + line for line in lines)
+
+
 def _walk_rows(f: int, ni: int) -> str:
     chains = range(G)
-    steps = "\n".join(
-        f"            n{j} = pstep(xg, np.uint64({j * f}), ft, th, ZERO, n{j})" for j in chains
-    )
-    adds1 = "\n".join(
-        f"            acc[np.uint64({j}) * uk + tg] += leaves[lb + n{j}]" for j in chains
-    )
-    adds = "\n".join(
-        f"            add_leaf(acc, np.uint64({j}) * uk + tg, leaves, (lb + n{j}) * kt, kt)"
-        for j in chains
-    )
+    # one tree for the G rows; the root is the same slot for every row (loaded once)
+    walk = [
+        f"ft = feat[t * {ni}:(t + 1) * {ni}]",
+        f"th = thr[t * {ni}:(t + 1) * {ni}]",
+        "; ".join(f"n{j} = ZERO" for j in chains),
+        "d = depth[t]",
+        "if d > 0:",
+        "    f0 = np.uint64(ft[0])",
+        "    t0 = th[0]",
+        *(f"    n{j} = ONE + np.uint64(xg[np.uint64({j * f}) + f0] > t0)" for j in chains),
+        "    for _ in range(d - 1):",
+        *(f"        n{j} = pstep(xg, np.uint64({j * f}), ft, th, ZERO, n{j})" for j in chains),
+        "# leaves[lb + n] is the leaf a walk ending on slot n reaches (modulo 2**64)",
+        "lb = np.uint64(t) * n_leaves - ((ONE << np.uint64(d)) - ONE)",
+    ]
     regs = "; ".join(f"a{j} = acc[{j}]" for j in chains)
-    reg_adds = "\n".join(f"        a{j} += leaves[lb + n{j}]" for j in chains)
+    reg_adds = [f"a{j} += leaves[lb + n{j}]" for j in chains]
     reg_store = "; ".join(f"acc[{j}] = a{j}" for j in chains)
-    steps_ = "\n".join("    " + line for line in steps.split("\n"))
-    reg_adds_ = "\n".join("    " + line for line in reg_adds.split("\n"))
+    adds1 = [f"    acc[np.uint64({j}) * uk + tg] += leaves[lb + n{j}]" for j in chains]
+    adds = [
+        line
+        for j in chains
+        for line in (
+            "    for k in range(kt):",
+            f"        acc[np.uint64({j}) * uk + tg + k] += leaves[(lb + n{j}) * kt + k]",
+        )
+    ]
     return f'''
 @njit
 def walk_rows(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, uk):
@@ -59,50 +90,49 @@ def walk_rows(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, uk):
     if uk == ONE and kt == ONE:  # one target: the sums stay in registers
         {regs}
         for t in range(depth.shape[0]):
-            ft = feat[t * {ni}:(t + 1) * {ni}]
-            th = thr[t * {ni}:(t + 1) * {ni}]
-            {"; ".join(f"n{j} = ZERO" for j in chains)}
-            for _ in range(depth[t]):
-{steps_}
-            lb = np.uint64(t) * n_leaves - ((ONE << np.uint64(depth[t])) - ONE)
-{reg_adds_}
+{_indent(walk, 12)}
+{_indent(reg_adds, 12)}
         {reg_store}
         return
     for t in range(depth.shape[0]):
-        ft = feat[t * {ni}:(t + 1) * {ni}]
-        th = thr[t * {ni}:(t + 1) * {ni}]
-        {"; ".join(f"n{j} = ZERO" for j in chains)}
-        for _ in range(depth[t]):
-{steps}
-        # leaves[lb + n] is the leaf a walk ending on slot n reaches (modulo 2**64)
-        lb = np.uint64(t) * n_leaves - ((ONE << np.uint64(depth[t])) - ONE)
+{_indent(walk, 8)}
         tg = np.uint64(tgt[t])
         if kt == ONE:
-{adds1}
+{_indent(adds1, 8)}
         else:
-{adds}
+{_indent(adds, 8)}
 '''
 
 
 def _walk_trees(f: int, ni: int) -> str:
     chains = range(GT)
-    steps = "\n".join(
-        f"            n{j} = pstep(xf, xo, ft, th, np.uint64({j * ni}), n{j})" for j in chains
-    )
-    adds = "\n".join(
-        f"        add_leaf(acc, ao + np.uint64(tgt[t + {j}]), leaves, leaf_offset(t + {j}, "
-        f"(n{j} - top) >> (ug - np.uint64(depth[t + {j}])), n_leaves, kt), kt)"
+    steps = [f"        n{j} = pstep(xf, xo, ft, th, np.uint64({j * ni}), n{j})" for j in chains]
+    # leaves[lb + i] is leaf i of tree t + j; a walk of g steps ends 2**(g - depth) times
+    # further right than the leaf's index on its own level
+    leaf = [
+        f"np.uint64(t + {j}) * n_leaves + ((n{j} - top) >> (ug - np.uint64(depth[t + {j}])))"
         for j in chains
-    )
+    ]
+    adds_reg = [f"        s += leaves[{leaf[j]}]" for j in chains]
+    adds1 = [f"        acc[ao + np.uint64(tgt[t + {j}])] += leaves[{leaf[j]}]" for j in chains]
+    adds = [
+        line
+        for j in chains
+        for line in (
+            f"        lo = ({leaf[j]}) * kt",
+            f"        ao{j} = ao + np.uint64(tgt[t + {j}])",
+            "        for k in range(kt):",
+            f"            acc[ao{j} + k] += leaves[lo + k]",
+        )
+    ]
     return f'''
 @njit
-def walk_trees(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, ao):
+def walk_trees(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, ao, uk):
     """One row (features from xo): every tree's leaf values added to acc[ao + ...], {GT} trees
-    in lock-step for the depth of the deepest of them."""
+    in lock-step for the depth of the deepest of them (the tree count is a multiple of {GT})."""
     n_leaves = np.uint64({ni + 1})
-    n_trees = depth.shape[0]
-    t = 0
-    while t + {GT} <= n_trees:
+    for tg in range(depth.shape[0] // {GT}):
+        t = tg * {GT}
         g = depth[t]
         for j in range(1, {GT}):
             g = max(g, depth[t + j])
@@ -110,29 +140,30 @@ def walk_trees(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, ao):
         th = thr[t * {ni}:]
         {"; ".join(f"n{j} = ZERO" for j in chains)}
         for _ in range(g):
-{steps}
+{_indent(steps, 4)}
         ug = np.uint64(g)
         top = (ONE << ug) - ONE
-{adds}
-        t += {GT}
-    while t < n_trees:
-        ft = feat[t * {ni}:(t + 1) * {ni}]
-        th = thr[t * {ni}:(t + 1) * {ni}]
-        n0 = ZERO
-        for _ in range(depth[t]):
-            n0 = pstep(xf, xo, ft, th, ZERO, n0)
-        off = (ONE << np.uint64(depth[t])) - ONE
-        add_leaf(acc, ao + np.uint64(tgt[t]), leaves, leaf_offset(t, n0 - off, n_leaves, kt), kt)
-        t += 1
+        if kt == ONE and uk == ONE:  # one target: the sum stays in a register
+            s = acc[ao]
+{_indent(adds_reg, 4)}
+            acc[ao] = s
+        elif kt == ONE:
+{_indent(adds1, 4)}
+        else:
+{_indent(adds, 4)}
 '''
 
 
 def _drivers(f: int) -> str:
     return f'''
-@njit
-def run_rows(x, r0, r1, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels,
-             label_values):
-    """Rows r0 .. r1 - 1: walk, then finish_rows; returns how many hold a NaN."""
+@pjit
+def predict(ctl, x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels, label_values,
+            bad_rows):
+    """Every row, in chunks of whole groups of {G} rows claimed from ctl: walk, then
+    finish_rows. Adds the count of rows holding a NaN to bad_rows[0] and returns this
+    thread's count."""
+    n = x.shape[0]
+    n_items = (n + {G - 1}) // {G}
     n_out = y.shape[1]
     uk = np.uint64(n_out)
     ukt = np.uint64(kt)
@@ -140,41 +171,26 @@ def run_rows(x, r0, r1, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labe
     acc = np.empty({G} * n_out, leaves.dtype)
     tmp = np.empty((1, n_out), np.float64)
     bad = 0
-    r = r0
-    while r < r1:
-        m = min({G}, r1 - r)
-        bad += nan_rows_in(x, r, m)
-        acc[:] = 0
-        if m == {G}:
-            walk_rows(xf, np.uint64(r * {f}), feat, thr, leaves, depth, tgt, ukt, acc, uk)
-        else:
-            for j in range(m):
-                walk_trees(xf, np.uint64((r + j) * {f}), feat, thr, leaves, depth, tgt, ukt,
-                           acc, np.uint64(j) * uk)
-        finish_rows(acc, m, y, r, labels, label_values, fin_i, fin_f, tmp)
-        r += m
-    return bad
-
-
-@njit
-def predict(x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels, label_values):
-    return run_rows(x, 0, x.shape[0], feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y,
-                    labels, label_values)
-
-
-@pjit
-def predict_par(ctl, x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels,
-                label_values, bad_rows):
-    n = x.shape[0]
-    n_items = (n + {G - 1}) // {G}
-    bad = 0
     while True:
         chunk_lo, chunk_hi = claim(ctl, n_items)
         if chunk_lo >= chunk_hi:
             break
-        bad += run_rows(x, chunk_lo * {G}, min(chunk_hi * {G}, n), feat, thr, leaves, depth,
-                        tgt, kt, fin_i, fin_f, y, labels, label_values)
+        r = chunk_lo * {G}
+        r1 = min(chunk_hi * {G}, n)
+        while r < r1:
+            m = min({G}, r1 - r)
+            bad += nan_rows_in(x, r, m)
+            acc[:] = 0
+            if m == {G}:
+                walk_rows(xf, np.uint64(r * {f}), feat, thr, leaves, depth, tgt, ukt, acc, uk)
+            else:
+                for j in range(m):
+                    walk_trees(xf, np.uint64((r + j) * {f}), feat, thr, leaves, depth, tgt,
+                               ukt, acc, np.uint64(j) * uk, uk)
+            finish_rows(acc, m, y, r, labels, label_values, fin_i, fin_f, tmp)
+            r += m
     fetch_add(bad_rows, 0, bad)
+    return bad
 '''
 
 
@@ -184,7 +200,7 @@ from onnxjit.kernels._jit import njit, pjit
 from onnxjit.kernels.atomics import fetch_add
 from onnxjit.kernels.chunks import claim
 from onnxjit.kernels.cpu.trees import (
-    ONE, ZERO, add_leaf, finish_rows, leaf_offset, nan_rows_in, pstep,
+    ONE, ZERO, finish_rows, nan_rows_in, pstep,
 )
 """
 
@@ -198,7 +214,7 @@ def source(f: int, ni: int) -> str:
     tree = ast.parse(text)
     doc = (
         f'"""onnxjit generated tree-ensemble walk: rows of {f} features, {ni} slots per tree, '
-        f'{G} rows / {GT} trees in lock-step."""\n'
+        f'{G} rows / {GT} trees in lock-step (helpers {_HELPERS_HASH})."""\n'
     )
     return doc + ast.unparse(tree) + "\n"
 

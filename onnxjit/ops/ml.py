@@ -19,6 +19,7 @@ import numpy as np
 from onnxjit import pool, threads
 from onnxjit.codegen import trees as gtrees
 from onnxjit.kernels import _jit
+from onnxjit.kernels import chunks as kchunks
 from onnxjit.kernels.cpu import ml as kml
 from onnxjit.kernels.cpu import trees as ktrees
 from onnxjit.pool import run_parallel
@@ -353,6 +354,15 @@ def _build_perfect(fast: _FastTable, n_features: int) -> _PerfectTable | None:
         left = fast.f_left[cur].astype(np.int64)
         right = np.where(is_leaf_slot[cur], left, left + 1)
         cur = np.stack([left, right], axis=2).reshape(nt, -1)
+    # the tree count padded to whole groups of the single-row walk with trees that are one
+    # leaf worth 0: adding +0.0 to a sum that starts at +0.0 changes nothing
+    n_pad = -nt % gtrees.GT
+    if n_pad:
+        feat = np.concatenate([feat, np.zeros((n_pad, ni), feat_dt)])
+        thr = np.concatenate([thr, np.full((n_pad, ni), np.inf, thr_dt)])
+        leaves = np.concatenate([leaves, np.zeros((n_pad, n_leaves, kt), leaves.dtype)])
+        depth = np.concatenate([depth, np.zeros(n_pad, np.int64)])
+        tgt = np.concatenate([tgt, np.zeros(n_pad, np.int64)])
     return _PerfectTable(
         feat=feat.reshape(-1),
         thr=thr.reshape(-1),
@@ -636,7 +646,6 @@ class _Plan:
     """Arguments of one generated walk-and-finish kernel for one input dtype and width."""
 
     predict: Any
-    predict_par: Any
     args: tuple[Any, ...]  # feat, thr, leaves, depth, tgt, kt, fin_i, fin_f
     label_values: np.ndarray  # what the kernel writes as a label (class indices for strings)
     fast: _FastTable
@@ -647,16 +656,23 @@ def _perfect_call(p: _PerfectTable, x: np.ndarray, fin_i, fin_f, y, labels, labe
     """Run the generated kernel over every row of ``x``; returns the rows holding a NaN."""
     mod = gtrees.module(x.shape[1], p.ni)
     args = (x, p.feat, p.thr, p.leaves, p.depth, p.tgt, p.kt, fin_i, fin_f, y, labels)
-    return _launch(mod.predict, mod.predict_par, args, label_values, x.shape[0] * p.visits)
+    return _launch(mod.predict, args, label_values, x.shape[0] * p.visits)
 
 
-def _launch(predict: Any, predict_par: Any, args: tuple, label_values, visits: int) -> int:
+# The control array of a kernel run on the calling thread alone (copied per call).
+_CTL_ALONE = np.zeros(kchunks.CTL_SIZE, np.int64)
+_CTL_ALONE[kchunks.THREADS] = 1
+# Where serial calls add their count of NaN rows (they read the kernel's return value).
+_BAD_SINK = np.zeros(1, np.int64)
+
+
+def _launch(predict: Any, args: tuple, label_values, visits: int) -> int:
     n = args[0].shape[0]
     if n > gtrees.G and visits >= _PERFECT_PARALLEL_VISITS:
         bad_rows = np.zeros(1, np.int64)
-        run_parallel(predict_par, *args, label_values, bad_rows)
+        run_parallel(predict, *args, label_values, bad_rows)
         return int(bad_rows[0])
-    return int(predict(*args, label_values))
+    return int(predict(_CTL_ALONE.copy(), *args, label_values, _BAD_SINK))
 
 
 def _nan_rows(x: np.ndarray) -> np.ndarray:
@@ -741,7 +757,6 @@ def _make_plan(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan
     mod = gtrees.module(x.shape[1], p.ni)
     return _Plan(
         predict=mod.predict,
-        predict_par=mod.predict_par,
         args=(p.feat, p.thr, p.leaves, p.depth, p.tgt, p.kt, fin_i, fin_f),
         label_values=label_values,
         fast=fast,
@@ -770,9 +785,7 @@ def _run_plan(
     n = x.shape[0]
     y = np.empty((n, spec.n_targets), ydtype)
     lab = np.empty(n, np.int64) if spec.kind == ktrees.KIND_CLASSIFIER else _NO_LABELS
-    bad = _launch(
-        plan.predict, plan.predict_par, (x, *plan.args, y, lab), plan.label_values, n * plan.visits
-    )
+    bad = _launch(plan.predict, (x, *plan.args, y, lab), plan.label_values, n * plan.visits)
     return _complete(ctx, table, spec, plan, x, y, lab, bad)
 
 
@@ -1517,18 +1530,17 @@ def _prepare_trees(ctx: Any, x: Any, kwargs: dict, names: tuple[str, ...], v5: b
     visits = plan.visits
     group = gtrees.G
     from_visits = _PERFECT_PARALLEL_VISITS
-    threads_now = threads.current()
-    par = None
-    if threads_now > 1:
-        y0 = np.empty((1, n_out), ydtype)
-        lab0 = np.empty(1, np.int64) if classify else _NO_LABELS
-        sample = (x, *args, y0, lab0, label_values, np.zeros(1, np.int64))
-        par = pool.bind(plan.predict_par, sample, threads_now)
+    n_threads = threads.current()
+    par = None  # the pool launch, bound when a batch first needs it (it compiles an entry)
     empty = np.empty
+    zeros = np.zeros
     ndarray = np.ndarray
     no_labels = _NO_LABELS
+    ctl_alone = _CTL_ALONE
+    sink = _BAD_SINK
 
     def fast(x: Any) -> Any:
+        nonlocal par
         if (
             type(x) is not ndarray
             or x.dtype is not dtype
@@ -1540,12 +1552,15 @@ def _prepare_trees(ctx: Any, x: Any, kwargs: dict, names: tuple[str, ...], v5: b
         n = x.shape[0]
         y = empty((n, n_out), ydtype)
         lab = empty(n, np.int64) if classify else no_labels
-        if par is not None and n > group and n * visits >= from_visits:
-            bad_rows = np.zeros(1, np.int64)
-            par(x, *args, y, lab, label_values, bad_rows)
+        if n_threads > 1 and n > group and n * visits >= from_visits:
+            bad_rows = zeros(1, np.int64)
+            call = (x, *args, y, lab, label_values, bad_rows)
+            if par is None:
+                par = pool.bind(predict, call, n_threads)
+            par(*call)
             bad = bad_rows[0]
         else:
-            bad = predict(x, *args, y, lab, label_values)
+            bad = predict(ctl_alone.copy(), x, *args, y, lab, label_values, sink)
         if bad or strings:
             y, lab = _complete(ctx, table, spec, plan, x, y, lab, bad)
         return (lab, y) if classify else y
