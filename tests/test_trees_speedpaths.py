@@ -546,3 +546,32 @@ def test_fast_path_later_runs(monkeypatch, kind):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
     assert all(p is not None for p in _perfect_tables())
     assert sess._program.steps[0].fast is not None  # the last run went through a fast path
+
+
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_new_batch_sizes_compile_nothing(kind):
+    # the generated walks are compiled per dtype and row width, never per row count: after a
+    # warm-up on one small and one parallel batch, new row counts compile nothing
+    rng = np.random.default_rng(97)
+    a = _unbalanced_forest(rng, 33, 6, 7, 3, FAST_MODES)
+    x0 = _x(rng, 3, 7)
+    if kind == "regressor":
+        model = _node_model("TreeEnsembleRegressor", {"x": x0}, _regressor(a, 3))
+    else:
+        attrs = _classifier(a, [0, 1, 2], post_transform="SOFTMAX")
+        model = _node_model("TreeEnsembleClassifier", {"x": x0}, attrs, n_outputs=2)
+    for vi in model.graph.input:
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    _declare_outputs(model, ort_outputs(model, {"x": x0}))
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    for n in (3, 1, 2000):
+        sess.run(None, {"x": _x(rng, n, 7, nan_rows=0.01)})
+    before = onnxjit.compile_count()
+    for n in (1, 2, 11, 12, 13, 50, 777, 3001):
+        x = _x(rng, n, 7, nan_rows=0.01)
+        want = ort_outputs(model, {"x": x})
+        for g, w in zip(sess.run(None, {"x": x}), want):
+            assert_close(g, w, 1e-5, 1e-5, f"{n} rows")
+    assert onnxjit.compile_count() == before
