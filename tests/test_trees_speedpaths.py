@@ -575,3 +575,27 @@ def test_new_batch_sizes_compile_nothing(kind):
         for g, w in zip(sess.run(None, {"x": x}), want):
             assert_close(g, w, 1e-5, 1e-5, f"{n} rows")
     assert onnxjit.compile_count() == before
+
+
+@pytest.mark.parametrize("rows", [1, 30])
+def test_perfect_many_classes(rows):
+    # ten classes, every leaf giving all of them: the generated code adds a leaf's values in
+    # a loop instead of unrolled (more than KT_UNROLL values per leaf)
+    rng = np.random.default_rng(111 + rows)
+    a = _unbalanced_forest(rng, 17, 5, 4, 10, FAST_MODES)
+    # every leaf of every tree gives every class
+    for k in ("w_treeids", "w_nodeids", "w_ids", "w_weights"):
+        a[k] = []
+    for t, n, m in zip(a["nodes_treeids"], a["nodes_nodeids"], a["nodes_modes"]):
+        if m == "LEAF":
+            for c in range(10):
+                a["w_treeids"].append(t)
+                a["w_nodeids"].append(n)
+                a["w_ids"].append(c)
+                a["w_weights"].append(float(np.round(rng.standard_normal(), 3)))
+    x = _x(rng, rows, 4)
+    attrs = _classifier(a, list(range(10)), post_transform="SOFTMAX")
+    model = _node_model("TreeEnsembleClassifier", {"x": x}, attrs, n_outputs=2)
+    _compare(model, {"x": x}, oracle="ort")
+    perfect = _perfect_tables()
+    assert perfect and perfect[0] is not None and perfect[0].kt == 10

@@ -1,6 +1,7 @@
 """Generated tree-ensemble walks over the perfect layout (kernels/cpu/trees.py).
 
-One module per (row width ``F``, interior slots per tree ``NI``): both are constants in it, so
+One module per (row width ``F``, interior slots per tree ``NI``, values per leaf ``KT``): all are
+constants in it (a leaf's ``KT`` additions are unrolled), so
 that the walk of ``G`` rows in lock-step reads ``x`` at constant offsets ``j * F`` from one base
 and the walk of ``GT`` trees for one row reads the trees at constant offsets ``j * NI``; neither
 needs a register per row or per tree (with run-time strides the sixteen chains spilled their
@@ -13,7 +14,7 @@ and integer constants), rendered with ``ast.unparse`` and imported through
 :mod:`onnxjit.codegen.modcache`, so Numba caches the kernels on disk. The module composes the
 helpers of kernels/cpu/trees.py (``pstep``, ``nan_rows_in``, ``finish_rows``).
 
-Exported: ``predict(ctl, x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels,
+Exported: ``predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels,
 label_values, bad_rows)``, a pool kernel (:mod:`onnxjit.kernels.chunks`) that adds the number
 of rows holding a NaN (whose outputs are not valid) to ``bad_rows[0]`` and returns the count of
 the rows it walked itself: called directly with a one-thread ``ctl`` it is the serial kernel
@@ -46,13 +47,15 @@ _HELPERS_HASH = hashlib.sha256(
 G = 12
 # Trees walked in lock-step for a row outside a full group of G rows (batch 1, the last rows).
 GT = 16
+# Values per leaf up to which adding a leaf's values is unrolled (a loop beyond).
+KT_UNROLL = 8
 
 
 def _indent(lines: list[str], n: int) -> str:
     return "\n".join(" " * n + line for line in lines)
 
 
-def _walk_rows(f: int, ni: int) -> str:
+def _walk_rows(f: int, ni: int, kt: int) -> str:
     chains = range(G)
     # one tree for the G rows; the root is the same slot for every row (loaded once)
     walk = [
@@ -69,25 +72,45 @@ def _walk_rows(f: int, ni: int) -> str:
         "# leaves[lb + n] is the leaf a walk ending on slot n reaches (modulo 2**64)",
         "lb = np.uint64(t) * n_leaves - ((ONE << np.uint64(d)) - ONE)",
     ]
-    regs = "; ".join(f"a{j} = acc[{j}]" for j in chains)
-    reg_adds = [f"a{j} += leaves[lb + n{j}]" for j in chains]
-    reg_store = "; ".join(f"acc[{j}] = a{j}" for j in chains)
-    adds1 = [f"    acc[np.uint64({j}) * uk + tg] += leaves[lb + n{j}]" for j in chains]
-    adds = [
-        line
-        for j in chains
-        for line in (
-            "    for k in range(kt):",
-            f"        acc[np.uint64({j}) * uk + tg + k] += leaves[(lb + n{j}) * kt + k]",
-        )
-    ]
-    return f'''
+    head = f'''
 @njit
-def walk_rows(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, uk):
+def walk_rows(xf, xo, feat, thr, leaves, depth, tgt, acc, uk):
     """Rows xo / {f} .. + {G - 1}: every tree's leaf values added to acc[j * uk + ...]."""
     n_leaves = np.uint64({ni + 1})
     xg = xf[xo:]  # the rows at constant offsets from one base
-    if uk == ONE and kt == ONE:  # one target: the sums stay in registers
+'''
+    if kt > 1:  # every leaf holds kt values, for targets 0 .. kt - 1 (kt == uk)
+        if kt <= KT_UNROLL:
+            adds = [
+                f"acc[np.uint64({j * kt + k})] += "
+                f"leaves[(lb + n{j}) * np.uint64({kt}) + np.uint64({k})]"
+                for j in chains
+                for k in range(kt)
+            ]
+        else:
+            adds = [
+                line
+                for j in chains
+                for line in (
+                    f"for k in range(np.uint64({kt})):",
+                    f"    acc[np.uint64({j * kt}) + k] += "
+                    f"leaves[(lb + n{j}) * np.uint64({kt}) + k]",
+                )
+            ]
+        return (
+            head
+            + f"""    for t in range(depth.shape[0]):
+{_indent(walk, 8)}
+{_indent(adds, 8)}
+"""
+        )
+    regs = "; ".join(f"a{j} = acc[{j}]" for j in chains)
+    reg_adds = [f"a{j} += leaves[lb + n{j}]" for j in chains]
+    reg_store = "; ".join(f"acc[{j}] = a{j}" for j in chains)
+    adds1 = [f"acc[np.uint64({j}) * uk + tg] += leaves[lb + n{j}]" for j in chains]
+    return (
+        head
+        + f"""    if uk == ONE:  # one target: the sums stay in registers
         {regs}
         for t in range(depth.shape[0]):
 {_indent(walk, 12)}
@@ -97,37 +120,23 @@ def walk_rows(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, uk):
     for t in range(depth.shape[0]):
 {_indent(walk, 8)}
         tg = np.uint64(tgt[t])
-        if kt == ONE:
 {_indent(adds1, 8)}
-        else:
-{_indent(adds, 8)}
-'''
+"""
+    )
 
 
-def _walk_trees(f: int, ni: int) -> str:
+def _walk_trees(f: int, ni: int, kt: int) -> str:
     chains = range(GT)
     steps = [f"        n{j} = pstep(xf, xo, ft, th, np.uint64({j * ni}), n{j})" for j in chains]
-    # leaves[lb + i] is leaf i of tree t + j; a walk of g steps ends 2**(g - depth) times
-    # further right than the leaf's index on its own level
+    # leaf i of tree t + j is leaves[(t + j) * n_leaves + i]; a walk of g steps ends
+    # 2**(g - depth) times further right than the leaf's index on its own level
     leaf = [
         f"np.uint64(t + {j}) * n_leaves + ((n{j} - top) >> (ug - np.uint64(depth[t + {j}])))"
         for j in chains
     ]
-    adds_reg = [f"        s += leaves[{leaf[j]}]" for j in chains]
-    adds1 = [f"        acc[ao + np.uint64(tgt[t + {j}])] += leaves[{leaf[j]}]" for j in chains]
-    adds = [
-        line
-        for j in chains
-        for line in (
-            f"        lo = ({leaf[j]}) * kt",
-            f"        ao{j} = ao + np.uint64(tgt[t + {j}])",
-            "        for k in range(kt):",
-            f"            acc[ao{j} + k] += leaves[lo + k]",
-        )
-    ]
-    return f'''
+    head = f'''
 @njit
-def walk_trees(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, ao, uk):
+def walk_trees(xf, xo, feat, thr, leaves, depth, tgt, acc, ao, uk):
     """One row (features from xo): every tree's leaf values added to acc[ao + ...], {GT} trees
     in lock-step for the depth of the deepest of them (the tree count is a multiple of {GT})."""
     n_leaves = np.uint64({ni + 1})
@@ -143,21 +152,32 @@ def walk_trees(xf, xo, feat, thr, leaves, depth, tgt, kt, acc, ao, uk):
 {_indent(steps, 4)}
         ug = np.uint64(g)
         top = (ONE << ug) - ONE
-        if kt == ONE and uk == ONE:  # one target: the sum stays in a register
-            s = acc[ao]
-{_indent(adds_reg, 4)}
-            acc[ao] = s
-        elif kt == ONE:
-{_indent(adds1, 4)}
-        else:
-{_indent(adds, 4)}
 '''
+    if kt > 1:
+        if kt <= KT_UNROLL:
+            add = [f"acc[ao + np.uint64({k})] += leaves[lo + np.uint64({k})]" for k in range(kt)]
+        else:
+            add = [f"for k in range(np.uint64({kt})):", "    acc[ao + k] += leaves[lo + k]"]
+        adds = [line for j in chains for line in (f"lo = ({leaf[j]}) * np.uint64({kt})", *add)]
+        return head + _indent(adds, 8) + "\n"
+    adds_reg = [f"s += leaves[{leaf[j]}]" for j in chains]
+    adds1 = [f"acc[ao + np.uint64(tgt[t + {j}])] += leaves[{leaf[j]}]" for j in chains]
+    return (
+        head
+        + f"""        if uk == ONE:  # one target: the sum stays in a register
+            s = acc[ao]
+{_indent(adds_reg, 12)}
+            acc[ao] = s
+        else:
+{_indent(adds1, 12)}
+"""
+    )
 
 
 def _drivers(f: int) -> str:
     return f'''
 @pjit
-def predict(ctl, x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels, label_values,
+def predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels, label_values,
             bad_rows):
     """Every row, in chunks of whole groups of {G} rows claimed from ctl: walk, then
     finish_rows. Adds the count of rows holding a NaN to bad_rows[0] and returns this
@@ -166,7 +186,6 @@ def predict(ctl, x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels, 
     n_items = (n + {G - 1}) // {G}
     n_out = y.shape[1]
     uk = np.uint64(n_out)
-    ukt = np.uint64(kt)
     xf = x.reshape(x.size)
     acc = np.empty({G} * n_out, leaves.dtype)
     tmp = np.empty((1, n_out), np.float64)
@@ -182,11 +201,11 @@ def predict(ctl, x, feat, thr, leaves, depth, tgt, kt, fin_i, fin_f, y, labels, 
             bad += nan_rows_in(x, r, m)
             acc[:] = 0
             if m == {G}:
-                walk_rows(xf, np.uint64(r * {f}), feat, thr, leaves, depth, tgt, ukt, acc, uk)
+                walk_rows(xf, np.uint64(r * {f}), feat, thr, leaves, depth, tgt, acc, uk)
             else:
                 for j in range(m):
                     walk_trees(xf, np.uint64((r + j) * {f}), feat, thr, leaves, depth, tgt,
-                               ukt, acc, np.uint64(j) * uk, uk)
+                               acc, np.uint64(j) * uk, uk)
             finish_rows(acc, m, y, r, labels, label_values, fin_i, fin_f, tmp)
             r += m
     fetch_add(bad_rows, 0, bad)
@@ -205,21 +224,23 @@ from onnxjit.kernels.cpu.trees import (
 """
 
 
-def source(f: int, ni: int) -> str:
-    """Source of the walk module for rows of ``f`` features and ``ni`` slots per tree."""
-    f, ni = int(f), int(ni)
-    if f < 1 or ni < 0:
-        raise ValueError(f"row width {f} and slots per tree {ni} must be positive")
-    text = _HEADER + _walk_rows(f, ni) + _walk_trees(f, ni) + _drivers(f)
+def source(f: int, ni: int, kt: int) -> str:
+    """Source of the walk module for rows of ``f`` features, ``ni`` slots per tree and ``kt``
+    values per leaf (1: each tree gives one target, ``tgt[t]``; more: targets 0 .. kt - 1)."""
+    f, ni, kt = int(f), int(ni), int(kt)
+    if f < 1 or ni < 0 or kt < 1:
+        raise ValueError(f"row width {f}, slots per tree {ni}, values per leaf {kt}: bad sizes")
+    text = _HEADER + _walk_rows(f, ni, kt) + _walk_trees(f, ni, kt) + _drivers(f)
     tree = ast.parse(text)
     doc = (
         f'"""onnxjit generated tree-ensemble walk: rows of {f} features, {ni} slots per tree, '
-        f'{G} rows / {GT} trees in lock-step (helpers {_HELPERS_HASH})."""\n'
+        f"{kt} values per leaf, {G} rows / {GT} trees in lock-step (helpers {_HELPERS_HASH})."
+        '"""\n'
     )
     return doc + ast.unparse(tree) + "\n"
 
 
 @functools.lru_cache(maxsize=64)
-def module(f: int, ni: int) -> ModuleType:
-    """The imported walk module for (``f``, ``ni``) (written to the cache folder once)."""
-    return modcache.load(source(f, ni))
+def module(f: int, ni: int, kt: int) -> ModuleType:
+    """The imported walk module for (``f``, ``ni``, ``kt``) (written to the cache folder once)."""
+    return modcache.load(source(f, ni, kt))

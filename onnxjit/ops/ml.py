@@ -536,15 +536,7 @@ def _combo(tree: np.ndarray, node: np.ndarray) -> np.ndarray:
 
 def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: int):
     """Walk every tree for every row: (scores float64 [N, T], has uint8 [N, T])."""
-    if x.shape[1] < table.n_features:
-        raise ctx.error(
-            f"the trees read feature {table.n_features - 1} but the input has {x.shape[1]} "
-            "features per row; pass [N, F] with enough columns"
-        )
-    if table.n_targets > n_targets:
-        raise ctx.error(
-            f"a leaf writes target/class {table.n_targets - 1} but there are only {n_targets}"
-        )
+    _check_shapes(ctx, table, x, n_targets)
     n = x.shape[0]
     out = np.zeros((n, n_targets), dtype=table.acc_dtype)
     if n and table.n_trees and agg in (ktrees.AGG_SUM, ktrees.AGG_AVERAGE):
@@ -646,7 +638,7 @@ class _Plan:
     """Arguments of one generated walk-and-finish kernel for one input dtype and width."""
 
     predict: Any
-    args: tuple[Any, ...]  # feat, thr, leaves, depth, tgt, kt, fin_i, fin_f
+    args: tuple[Any, ...]  # feat, thr, leaves, depth, tgt, fin_i, fin_f
     label_values: np.ndarray  # what the kernel writes as a label (class indices for strings)
     fast: _FastTable
     visits: int
@@ -654,8 +646,8 @@ class _Plan:
 
 def _perfect_call(p: _PerfectTable, x: np.ndarray, fin_i, fin_f, y, labels, label_values):
     """Run the generated kernel over every row of ``x``; returns the rows holding a NaN."""
-    mod = gtrees.module(x.shape[1], p.ni)
-    args = (x, p.feat, p.thr, p.leaves, p.depth, p.tgt, p.kt, fin_i, fin_f, y, labels)
+    mod = gtrees.module(x.shape[1], p.ni, p.kt)
+    args = (x, p.feat, p.thr, p.leaves, p.depth, p.tgt, fin_i, fin_f, y, labels)
     return _launch(mod.predict, args, label_values, x.shape[0] * p.visits)
 
 
@@ -722,6 +714,8 @@ def _make_plan(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan
     if fast is None or fast.perfect is None:
         return None
     p = fast.perfect
+    if p.kt not in (1, nt):  # pragma: no cover - _build_perfect's contract
+        return None
     fin_i = np.zeros(ktrees.FIN_SIZE, np.int64)
     fin_f = np.zeros(1 + 2 * nt, np.float64)
     fin_i[ktrees.FIN_KIND] = spec.kind
@@ -754,10 +748,10 @@ def _make_plan(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan
         label_values = labels if labels.dtype == np.int64 else np.arange(nt, dtype=np.int64)
         post = spec.post
     fin_i[ktrees.FIN_POST] = post
-    mod = gtrees.module(x.shape[1], p.ni)
+    mod = gtrees.module(x.shape[1], p.ni, p.kt)
     return _Plan(
         predict=mod.predict,
-        args=(p.feat, p.thr, p.leaves, p.depth, p.tgt, p.kt, fin_i, fin_f),
+        args=(p.feat, p.thr, p.leaves, p.depth, p.tgt, fin_i, fin_f),
         label_values=label_values,
         fast=fast,
         visits=p.visits,
