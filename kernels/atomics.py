@@ -23,6 +23,7 @@ __all__ = [
     "as_pointer",
     "bits_to_f64",
     "call_address",
+    "call_native",
     "f64_to_bits",
     "fetch_add",
     "load",
@@ -163,5 +164,42 @@ def bits_to_f64(typingctx, bits):
     def codegen(context, builder, sig, args):
         v = context.cast(builder, args[0], sig.args[0], types.int64)
         return builder.bitcast(v, ir.DoubleType())
+
+    return sig, codegen
+
+
+@intrinsic
+def call_native(typingctx, addr, args):
+    """Call the Numba-compiled function at address ``addr`` (an integer) with the tuple
+    ``args``, in Numba's own calling convention; return 0, or 1 when it raised.
+
+    The function must have been compiled for exactly the types of ``args`` and return None.
+    Calling through the address keeps the callee's code out of the caller's module: a
+    caller that names a dispatcher instead links its machine code in and has LLVM optimise
+    it all again (seconds for a large kernel).
+    """
+    if not isinstance(args, types.BaseTuple):
+        raise TypeError("call_native takes its arguments as one tuple")
+    sig = types.int32(addr, args)
+
+    def codegen(context, builder, sig, llargs):
+        from numba.core.callconv import excinfo_t
+
+        argtys = list(sig.args[1].types)
+        values = [builder.extract_value(llargs[1], i) for i in range(len(argtys))]
+        call_conv = context.call_conv
+        fnty = call_conv.get_function_type(types.none, argtys)
+        fn = builder.inttoptr(
+            context.cast(builder, llargs[0], sig.args[0], types.intp), fnty.as_pointer()
+        )
+        retty = fnty.args[0].pointee
+        retval = cgutils.alloca_once(builder, retty)
+        builder.store(cgutils.get_null_value(retty), retval)
+        excinfo = cgutils.alloca_once(builder, ir.PointerType(excinfo_t), name="excinfo")
+        packed = list(call_conv._get_arg_packer(argtys).as_arguments(builder, values))
+        code = builder.call(fn, [retval, excinfo, *packed])
+        status = call_conv._get_return_status(builder, code, builder.load(excinfo))
+        return builder.select(status.is_error, ir.Constant(ir.IntType(32), 1),
+                              ir.Constant(ir.IntType(32), 0))  # fmt: skip
 
     return sig, codegen

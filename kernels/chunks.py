@@ -41,6 +41,7 @@ FN = 8  # address of the job's entry point, a C function void entry(int64 *job)
 WORKERS = 9  # how many pool workers may take part (worker i joins when i < job[WORKERS])
 DONE = 10  # sequence number of the last job whose caller has finished
 ERROR = 11  # set when the kernel raised in some thread
+KERNEL = 12  # address of the kernel's machine code, which the entry point calls
 ARGS = 16  # the kernel's arguments, packed from here
 JOB_SIZE = 256
 

@@ -14,9 +14,11 @@ and each worker calls the job's entry point: a C function (a Numba ``cfunc``) th
 arguments as arrays and runs the kernel. (Workers that were Python threads calling the kernel
 needed the GIL between jobs, and handing the GIL over woke a sleeping thread each time: they
 joined 20 to 30 us late on the development VM.) Per kernel and argument types, onnxjit generates
-the pair of functions once: ``launch`` (packs, publishes, runs the caller's share, waits) and
-``entry`` (what each thread runs), in a source file under the cache folder like every generated
-kernel, so that Numba caches them on disk.
+the pair of functions once per argument-type signature: ``launch`` (packs, publishes, runs the
+caller's share, waits) and ``entry`` (what each thread runs: it rebuilds the arguments and calls
+the kernel's machine code through its address, so that entries are shared between kernels and
+compile in a fraction of a second), in a source file under the cache folder like every
+generated kernel, so that Numba caches them on disk.
 
 A worker that finds no job for about ``SPIN_SECONDS`` sleeps on a condition variable; the next
 caller wakes it, runs alone until it arrives, and the pool spins again for later kernels.
@@ -33,7 +35,6 @@ import atexit
 import contextlib
 import hashlib
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -151,15 +152,17 @@ def spin_checks(seconds: float) -> int:
 # -- generated launch / entry pairs -------------------------------------------------------------
 
 _ENTRIES: dict[tuple, Any] = {}  # (kernel, fingerprint of the arguments) -> _Entry or None
+_MODULES: dict[str, Any] = {}  # generated source -> module (one per argument-type signature)
 _ENTRIES_LOCK = threading.Lock()
 
 
 class _Entry:
-    __slots__ = ("launch", "address")
+    __slots__ = ("launch", "address", "kernel")
 
-    def __init__(self, launch: Any, address: int) -> None:
+    def __init__(self, launch: Any, address: int, kernel: int) -> None:
         self.launch = launch
-        self.address = address
+        self.address = address  # the C entry point every thread calls
+        self.kernel = kernel  # the kernel's machine code, called by the entry
 
 
 class _Unsupported(Exception):
@@ -176,7 +179,8 @@ def _dtype_expr(dtype: types.Type) -> str:
 
 class _Packer:
     """Writes the statements that pack the arguments (in ``launch``) and rebuild them (in
-    ``entry``), one job-buffer slot at a time from ``ARGS``."""
+    ``entry``), one job-buffer slot at a time from ``ARGS``, and the Numba types the rebuilt
+    values have (the kernel is compiled for exactly those)."""
 
     def __init__(self) -> None:
         self.slot = K.ARGS
@@ -189,8 +193,9 @@ class _Packer:
             raise _Unsupported("too many arguments for the job buffer")
         return s
 
-    def value(self, ty: types.Type, src: str) -> str:
-        """Pack ``src`` (a launch expression of type ``ty``); return the entry expression."""
+    def value(self, ty: types.Type, src: str) -> tuple[str, types.Type]:
+        """Pack ``src`` (a launch expression of type ``ty``); return the entry expression and
+        its type."""
         if isinstance(ty, types.Array):
             if ty.layout != "C" or ty.ndim < 1:
                 raise _Unsupported(f"{ty} (only C-contiguous arrays of rank >= 1)")
@@ -200,76 +205,73 @@ class _Packer:
                 self.pack.append(f"job[{s + 1 + d}] = {src}.shape[{d}]")
             shape = ", ".join(f"job[{s + 1 + d}]" for d in range(ty.ndim))
             dt = _dtype_expr(ty.dtype)
-            return f"carray(as_pointer(job[{s}], {dt}), ({shape},))"
+            rebuilt = types.Array(ty.dtype, ty.ndim, "C")
+            return f"carray(as_pointer(job[{s}], {dt}), ({shape},))", rebuilt
         if isinstance(ty, types.BaseTuple):
             parts = [self.value(t, f"{src}[{i}]") for i, t in enumerate(ty.types)]
-            return "(" + "".join(p + ", " for p in parts) + ")"
+            expr = "(" + "".join(p[0] + ", " for p in parts) + ")"
+            return expr, types.BaseTuple.from_types([p[1] for p in parts])
         s = self.take()
         if ty == types.boolean:
             self.pack.append(f"job[{s}] = 1 if {src} else 0")
-            return f"job[{s}] != 0"
+            return f"job[{s}] != 0", types.boolean
         if isinstance(ty, types.Integer):
             self.pack.append(f"job[{s}] = {src}")
-            return f"np.{ty.name}(job[{s}])"
+            return f"np.{ty.name}(job[{s}])", ty
         if isinstance(ty, types.Float):
             self.pack.append(f"job[{s}] = f64_to_bits({src})")
-            return f"np.{ty.name}(bits_to_f64(job[{s}]))"
+            return f"np.{ty.name}(bits_to_f64(job[{s}]))", ty
         raise _Unsupported(f"argument of type {ty}")
 
 
-def _source_stamp(kernel: Any) -> str:
-    """Hash of the files the kernel's machine code depends on: Numba's cache only watches the
-    file that defines a function, so the generated file's name must change with them."""
-    files = [getattr(sys.modules.get(kernel.py_func.__module__), "__file__", None)]
-    here = Path(K.__file__).parent
-    files += [here / "chunks.py", here / "atomics.py", __file__]
-    h = hashlib.sha256()
-    for f in files:
-        if f:
-            with contextlib.suppress(OSError):
-                h.update(Path(f).read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _generate(kernel: Any, args: tuple) -> str:
+def _generate(args: tuple) -> tuple[str, tuple[types.Type, ...]]:
+    """The launch/entry module for kernel arguments like ``args`` (any kernel: the entry
+    calls the kernel through the address in the job buffer), and the argument types the
+    kernel must be compiled for (the control array first)."""
     arg_types = [numba.typeof(a) for a in args]
     p = _Packer()
     rebuilt = [p.value(t, f"a{i}") for i, t in enumerate(arg_types)]
     names = ", ".join(f"a{i}" for i in range(len(args)))
-    module, name = kernel.py_func.__module__, kernel.py_func.__name__
     pack = "\n".join(f"    {line}" for line in p.pack) or "    pass"
-    call_args = ", ".join(["job[0:CTL_SIZE]", *rebuilt])
-    stamp = _source_stamp(kernel)
-    return f'''"""onnxjit generated pool entry for {module}.{name} (sources {stamp}).
+    call_args = "".join(f"{expr}, " for expr, _ in rebuilt)
+    # Numba's cache keys these functions by this file only: the name must change with the
+    # files whose code they inline.
+    here = Path(K.__file__).parent
+    h = hashlib.sha256()
+    for f in (here / "chunks.py", here / "atomics.py", Path(__file__)):
+        with contextlib.suppress(OSError):
+            h.update(f.read_bytes())
+    source = f'''"""onnxjit generated pool entry (sources {h.hexdigest()[:16]}).
 
 argument types: {", ".join(str(t) for t in arg_types)}
 """
 import numpy as np
 from numba import carray, cfunc, types
 from onnxjit.kernels._jit import njit
-from onnxjit.kernels.atomics import as_pointer, bits_to_f64, call_address, f64_to_bits
-from onnxjit.kernels.chunks import (
-    CTL_SIZE, DONE, ERROR, FN, JOB_SIZE, THREADS, WORKERS, finish, publish_begin, publish_end,
+from onnxjit.kernels.atomics import (
+    as_pointer, bits_to_f64, call_address, call_native, f64_to_bits,
 )
-from {module} import {name} as kernel
+from onnxjit.kernels.chunks import (
+    CTL_SIZE, DONE, ERROR, FN, JOB_SIZE, KERNEL, THREADS, WORKERS, finish, publish_begin,
+    publish_end,
+)
 
 
 @cfunc(types.void(types.CPointer(types.int64)), cache=True)
 def entry(jp):
     job = carray(jp, (JOB_SIZE,))
-    try:
-        kernel({call_args})
-    except Exception:  # the caller reruns the kernel alone to raise it in Python
-        job[ERROR] = 1
+    if call_native(job[KERNEL], (job[0:CTL_SIZE], {call_args})) != 0:
+        job[ERROR] = 1  # the caller reruns the kernel alone to raise it in Python
 
 
 @njit
-def launch(sync, job, fn, workers, spin, {names}):
+def launch(sync, job, fn, kernel, workers, spin, {names}):
     publish_begin(sync, spin)
     for i in range(CTL_SIZE):
         job[i] = 0
     job[THREADS] = workers + 1
     job[FN] = fn
+    job[KERNEL] = kernel
     job[WORKERS] = workers
     job[ERROR] = 0
     job[DONE] = -1
@@ -279,6 +281,18 @@ def launch(sync, job, fn, workers, spin, {names}):
     finish(sync, job, spin)
     return job[ERROR]
 '''
+    ctl_type = types.Array(types.int64, 1, "C")
+    return source, (ctl_type, *[t for _, t in rebuilt])
+
+
+def _native_address(kernel: Any, sig: tuple[types.Type, ...]) -> int:
+    """The machine-code address of ``kernel`` compiled for ``sig`` (compiled, or loaded
+    from Numba's disk cache, now if needed)."""
+    cres = kernel.overloads.get(sig)
+    if cres is None:
+        kernel.compile(sig)
+        cres = kernel.overloads[sig]
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
 
 
 def _entry_for(kernel: Any, args: tuple, key: tuple) -> _Entry | None:
@@ -286,10 +300,14 @@ def _entry_for(kernel: Any, args: tuple, key: tuple) -> _Entry | None:
         if key in _ENTRIES:
             return _ENTRIES[key]
         try:
-            mod = modcache.load(_generate(kernel, args))
-            entry: _Entry | None = _Entry(mod.launch, mod.entry.address)
+            source, sig = _generate(args)
         except _Unsupported:
-            entry = None
+            _ENTRIES[key] = None
+            return None
+        mod = _MODULES.get(source)
+        if mod is None:
+            mod = _MODULES[source] = modcache.load(source)
+        entry = _Entry(mod.launch, mod.entry.address, _native_address(kernel, sig))
         _ENTRIES[key] = entry
         return entry
 
@@ -345,7 +363,7 @@ def _launch(entry: _Entry | None, kernel: Any, args: tuple, threads: int) -> Non
         if pool.sleeping:
             pool.wake()
         failed = entry.launch(
-            pool.sync, pool.job, entry.address, threads - 1, _caller_spin(), *args
+            pool.sync, pool.job, entry.address, entry.kernel, threads - 1, _caller_spin(), *args
         )
     finally:
         pool.busy.release()
