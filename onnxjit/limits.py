@@ -201,13 +201,17 @@ def element_count(ctx: Any, shape: Sequence[Any], what: str = "output") -> int:
     return count
 
 
-def check(ctx: Any, shape: Sequence[Any], dtype: Any, what: str = "output") -> int:
+def check(
+    ctx: Any, shape: Sequence[Any], dtype: Any, what: str = "output", run: bool = True
+) -> int:
     """Account for a tensor of ``shape`` and ``dtype`` about to be allocated by the node of
     ``ctx`` (a NodeContext, or a string naming what allocates); return its byte size.
 
     Raises :class:`ResourceLimitError` (before anything is allocated) when the element count
-    overflows int64, when the tensor exceeds the per-tensor cap, or when the run's total would
-    exceed the per-run cap. Negative dimensions are the caller's to refuse first.
+    overflows int64, when the tensor exceeds the per-tensor cap, or (``run=True``) when the
+    run's total would exceed the per-run cap; ``run=False`` checks a tensor that already
+    exists or is counted elsewhere against the per-tensor cap only. Negative dimensions are
+    the caller's to refuse first.
     """
     count = element_count(ctx, shape, what)
     itemsize = np.dtype(dtype).itemsize or 1
@@ -229,6 +233,8 @@ def check(ctx: Any, shape: Sequence[Any], dtype: Any, what: str = "output") -> i
             f"{size} bytes ({human(size)}), over the per-tensor cap of {cap} bytes "
             f"({human(cap)}); if the model really needs it, raise {limits.tensor_setting}"
         )
+    if not run:
+        return size
     cap = limits.max_run_bytes
     if cap and budget.used + size > cap:
         raise ResourceLimitError(

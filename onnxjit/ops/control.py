@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import types
+from onnxjit import limits, types
 from onnxjit.registry import NodeContext, onnx_op
 
 
@@ -107,8 +107,14 @@ def loop(ctx, M=None, cond=None, *v_initial, body=None):
             body, [np.array(i, dtype=np.int64), np.array(keep_going, dtype=bool), *carried]
         )
         carried = list(outs[1 : 1 + n_carried])
+        for v in carried:  # a value that grows every iteration meets the tensor cap
+            if isinstance(v, np.ndarray):
+                limits.check(ctx, v.shape, v.dtype, f"carried value of iteration {i}", False)
         for k in range(n_scan):
-            scans[k].append(outs[1 + n_carried + k])
+            v = outs[1 + n_carried + k]
+            if isinstance(v, np.ndarray):  # the stack the scan output is growing into
+                limits.check(ctx, (i + 1, *v.shape), v.dtype, f"scan output {k}", False)
+            scans[k].append(v)
         if cond is not None:
             # Without a cond input the loop is a for loop and the body's cond is ignored.
             keep_going = _as_bool(ctx, outs[0], "the body's cond output")
@@ -116,6 +122,8 @@ def loop(ctx, M=None, cond=None, *v_initial, body=None):
     results: list[Any] = _detach(body, carried)
     for k in range(n_scan):
         if scans[k]:
+            first = np.asarray(scans[k][0])
+            limits.check(ctx, (len(scans[k]), *first.shape), first.dtype, f"scan output {k}")
             try:
                 results.append(np.stack([np.asarray(v) for v in scans[k]]))
             except ValueError as exc:

@@ -31,6 +31,7 @@ import io
 
 import numpy as np
 
+from onnxjit import limits
 from onnxjit.registry import NodeContext, onnx_op
 
 _CHANNELS = {"RGB": 3, "BGR": 3, "Grayscale": 1}
@@ -72,6 +73,8 @@ def image_decoder_20(
     channels = _CHANNELS[pixel_format]
     try:
         img = image_mod.open(io.BytesIO(data.tobytes()))
+        # the header's size, before decoding: a small stream may claim a huge image
+        limits.check(ctx, (img.height, img.width, 4), np.uint8, "decoded image")
         img.load()
         if img.mode.startswith("I;16"):
             # 16-bit grey: Pillow's convert clips to 255; keep the high byte instead (the

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import types
+from onnxjit import limits, types
 from onnxjit.kernels.cpu import misc as K
 from onnxjit.registry import NodeContext, onnx_op
 
@@ -276,6 +276,7 @@ def max_unpool(ctx, X, I, output_shape=None, *, kernel_shape=None, pads=None, st
             )
     if min(shape) < 0:
         raise ctx.error(f"the unpooled shape {shape} has a negative size")
+    limits.check(ctx, shape, x.dtype)
     out = np.zeros(shape, dtype=x.dtype)
     flat_idx = idx.reshape(-1).astype(np.int64, copy=False)
     if flat_idx.size and (flat_idx.min() < 0 or flat_idx.max() >= out.size):
@@ -488,6 +489,7 @@ def _shape_of(ctx: NodeContext, shape: list[int] | None) -> tuple[int, ...]:
         raise ctx.error("the 'shape' attribute is required")
     if any(int(d) < 0 for d in shape):
         raise ctx.error(f"'shape' must hold non-negative sizes, found {shape}")
+    limits.check(ctx, shape, np.float64)  # drawn in float64
     return tuple(int(d) for d in shape)
 
 
@@ -565,6 +567,7 @@ def multinomial(ctx, input, *, dtype=6, sample_size=1, seed=None):
     if int(sample_size) < 0:
         raise ctx.error(f"'sample_size' must be >= 0, found {sample_size}")
     n_batch, n_class = x.shape
+    limits.check(ctx, (n_batch, int(sample_size)), np.float64)
     out = np.zeros((n_batch, int(sample_size)), dtype=np.int64)
     gen, lock = _RNGS.get(ctx, seed)
     with lock:

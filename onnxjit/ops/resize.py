@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from onnxjit import limits
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import resize as K
 from onnxjit.pool import run_parallel
@@ -230,8 +231,8 @@ def _resize(
         sc = np.asarray(scales).reshape(-1)
         if sc.size != len(ax):
             raise ctx.error(f"scales has {sc.size} entries, expected {len(ax)} (one per axis)")
-        if (sc <= 0).any():
-            raise ctx.error(f"scales must be positive, got {sc.tolist()}")
+        if not (sc > 0).all() or not np.isfinite(sc).all():
+            raise ctx.error(f"scales must be positive and finite, got {sc.tolist()}")
         for a, s in zip(ax, sc.tolist()):
             scale_of[a] = float(s)
             size_of[a] = int(math.floor(float(s) * in_shape[a]))
@@ -245,6 +246,7 @@ def _resize(
     if coord_mode == "tf_crop_and_resize":
         for a in ax:
             roi_of.setdefault(a, (0.0, 1.0))
+    limits.check(ctx, [size_of[a] for a in range(rank)], X.dtype)
 
     out_dtype = X.dtype
     if mode == "nearest" or out_dtype in (np.float32, np.float64):

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import types
+from onnxjit import limits, types
 from onnxjit.kernels.cpu import signal as K
 from onnxjit.registry import NodeContext, onnx_op
 
@@ -116,6 +116,7 @@ def _dft(
             f"the transform length must be >= 1, found {n} (axis {a} of 'input' has "
             f"{x.shape[a]} entries); pass a positive 'dft_length'"
         )
+    limits.check(ctx, x.shape[:a] + (n,) + x.shape[a + 1 : -1] + (2,), np.float64)
     sig = _as_signal(x, work)
     if irfft:
         # One-sided spectrum -> real signal of n samples (numpy pads/truncates the bins).
@@ -185,6 +186,7 @@ def stft_17(ctx, signal, frame_step, window=None, frame_length=None, *, onesided
             f"the frame length must be in [1, {length}] (the signal length), found {flen}"
         )
     frames = (length - flen) // step + 1
+    limits.check(ctx, (x.shape[0], frames, flen), np.complex128, "framed signal")
     sig = _as_signal(x, work)  # (batch, length), real or complex
     # Framing is a strided view and windowing one broadcast multiply over it: numpy does
     # both in a single pass, so no kernel is needed before the batched FFT.
@@ -232,6 +234,7 @@ def mel_weight_matrix_17(
     if not 0.0 <= lo <= hi:
         raise ctx.error(f"expected 0 <= lower_edge_hertz <= upper_edge_hertz, found {lo} and {hi}")
     n_spec = n_fft // 2 + 1
+    limits.check(ctx, (n_spec, n_mel), np.float64)
     # n_mel + 2 band edges equally spaced on the mel scale; log1p/expm1 keep the small
     # frequencies exact. A few values: one numpy pass.
     mel_lo = 2595.0 * np.log1p(lo / 700.0) / np.log(10.0)
@@ -260,6 +263,7 @@ def _cosine_window(ctx: NodeContext, size: Any, periodic: int, output_datatype: 
     n = _scalar_int(ctx, size, "'size'")
     if n < 0:
         raise ctx.error(f"'size' must be >= 0, found {n}")
+    limits.check(ctx, (n,), np.float64)
     denom = float(n if periodic else n - 1)
     phase = np.arange(n, dtype=np.float64) * (2.0 * np.pi)
     with np.errstate(divide="ignore", invalid="ignore"):

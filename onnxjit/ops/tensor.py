@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import types
+from onnxjit import limits, types
 from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import tensor as K
@@ -175,10 +175,12 @@ def constant_of_shape_9(ctx, input, *, value=None):
     if any(d < 0 for d in shape):
         raise ctx.error(f"shape {shape} has a negative dimension; dimensions must be >= 0")
     if value is None:
+        limits.check(ctx, shape, np.float32)
         return np.zeros(shape, dtype=np.float32)
     v = np.asarray(value)
     if v.size != 1:
         raise ctx.error(f"attribute value must hold one element; found shape {list(v.shape)}")
+    limits.check(ctx, shape, v.dtype)
     return np.full(shape, v.reshape(-1)[0], dtype=v.dtype)
 
 
@@ -207,10 +209,18 @@ def range_11(ctx, start, limit, delta):
     if dtype.kind in "iu":
         s, lim, d = int(s), int(lim), int(d)
         n = max(-((s - lim) // d), 0)  # exact ceil((lim - s) / d)
+        limits.check(ctx, [n], np.int64)
         return (np.arange(n, dtype=np.int64) * d + s).astype(dtype)
     work = np.dtype(np.float32) if dtype.itemsize < 4 else dtype
     sw, lw, dw = (np.asarray(v).astype(work) for v in (s, lim, d))
-    n = max(int(math.ceil((float(lw) - float(sw)) / float(dw))), 0)
+    count = (float(lw) - float(sw)) / float(dw)
+    if not math.isfinite(count):
+        raise ctx.error(
+            f"start={float(sw)}, limit={float(lw)}, delta={float(dw)} give {count} elements; "
+            "use finite start, limit and delta"
+        )
+    n = max(int(math.ceil(count)), 0)
+    limits.check(ctx, [n], work)
     out = sw + np.arange(n, dtype=work) * dw
     return out.astype(dtype)
 
@@ -361,6 +371,7 @@ def expand_8(ctx, input, shape):
         raise ctx.error(
             f"input shape {list(x.shape)} cannot be broadcast with {_ints(shape)}"
         ) from None
+    limits.check(ctx, out_shape, x.dtype)
     return np.broadcast_to(x, out_shape).copy()
 
 
@@ -383,6 +394,7 @@ def tile_6(ctx, input, repeats):
         raise ctx.error(
             f"repeats {reps} must have one non-negative entry per input axis ({x.ndim})"
         )
+    limits.check(ctx, [n * r for n, r in zip(x.shape, reps)], x.dtype)
     return np.tile(x, reps) if x.ndim else x.copy()
 
 
@@ -536,6 +548,7 @@ def _pad(
     out_shape = [x.shape[d] + begin[d] + end[d] for d in range(r)]
     if any(s < 0 for s in out_shape):
         raise ctx.error(f"pads {list(pads)} remove more than the input shape {list(x.shape)}")
+    limits.check(ctx, out_shape, x.dtype)
     if mode == "constant":
         cv = 0 if value is None else _scalar(ctx, value, "constant_value")
         if x.dtype.hasobject and value is None:
@@ -873,6 +886,7 @@ def one_hot_9(ctx, indices, depth, values, *, axis=-1):
     r = ind.ndim + 1
     a = _norm_axis(ctx, axis, r)
     outer, inner = math.prod(ind.shape[:a]), math.prod(ind.shape[a:])
+    limits.check(ctx, ind.shape[:a] + (d,) + ind.shape[a:], vals.dtype)
     idx2 = _index_array(ind).reshape(outer, inner)
     out = np.empty(ind.shape[:a] + (d,) + ind.shape[a:], dtype=vals.dtype)
     o3 = out.reshape(outer, d, inner)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxjit import limits
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import vision as K
 from onnxjit.pool import run_parallel
@@ -386,6 +387,7 @@ def col2im_18(
         raise ctx.error(f"input must be 3-D (N, C*prod(block_shape), L); found {input.shape}")
     if min(block) <= 0 or min(dil) <= 0 or min(st) <= 0 or min(image) < 0:
         raise ctx.error("block_shape, dilations and strides must be positive")
+    limits.check(ctx, (*input.shape[:2], *image), np.float64)
     k_total = int(np.prod(block))
     n, ck, l_n = input.shape
     if ck % k_total:
