@@ -179,11 +179,12 @@ def _drivers(f: int) -> str:
 @pjit
 def predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels, label_values,
             bad_rows):
-    """Every row, in chunks of whole groups of {G} rows claimed from ctl: walk, then
-    finish_rows. Adds the count of rows holding a NaN to bad_rows[0] and returns this
-    thread's count."""
+    """Every row: walk, then finish_rows. The items claimed from ctl are the whole groups of
+    {G} rows, then each row after them on its own (so that threads share the last rows too).
+    Adds the count of rows holding a NaN to bad_rows[0] and returns this thread's count."""
     n = x.shape[0]
-    n_items = (n + {G - 1}) // {G}
+    n_groups = n // {G}
+    n_items = n_groups + n % {G}
     n_out = y.shape[1]
     uk = np.uint64(n_out)
     xf = x.reshape(x.size)
@@ -194,20 +195,18 @@ def predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels, labe
         chunk_lo, chunk_hi = claim(ctl, n_items)
         if chunk_lo >= chunk_hi:
             break
-        r = chunk_lo * {G}
-        r1 = min(chunk_hi * {G}, n)
-        while r < r1:
-            m = min({G}, r1 - r)
-            bad += nan_rows_in(x, r, m)
+        for item in range(chunk_lo, chunk_hi):
             acc[:] = 0
-            if m == {G}:
+            if item < n_groups:
+                r = item * {G}
+                m = {G}
                 walk_rows(xf, np.uint64(r * {f}), feat, thr, leaves, depth, tgt, acc, uk)
             else:
-                for j in range(m):
-                    walk_trees(xf, np.uint64((r + j) * {f}), feat, thr, leaves, depth, tgt,
-                               acc, np.uint64(j) * uk, uk)
+                r = n_groups * {G} + (item - n_groups)
+                m = 1
+                walk_trees(xf, np.uint64(r * {f}), feat, thr, leaves, depth, tgt, acc, ZERO, uk)
+            bad += nan_rows_in(x, r, m)
             finish_rows(acc, m, y, r, labels, label_values, fin_i, fin_f, tmp)
-            r += m
     fetch_add(bad_rows, 0, bad)
     return bad
 '''
