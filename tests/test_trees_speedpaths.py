@@ -546,6 +546,11 @@ def test_fast_path_later_runs(monkeypatch, kind):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(c))
     assert all(p is not None for p in _perfect_tables())
     assert sess._program.steps[0].fast is not None  # the last run went through a fast path
+    # no rows: empty outputs of the same dtypes and widths
+    empty = sess.run(None, {"x": np.zeros((0, 4), np.float32)})
+    for e, g in zip(empty, kept[-1][0]):
+        e, g = np.asarray(e), np.asarray(g)
+        assert e.shape == (0, *g.shape[1:]) and e.dtype == g.dtype
 
 
 @pytest.mark.parametrize("kind", ["regressor", "classifier"])

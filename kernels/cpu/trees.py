@@ -544,18 +544,20 @@ def rows_general(
 # ``g >= d_t`` steps reaches level ``g`` at ``2**(g - d_t)`` times the leaf's index within
 # level ``d_t``.
 #
-# Arrays (one stride per tree):
+# Arrays (one stride per tree; T is padded to a multiple of 16 with one-leaf trees worth 0):
 #
 # * ``feat`` [T * NI] (uint8/uint16/uint32) and ``thr`` [T * NI] (float32/float64): branch
 #   ``x[feat] <= thr`` goes left;
 # * ``leaves`` [T * 2**D * kt]: the kt values of leaf ``i`` of tree ``t`` at
-#   ``(t * 2**D + i) * kt``; they go to targets ``tgt[t] .. tgt[t] + kt - 1``;
+#   ``(t * 2**D + i) * kt``: with kt == 1 the value goes to target ``tgt[t]``, otherwise to
+#   targets 0 .. kt - 1 (kt is then the target count);
 # * ``depth`` [T] (int64): d_t.
 #
 # A NaN compares false and walks right: its row gets a wrong value, which the host replaces
 # (the kernels count rows holding a NaN). The walks themselves live in generated modules
-# (onnxjit/codegen/trees.py), which fix the row width and NI as constants: then the lock-step
-# walks of several rows address ``x`` and the trees with constant offsets from one base.
+# (onnxjit/codegen/trees.py), which fix the row width, NI and kt as constants: then the
+# lock-step walks of several rows address ``x`` and the trees with constant offsets from one
+# base. Sums follow tree order for every row, whatever the batch size or thread count.
 
 ZERO = np.uint64(0)
 ONE = np.uint64(1)

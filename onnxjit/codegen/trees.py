@@ -1,13 +1,13 @@
 """Generated tree-ensemble walks over the perfect layout (kernels/cpu/trees.py).
 
-One module per (row width ``F``, interior slots per tree ``NI``, values per leaf ``KT``): all are
-constants in it (a leaf's ``KT`` additions are unrolled), so
-that the walk of ``G`` rows in lock-step reads ``x`` at constant offsets ``j * F`` from one base
-and the walk of ``GT`` trees for one row reads the trees at constant offsets ``j * NI``; neither
-needs a register per row or per tree (with run-time strides the sixteen chains spilled their
-pointers to the stack: 0.62 ns per node visit against 0.53 with constants, rf_reg of G1 on the
-development machine). Everything else is a run-time argument, and Numba specialises on dtypes
-only, so a new batch size compiles nothing.
+One module per (row width ``F``, interior slots per tree ``NI``, values per leaf ``KT``): all
+are constants in it, so that the walk of ``G`` rows in lock-step reads ``x`` at constant offsets
+``j * F`` from one base and the walk of ``GT`` trees for one row reads the trees at constant
+offsets ``j * NI``; neither needs a register per row or per tree (with run-time strides the
+chains spilled their pointers to the stack: 0.62 ns per node visit against 0.53 with constants,
+rf_reg of G1 on the development machine). A leaf's ``KT`` additions are unrolled, and only the
+branches for its ``KT`` are generated. Everything else is a run-time argument, and Numba
+specialises on dtypes only, so a new batch size compiles nothing.
 
 The source is built as a Python AST (parsed from a fixed template holding only generated names
 and integer constants), rendered with ``ast.unparse`` and imported through
