@@ -294,36 +294,53 @@ def _dw_fill(xf, plane, D, H, W, st, pb, g, bf, pad):
     sh, sw = st[1], st[2]
     ph = pb[1]
     usw = _u(sw)
+    uW = _u(W)
     for i in range(bf.shape[0]):
         bf[i] = pad
     i_start = ph // sh
     qh_start = ph - i_start * sh
-    for qw in range(sw):
-        w0, j0, cnt = cols[qw, 0], cols[qw, 1], cols[qw, 2]
-        if cnt == 0:
+    # sw == 2: the phase holding the even input columns (a) and the odd ones (b)
+    qa = 0 if cols[0, 0] == 0 else 1
+    qb = 1 - qa
+    for dd in range(Dp):
+        d = dd - pb[0]
+        if d < 0 or d >= D:
             continue
-        ucnt = _u(cnt)
-        for dd in range(Dp):
-            d = dd - pb[0]
-            if d < 0 or d >= D:
-                continue
-            i, qh = i_start, qh_start
-            src = _u(((plane + d) * H) * W + w0)
-            for _h in range(H):
-                if i >= Hq:
-                    break
-                dst = _u((((dd * sh + qh) * sw + qw) * Hq + i) * Wq + j0)
-                if sw == 1:
-                    for m in range(ucnt):
-                        bf[dst + m] = xf[src + m]
-                else:
-                    for m in range(ucnt):
-                        bf[dst + m] = xf[src + m * usw]
-                src += _u(W)
-                qh += 1
-                if qh == sh:
-                    qh = 0
-                    i += 1
+        i, qh = i_start, qh_start
+        src = _u(((plane + d) * H) * W)
+        for _h in range(H):
+            if i >= Hq:
+                break
+            row = ((dd * sh + qh) * sw) * Hq + i
+            if sw == 1:
+                dst = _u(row * Wq + cols[0, 1])
+                s0 = src + _u(cols[0, 0])
+                for m in range(_u(cols[0, 2])):
+                    bf[dst + m] = xf[s0 + m]
+            elif sw == 2:
+                # both phases in one loop: LLVM vectorises the pair of stride-2 loads
+                da = _u((row + qa * Hq) * Wq + cols[qa, 1])
+                db = _u((row + qb * Hq) * Wq + cols[qb, 1])
+                ca, cb = cols[qa, 2], cols[qb, 2]
+                both = _u(min(ca, cb))
+                for m in range(both):
+                    bf[da + m] = xf[src + _u(2) * m]
+                    bf[db + m] = xf[src + _u(2) * m + _u(1)]
+                for m in range(both, _u(ca)):
+                    bf[da + m] = xf[src + _u(2) * m]
+                for m in range(both, _u(cb)):
+                    bf[db + m] = xf[src + _u(2) * m + _u(1)]
+            else:
+                for qw in range(sw):
+                    dst = _u((row + qw * Hq) * Wq + cols[qw, 1])
+                    s0 = src + _u(cols[qw, 0])
+                    for m in range(_u(cols[qw, 2])):
+                        bf[dst + m] = xf[s0 + m * usw]
+            src += uW
+            qh += 1
+            if qh == sh:
+                qh = 0
+                i += 1
 
 
 @njit(inline="always")
@@ -350,7 +367,8 @@ def _dw_plane(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide,
     w = wm[m]
     t = yf.dtype.type
     bv = t(bias[m]) if has_bias else t(0)
-    n_wide = _u(OH * Wq)
+    # whole vectors: the junk past OH * Wq reads the buffer's slack (see _dw_bufs)
+    n_wide = _u((OH * Wq + _SLACK - 1) // _SLACK * _SLACK)
     ybase = (n * M + m) * OD * OH * OW
     slice_step = _u(st[0] * st[1] * st[2] * Hq * Wq)
     for od in range(OD):
@@ -382,6 +400,8 @@ def _dw_plane(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide,
                 wv = w[tap]
                 for j in range(n_wide):
                     wide[j] += wv * bf[off + j]
+        if not has_res:
+            activate(wide[:n_wide], act, p0, p1)
         yb = _u(ybase + od * OH * OW)
         wb = _u(0)
         for _oh in range(OH):
@@ -389,22 +409,25 @@ def _dw_plane(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide,
                 yf[yb + j] = wide[wb + j]
             yb += _u(OW)
             wb += _u(Wq)
-    if has_res or act != ACT_NONE:
+    if has_res:
         n_plane = OD * OH * OW
         v = yf[ybase : ybase + n_plane]
-        if has_res:
-            rv = res[ybase : ybase + n_plane]
-            for j in range(n_plane):
-                v[j] += rv[j]
+        rv = res[ybase : ybase + n_plane]
+        for j in range(n_plane):
+            v[j] += rv[j]
         activate(v, act, p0, p1)
     return plane
+
+
+# Elements past a depthwise plane's buffer and row loop: the loop runs whole 16-lane vectors.
+_SLACK = 16
 
 
 @njit(inline="always")
 def _dw_bufs(x, g, st, osz):
     Dp, Hq, Wq, toff, cols = g
-    bf = np.empty(Dp * st[1] * st[2] * Hq * Wq, x.dtype)
-    wide = np.empty(osz[1] * Wq, x.dtype)
+    bf = np.zeros(Dp * st[1] * st[2] * Hq * Wq + _SLACK, x.dtype)
+    wide = np.empty((osz[1] * Wq + _SLACK - 1) // _SLACK * _SLACK, x.dtype)
     return bf, wide
 
 
