@@ -241,6 +241,8 @@ def _resize(
         r = np.asarray(roi, dtype=np.float64).reshape(-1)
         if r.size != 2 * len(ax):
             raise ctx.error(f"roi has {r.size} entries, expected {2 * len(ax)} (starts, ends)")
+        if not np.isfinite(r).all():
+            raise ctx.error(f"roi {r.tolist()} holds a non-finite value; pass finite bounds")
         for i, a in enumerate(ax):
             roi_of[a] = (float(r[i]), float(r[len(ax) + i]))
     if coord_mode == "tf_crop_and_resize":

@@ -217,6 +217,12 @@ def _roi_align(
     if oh <= 0 or ow <= 0:
         raise ctx.error(f"output_height/output_width must be positive; found {oh}, {ow}")
     r_n = rois.shape[0]
+    if rois.size and not np.isfinite(rois.astype(np.float64)).all():
+        bad = int(np.flatnonzero(~np.isfinite(rois.astype(np.float64)).all(axis=1))[0])
+        raise ctx.error(
+            f"rois[{bad}] = {rois[bad].tolist()} is not finite; every region needs finite "
+            "coordinates"
+        )
     out_shape = (r_n, c, oh, ow)
     if r_n == 0 or c == 0:
         return np.zeros(out_shape, x.dtype)
