@@ -12,9 +12,12 @@ must round exactly as numpy does.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 
 import numba
+from numba.core.caching import FunctionCache
 
 PARALLEL_THRESHOLD = 1 << 15
 
@@ -80,8 +83,87 @@ def njit(fn=None, *, fma: bool = False, **kw):
     """Serial kernel: ``@njit``, ``@njit(inline="always")``, ``@njit(fma=True)``."""
     opts = _options(fma, kw)
     if fn is None:
-        return lambda f: numba.njit(**opts)(f)
-    return numba.njit(**opts)(fn)
+        return lambda f: _safe(numba.njit(**opts)(f))
+    return _safe(numba.njit(**opts)(fn))
+
+
+def centry(sig):
+    """``@numba.cfunc(sig, cache=True)`` with onnxjit's cache safety (see :class:`_SafeCache`);
+    the pool's generated entry points use it."""
+
+    def deco(fn):
+        from numba.core import sigutils
+        from numba.core.ccallback import CFunc
+
+        res = CFunc(
+            fn,
+            sigutils.normalize_signature(sig),
+            locals={},
+            options={"nopython": True, **_OPTIONS_NOCACHE},
+        )
+        res._cache = _SafeCache(fn)
+        res.compile()
+        return res
+
+    return deco
+
+
+_OPTIONS_NOCACHE = {k: v for k, v in _OPTIONS.items() if k != "cache"}
+
+
+class _SafeCache(FunctionCache):
+    """Numba's on-disk cache, made to survive damaged entries.
+
+    Numba raises (an unpickling error, a ValueError) when an index or data file is truncated
+    or overwritten; here the entry is dropped, a warning names it, and the function compiles
+    again (and is saved afresh). A failed save warns and leaves the function compiled in
+    memory. Concurrent writers are safe in Numba itself: files are written to a temporary
+    name and renamed into place.
+    """
+
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as exc:
+            self._drop(f"could not be read ({type(exc).__name__}: {exc}); compiling it again")
+            return None
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        except Exception:
+            self._drop("could not be updated; starting it afresh")
+            try:
+                super().save_overload(sig, data)
+            except Exception as exc:
+                warnings.warn(
+                    f"onnxjit: cannot save the compiled kernel {self._label} to the kernel "
+                    f"cache ({type(exc).__name__}: {exc}); it stays compiled in memory",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    @property
+    def _label(self) -> str:
+        return getattr(self._py_func, "__qualname__", "?")
+
+    def _drop(self, why: str) -> None:
+        index = getattr(self._cache_file, "_index_path", None)
+        warnings.warn(
+            f"onnxjit: the kernel cache entry of {self._label} ({index}) {why}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        if index:
+            with contextlib.suppress(OSError):
+                os.unlink(index)
+
+
+def _safe(disp):
+    """Give a cached dispatcher the damage-tolerant cache (no effect when caching is off)."""
+    if isinstance(getattr(disp, "_cache", None), FunctionCache):
+        disp._cache = _SafeCache(disp.py_func)
+    return disp
 
 
 def pjit(fn=None, *, fma: bool = False, **kw):

@@ -1,7 +1,9 @@
 """Every ``ONNXJIT_*`` environment variable, read in one place.
 
 ``ONNXJIT_CACHE_DIR``   folder for compiled kernels and generated kernel sources
-                        (default: ``$XDG_CACHE_HOME/onnxjit`` or ``~/.cache/onnxjit``).
+                        (default: ``$XDG_CACHE_HOME/onnxjit`` or ``~/.cache/onnxjit``; the
+                        kernels go to a subfolder named by their sources, see
+                        :mod:`onnxjit.jitcache`).
 ``ONNXJIT_NUM_THREADS`` default thread count for Numba kernels and BLAS (default: all cores).
 ``ONNXJIT_PARALLEL_THRESHOLD`` element count above which kernels run multi-threaded.
 ``ONNXJIT_VECTOR_WIDTH`` ``auto`` (default: 512-bit vectors on CPUs with AVX-512) or
@@ -72,10 +74,11 @@ SETTINGS = read_settings()
 def _configure_kernels() -> None:
     # Numba reads its cache folder when a cached function is decorated, so this must run
     # before any kernel module is imported.
+    from onnxjit import jitcache
     from onnxjit.kernels import _jit
 
     _jit.configure(
-        cache_dir=str(SETTINGS.cache_dir / "numba"),
+        cache_dir=str(jitcache.cache_folder(SETTINGS.cache_dir) / "numba"),
         parallel_threshold=SETTINGS.parallel_threshold,
         vector_width=SETTINGS.vector_width,
     )

@@ -246,8 +246,8 @@ def _generate(args: tuple) -> tuple[str, tuple[types.Type, ...]]:
 argument types: {", ".join(str(t) for t in arg_types)}
 """
 import numpy as np
-from numba import carray, cfunc, types
-from onnxjit.kernels._jit import njit
+from numba import carray, types
+from onnxjit.kernels._jit import centry, njit
 from onnxjit.kernels.atomics import (
     as_pointer, bits_to_f64, call_address, call_native, f64_to_bits,
 )
@@ -257,7 +257,7 @@ from onnxjit.kernels.chunks import (
 )
 
 
-@cfunc(types.void(types.CPointer(types.int64)), cache=True)
+@centry(types.void(types.CPointer(types.int64)))
 def entry(jp):
     job = carray(jp, (JOB_SIZE,))
     if call_native(job[KERNEL], (job[0:CTL_SIZE], {call_args})) != 0:

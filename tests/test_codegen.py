@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import onnxjit  # noqa: F401  (configures the kernel cache)
+from onnxjit import jitcache
 from onnxjit.codegen import elementwise as ew
 from onnxjit.codegen import expr as E
 from onnxjit.codegen import modcache
@@ -34,7 +35,9 @@ def test_generated_file_is_named_by_the_hash_of_its_source():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     ew.apply(e, [a, a])
     path = Path(_entry_for(e, [a, a]).source_path)
-    assert path.parent == Path(SETTINGS.cache_dir) / "gen"
+    # <ONNXJIT_CACHE_DIR>/v-<key of the kernel sources>/gen (onnxjit.jitcache)
+    assert path.parent == jitcache.cache_folder(SETTINGS.cache_dir) / "gen"
+    assert path.parent.parent.parent == Path(SETTINGS.cache_dir)
     src = path.read_text(encoding="utf-8")
     assert path.name == hashlib.sha256(src.encode("utf-8")).hexdigest() + ".py"
     # no temporary files are left behind by the atomic write

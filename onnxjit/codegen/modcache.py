@@ -1,7 +1,8 @@
 """File-backed modules for generated code.
 
 Numba can only cache (``cache=True``) functions that live in a real source file, so generated
-kernels are written to ``<cache_dir>/gen/<sha256 of the source>.py`` and imported from there.
+kernels are written to ``<cache folder>/gen/<sha256 of the source>.py`` (:mod:`onnxjit.jitcache`)
+and imported from there.
 The write is atomic (temporary file in the same folder, then ``os.replace``) so concurrent
 processes never import a half-written file. Modules are kept in an in-process dict by hash.
 """
@@ -18,6 +19,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from onnxjit import jitcache
 from onnxjit.config import SETTINGS
 
 _MODULES: dict[str, ModuleType] = {}
@@ -26,7 +28,7 @@ _LOCK = threading.Lock()
 
 def gen_dir() -> Path:
     """The folder that holds generated sources (created on first use)."""
-    d = Path(SETTINGS.cache_dir) / "gen"
+    d = jitcache.cache_folder(SETTINGS.cache_dir) / "gen"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
