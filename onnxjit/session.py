@@ -280,7 +280,8 @@ class InferenceSession:
         for name, arr in input_feed.items():
             if type(arr) is not np.ndarray or not arr.flags.c_contiguous:
                 return None
-            if arr.dtype.kind in "OUS":
+            # Misaligned or byte-swapped arrays take the full check, which copies them.
+            if arr.dtype.kind in "OUS" or not arr.flags.aligned or not arr.dtype.isnative:
                 return None
             key.append((name, arr.dtype, arr.shape))
         return tuple(key)
@@ -485,30 +486,92 @@ def _convert_feed(
     return True, raw  # maps and untyped values are passed as given
 
 
-def _from_python(raw: Any, vi: ir.ValueInfo) -> np.ndarray:
-    """Python scalars and lists take the declared element type when no precision is lost in
-    kind (int -> float, float64 -> float32); numpy arrays are never converted silently."""
+def _from_python(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> np.ndarray | None:
+    """Python scalars and lists take the declared element type when no value changes in kind:
+    bools, ints and floats to float types; bools, ints and whole floats to integer types whose
+    range holds them (onnxruntime truncates 1.5 to 1 there: onnxjit refuses). Numpy arrays are
+    never converted silently. None (with a problem added) when a value does not fit."""
     arr = np.asarray(raw)
-    if vi.elem_type and vi.elem_type != onnx.TensorProto.STRING:
-        want = types.np_dtype(vi.elem_type)
-        if arr.dtype != want and np.can_cast(arr.dtype, want, casting="same_kind"):
-            arr = arr.astype(want)
-    return arr
+    elem = vi.elem_type
+    if not elem or elem == onnx.TensorProto.STRING or arr.dtype.kind not in "biuf":
+        return arr
+    want = np.dtype(types.np_dtype(elem))
+    if arr.dtype == want or want.kind not in "iuf":
+        return arr  # a bool input takes bools only: _check_tensor reports anything else
+    if want.kind == "f":
+        return arr.astype(want)
+    bad = None
+    if arr.size:
+        info = np.iinfo(want)
+        if arr.dtype.kind == "f":
+            whole = np.isfinite(arr) & (np.floor(arr) == arr)
+            whole &= (arr >= info.min) & (arr <= info.max)
+        else:
+            whole = (arr >= info.min) & (arr <= info.max)
+        if not whole.all():
+            bad = arr.ravel()[np.flatnonzero(~whole.ravel())[0]].item()
+    if bad is not None:
+        problems.append(
+            f"input {vi.name!r}: expected element type {_type_str(vi)} (numpy {want}), found "
+            f"a {type(raw).__name__} holding {bad!r}, which {want} cannot hold exactly; pass "
+            f"whole numbers in {want}'s range or a numpy array of {want}"
+        )
+        return None
+    return arr.astype(want)
+
+
+def _as_string_array(arr: np.ndarray, vi: ir.ValueInfo, problems: list[str]) -> np.ndarray | None:
+    """An object array of str for a string input: str elements as they are, bytes decoded as
+    UTF-8, any other element as ``str(element)`` (what onnxruntime stores)."""
+    out = arr.astype(object) if arr.dtype != object else arr
+    flat = out.ravel()
+    if all(type(v) is str for v in flat):
+        return out
+    fixed = np.empty(out.shape, dtype=object)
+    dst = fixed.reshape(-1)
+    for i, v in enumerate(flat):
+        if isinstance(v, (bytes, np.bytes_)):
+            try:
+                dst[i] = bytes(v).decode("utf-8")
+            except UnicodeDecodeError as e:
+                problems.append(
+                    f"input {vi.name!r} ({_type_str(vi)}): element {i} is bytes that are not "
+                    f"UTF-8 ({e.reason} at byte {e.start}); expected text, found "
+                    f"{bytes(v)[:32]!r}; decode it yourself or pass str elements"
+                )
+                return None
+        else:
+            dst[i] = v if isinstance(v, str) else str(v)
+    return fixed
 
 
 def _as_array(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> np.ndarray | None:
+    """``raw`` as a C-contiguous, aligned, native-byte-order base-class ndarray (copied only
+    when it is not one already), or None with a problem added."""
     try:
-        arr = raw if isinstance(raw, np.ndarray) else _from_python(raw, vi)
+        if type(raw) is np.ndarray:
+            arr = raw
+        elif isinstance(raw, np.ndarray):
+            arr = np.asarray(raw)  # matrix, masked array: their data, as onnxruntime reads it
+        else:
+            arr = _from_python(raw, vi, problems)
+            if arr is None:
+                return None
     except Exception:
         problems.append(
             f"input {vi.name!r}: could not convert {type(raw).__name__} to an array; "
             "pass a numpy array"
         )
         return None
-    if arr.dtype.kind in ("U", "S") and vi.elem_type == onnx.TensorProto.STRING:
-        arr = arr.astype(object)
-    if not arr.flags.c_contiguous and arr.dtype != object:
+    if vi.elem_type == onnx.TensorProto.STRING and arr.dtype.kind in "OUS":
+        return _as_string_array(arr, vi, problems)
+    if arr.dtype.kind in "biufc" and not arr.dtype.isnative:
+        # Same element type in the other byte order: its values in native order.
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype != object and not (arr.flags.c_contiguous and arr.flags.aligned):
         arr = np.ascontiguousarray(arr)
+        if not arr.flags.aligned:  # a contiguous but misaligned view stays one: copy it
+            arr = arr.copy()
     return arr
 
 
