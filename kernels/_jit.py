@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import warnings
 
 import numba
@@ -22,6 +23,14 @@ from numba.core.caching import FunctionCache
 PARALLEL_THRESHOLD = 1 << 15
 
 _OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
+
+# Statistics hooks (set by onnxjit.jitstats; kernels/ does not import onnxjit):
+# ON_LOAD(py_func, signature, seconds) after a kernel is loaded from the on-disk cache,
+# ON_CFUNC(py_func, signature, seconds, loaded) after a C callback is compiled or loaded.
+# CFUNC_SCOPE() is a context manager around a C callback's compilation.
+ON_LOAD = None
+ON_CFUNC = None
+CFUNC_SCOPE = contextlib.nullcontext
 
 # Set by configure(): whether LLVM was told it may use 512-bit vectors (see _wide_vectors).
 WIDE_VECTORS = False
@@ -102,7 +111,12 @@ def centry(sig):
             options={"nopython": True, **_OPTIONS_NOCACHE},
         )
         res._cache = _SafeCache(fn)
-        res.compile()
+        res._cache.report_loads = False  # reported below, once, as a C callback
+        t0 = time.perf_counter()
+        with CFUNC_SCOPE():  # Numba announces no event for a C callback: helpers nest in it
+            res.compile()
+        if ON_CFUNC is not None:
+            ON_CFUNC(fn, res._sig, time.perf_counter() - t0, res.cache_hits > 0)
         return res
 
     return deco
@@ -121,12 +135,18 @@ class _SafeCache(FunctionCache):
     name and renamed into place.
     """
 
+    report_loads = True
+
     def load_overload(self, sig, target_context):
+        t0 = time.perf_counter()
         try:
-            return super().load_overload(sig, target_context)
+            data = super().load_overload(sig, target_context)
         except Exception as exc:
             self._drop(f"could not be read ({type(exc).__name__}: {exc}); compiling it again")
             return None
+        if data is not None and ON_LOAD is not None and self.report_loads:
+            ON_LOAD(self._py_func, sig, time.perf_counter() - t0)
+        return data
 
     def save_overload(self, sig, data):
         try:

@@ -21,6 +21,9 @@ if _checkout_kernels is not None:
     kernels = _checkout_kernels
 
 from onnxjit import config as _config  # noqa: F401  (configures the kernel cache first)
+from onnxjit import jitstats as _jitstats
+
+_jitstats.install_cache_hooks()  # before any kernel can load from the cache
 from onnxjit import ops as _ops  # noqa: F401  (registers every operator)
 from onnxjit.check import DeprecatedOperatorWarning
 from onnxjit.errors import (

@@ -11,6 +11,8 @@
 ``ONNXJIT_MAX_TENSOR_BYTES`` cap on the bytes of one tensor whose size comes from data
                         (default ``25%`` of memory; ``0`` = no cap; see :mod:`onnxjit.limits`).
 ``ONNXJIT_MAX_RUN_BYTES`` cap on the bytes such tensors add up to in one run (default ``50%``).
+``ONNXJIT_PROGRESS``    compile progress bar: ``auto`` (default: on a terminal or in Jupyter),
+                        ``on`` or ``off`` (see :mod:`onnxjit.progress`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Settings:
     parallel_threshold: int
     vector_width: str
     limits: _limits.Limits
+    progress: str
 
 
 _VECTOR_WIDTHS = ("auto", "native")
@@ -65,6 +68,7 @@ def read_settings() -> Settings:
         parallel_threshold=_int_env("ONNXJIT_PARALLEL_THRESHOLD", 1 << 15),
         vector_width=_choice_env("ONNXJIT_VECTOR_WIDTH", _VECTOR_WIDTHS),
         limits=_limits.from_environment(),
+        progress=os.environ.get("ONNXJIT_PROGRESS") or "auto",
     )
 
 

@@ -1,16 +1,29 @@
-"""Counts of Numba compilations in this process, for statistics and no-recompile checks.
+"""Where start-up time goes: the kernels Numba compiled or loaded from its cache, and for whom.
 
-Numba announces every real compilation (a cache miss: not a load from its on-disk cache) with
-the ``numba:compile`` event; a listener installed when onnxjit is imported counts them and
-their wall time. Nested compilations (a kernel compiling a helper it calls) are counted
-individually, and their time is included in the outermost one's.
+Numba announces every real compilation (a cache miss) with the ``numba:compile`` event; a
+listener installed when onnxjit is imported counts them and their wall time. Loads from the
+on-disk cache are not announced, so onnxjit's cache class reports them through
+``onnxjit.kernels._jit.ON_LOAD``, and the pool's generated entry points (C callbacks, which
+Numba compiles without events) through ``ON_CFUNC``.
+
+Nested compilations (a kernel compiling a helper it calls) count individually in
+:func:`compile_count`, and their time is included in the outermost one's; a kernel record
+(:class:`KernelRecord`) is kept for each outermost compilation and each load.
+
+A record is charged to the session on whose behalf it happened by looking up the Python stack
+when the (rare, slow) event fires: the innermost ``InferenceSession`` method and the plan step
+being run. Nothing is added to the run path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from numba.core import event
 
@@ -22,9 +35,68 @@ _local = threading.local()
 class _Totals:
     compiles: int = 0
     seconds: float = 0.0
+    loads: int = 0
+    load_seconds: float = 0.0
 
 
 _totals = _Totals()
+
+
+@dataclass
+class KernelRecord:
+    """One kernel brought into memory: compiled (``origin == "compiled"``) or loaded from the
+    on-disk cache (``"loaded"``)."""
+
+    name: str
+    source: str
+    signature: str
+    origin: str
+    seconds: float
+    node: str | None = None  # the node whose first run needed it (None: session set-up)
+    program: Any = None  # the plan it ran in, for call counts
+    runs_before: int = 0  # runs of that plan before the one that needed it
+
+
+def _function_info(py_func: Any) -> tuple[str, str]:
+    code = getattr(py_func, "__code__", None)
+    name = getattr(py_func, "__qualname__", None) or getattr(py_func, "__name__", "?")
+    module = getattr(py_func, "__module__", "") or ""
+    return f"{module}.{name}" if module else name, code.co_filename if code else "?"
+
+
+def _owner() -> tuple[Any, Any, Any]:
+    """(session, program, step) of the innermost session method and plan step on this
+    thread's stack (each None when absent)."""
+    from onnxjit import plan, session
+
+    session_codes = session.InferenceSession._STATS_CODES
+    step_codes = plan.Program._STEP_CODES
+    sess = prog = step = None
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if step is None and code in step_codes:
+            step = frame.f_locals.get("step")
+            prog = frame.f_locals.get("self")
+        elif code in session_codes:
+            sess = frame.f_locals.get("self")
+            break
+        frame = frame.f_back
+    return sess, prog, step
+
+
+def _record(rec: KernelRecord) -> None:
+    try:
+        sess, prog, step = _owner()
+    except Exception:  # statistics must never break a compile
+        sess = prog = step = None
+    if step is not None:
+        rec.node = step.node.describe()
+        rec.program = prog
+        rec.runs_before = max(getattr(prog, "runs", 1) - 1, 0)
+    sink = getattr(sess, "_kernel_records", None)
+    if sink is not None:
+        sink.append(rec)
 
 
 class _CompileListener(event.Listener):
@@ -38,12 +110,59 @@ class _CompileListener(event.Listener):
         _local.depth -= 1
         with _lock:
             _totals.compiles += 1
-            if _local.depth == 0:
-                _totals.seconds += time.perf_counter() - _local.t0
+        if _local.depth:
+            return
+        seconds = time.perf_counter() - _local.t0
+        with _lock:
+            _totals.seconds += seconds
+        data = ev.data or {}
+        disp = data.get("dispatcher")
+        name, source = _function_info(getattr(disp, "py_func", None))
+        _record(KernelRecord(name, source, str(data.get("args", "")), "compiled", seconds))
+
+
+def _on_load(py_func: Any, sig: Any, seconds: float) -> None:
+    if getattr(_local, "depth", 0):
+        return  # a helper loaded while compiling its caller: part of that compile
+    with _lock:
+        _totals.loads += 1
+        _totals.load_seconds += seconds
+    name, source = _function_info(py_func)
+    _record(KernelRecord(name, source, str(sig), "loaded", seconds))
+
+
+@contextlib.contextmanager
+def _cfunc_scope() -> Iterator[None]:
+    """Compilations inside a C callback's are nested in it (Numba announces none for it)."""
+    _local.depth = getattr(_local, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+
+
+def _on_cfunc(py_func: Any, sig: Any, seconds: float, loaded: bool) -> None:
+    if loaded:
+        _on_load(py_func, sig, seconds)
+        return
+    with _lock:
+        _totals.compiles += 1
+        _totals.seconds += seconds
+    name, source = _function_info(py_func)
+    _record(KernelRecord(name, source, str(sig), "compiled", seconds))
 
 
 _listener = _CompileListener()
 event.register("numba:compile", _listener)
+
+
+def install_cache_hooks() -> None:
+    """Have the kernel cache report loads and C-callback builds here (called at import)."""
+    from onnxjit.kernels import _jit
+
+    _jit.ON_LOAD = _on_load
+    _jit.ON_CFUNC = _on_cfunc
+    _jit.CFUNC_SCOPE = _cfunc_scope
 
 
 def compile_count() -> int:
@@ -54,3 +173,37 @@ def compile_count() -> int:
 def compile_seconds() -> float:
     """Wall seconds spent in (outermost) Numba compilations in this process."""
     return _totals.seconds
+
+
+def load_count() -> int:
+    """How many kernels were loaded from the on-disk cache in this process."""
+    return _totals.loads
+
+
+def summarize(records: list[KernelRecord]) -> dict[str, Any]:
+    """The kernel part of ``InferenceSession.stats()`` for a session's records."""
+    kernels = []
+    for r in records:
+        calls = None
+        if r.program is not None:
+            calls = max(getattr(r.program, "runs", 0) - r.runs_before, 0)
+        kernels.append(
+            {
+                "name": r.name,
+                "source": r.source,
+                "signature": r.signature,
+                "origin": r.origin,
+                "seconds": r.seconds,
+                "node": r.node,
+                "calls": calls,
+            }
+        )
+    compiled = [r for r in records if r.origin == "compiled"]
+    loaded = [r for r in records if r.origin == "loaded"]
+    return {
+        "kernels_compiled": len(compiled),
+        "kernels_loaded": len(loaded),
+        "compile_seconds": sum(r.seconds for r in compiled),
+        "load_seconds": sum(r.seconds for r in loaded),
+        "kernels": kernels,
+    }

@@ -89,6 +89,7 @@ ONNXJIT_CONFIG_KEYS = {
     "onnxjit.disabled_optimizers": "comma-separated graph pass names to skip",
     "onnxjit.max_tensor_bytes": "cap on one data-sized tensor (see onnxjit.limits)",
     "onnxjit.max_run_bytes": "cap on the data-sized tensors of one run (see onnxjit.limits)",
+    "onnxjit.progress": "compile progress bar: auto, on or off (see onnxjit.progress)",
     "session.model_external_initializers_file_folder_path": "folder of external data for a "
     "model given as bytes",
 }

@@ -106,6 +106,7 @@ class Program:
         self._fast: list[tuple] | None = None  # built by the first _run_steps
         self._env_template: list[Any] | None = None  # built by the first run
         self.n_slots = len(self.slots)
+        self.runs = 0  # calls of run(): every step runs once per call (stats() reads it)
         # Buffers of constants: an output that views one is copied before it is returned, so
         # a caller writing into an output can never change the session's weights.
         self.const_roots = {id(_root(v)) for _, v in self.const_values if isinstance(v, np.ndarray)}
@@ -168,8 +169,12 @@ class Program:
         inputs: Sequence[Any],
         outer: dict[str, Any] | None = None,
         profiler: Profiler | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> list[Any]:
-        """Run the graph on positional ``inputs`` (graph input order); return its outputs."""
+        """Run the graph on positional ``inputs`` (graph input order); return its outputs.
+
+        ``progress``, when given, is called with the number of steps done after each step."""
+        self.runs += 1
         template = self._env_template
         if template is None:
             template = [None] * self.n_slots
@@ -184,10 +189,10 @@ class Program:
             for name, slot in self.outer_slots.items():
                 if name in outer:
                     env[slot] = outer[name]
-        if profiler is None and not outer:
+        if profiler is None and not outer and progress is None:
             self._run_steps(env)
         else:
-            self._run_steps_traced(env, outer, profiler)
+            self._run_steps_traced(env, outer, profiler, progress)
         outputs = [env[s] for s in self.output_slots]
         for i, v in enumerate(outputs):
             if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:
@@ -233,9 +238,13 @@ class Program:
             result = value = args = None
 
     def _run_steps_traced(
-        self, env: list[Any], outer: dict[str, Any] | None, profiler: Profiler | None
+        self,
+        env: list[Any],
+        outer: dict[str, Any] | None,
+        profiler: Profiler | None,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
-        for step in self.steps:
+        for done, step in enumerate(self.steps, 1):
             args = tuple([env[s] if s >= 0 else None for s in _padded_slots(step)])
             t0 = time.perf_counter_ns() if profiler is not None else 0
             ctx = step.ctx
@@ -277,6 +286,12 @@ class Program:
                     if slot >= 0:
                         env[slot] = value
             result = value = None  # hold no reference past the step (see the release above)
+            if progress is not None:
+                progress(done)
+
+
+# Frames in which a step runs: onnxjit.jitstats charges a kernel compiled there to the step.
+Program._STEP_CODES = frozenset({Program._run_steps.__code__, Program._run_steps_traced.__code__})
 
 
 def _call(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs: dict) -> Any:

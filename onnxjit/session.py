@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import check, ir, limits, passes, registry, types
+from onnxjit import check, ir, jitstats, limits, passes, registry, types
+from onnxjit import progress as progress_mod
 from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
@@ -128,6 +129,8 @@ class InferenceSession:
                 "onnxjit.SessionOptions() (same field names as onnxruntime's)"
             )
         self._options = sess_options if sess_options is not None else SessionOptions()
+        # Kernels compiled or loaded on this session's behalf (onnxjit.jitstats fills it).
+        self._kernel_records: list[jitstats.KernelRecord] = []
         self._providers = _choose_providers(providers, provider_options)
         self._lock = threading.Lock()
         self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
@@ -180,7 +183,8 @@ class InferenceSession:
         self._runs = 0
         self._all_outputs = list(range(len(self._outputs)))
         self._threads_setting = int(self._options.intra_op_num_threads or 0)
-        self._signatures: set[tuple] = set()
+        self._signatures: set[tuple] = set()  # input dtypes and shapes seen by run()
+        self._progress = progress_mod.mode(self._options._config.get("onnxjit.progress"))
 
     # -- metadata ----------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -245,34 +249,53 @@ class InferenceSession:
                         f"{[v.name for v in self._outputs]}"
                     )
                 wanted.append(self._output_index[name])
-        feeds = self._validate_feed(input_feed)
+        feeds, first = self._validate_feed(input_feed)
         threads_mod.apply(self._threads_setting)
         profiler = self._profiler
-        if profiler is None:
+        # a new signature may compile kernels: show progress when that takes long
+        bar = None
+        if first and self._progress is not False:
+            bar = progress_mod.for_first_run(
+                self._progress, len(self._program.steps), "onnxjit: compiling"
+            )
+        if profiler is None and bar is None:
             outputs = self._program.run(feeds)
         else:
             t0 = time.perf_counter_ns()
-            outputs = self._program.run(feeds, profiler=profiler)
-            profiler.events.append(
-                _session_event("model_run", profiler, t0, time.perf_counter_ns())
-            )
+            try:
+                outputs = self._program.run(feeds, profiler=profiler, progress=bar)
+            finally:
+                if bar is not None:
+                    bar.close()
+            if profiler is not None:
+                profiler.events.append(
+                    _session_event("model_run", profiler, t0, time.perf_counter_ns())
+                )
         with self._lock:
             self._runs += 1
         return [outputs[i] for i in wanted]
 
-    def _validate_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
-        """The positional inputs for ``input_feed`` after every check (see :meth:`run`);
-        raises InvalidInputError listing every problem. Also starts this thread's run total
-        for the allocation caps (onnxjit.limits)."""
+    def _validate_feed(self, input_feed: Mapping[str, Any]) -> tuple[list[Any], bool]:
+        """The positional inputs for ``input_feed`` after every check (see :meth:`run`), and
+        whether their signature (dtypes and shapes) is new to this session; raises
+        InvalidInputError listing every problem. Also starts this thread's run total for the
+        allocation caps (onnxjit.limits)."""
         limits.begin_run(self._limits)
         fast = self._repeat_feed(input_feed)
         if fast is not None:
-            return fast
+            return fast, False
         values = self._check_feed(input_feed)
         # Remember what passed the full check, so that the next run with the same names,
         # dtypes and shapes (the common case) skips it.
         self._accepted_feed = self._feed_key(input_feed)
-        return values
+        signature = tuple(
+            (v.dtype.str, v.shape) if isinstance(v, np.ndarray) else type(v).__name__
+            for v in values
+        )
+        with self._lock:
+            first = signature not in self._signatures
+            self._signatures.add(signature)
+        return values, first
 
     def _feed_key(self, input_feed: Mapping[str, Any]) -> tuple | None:
         """(name, dtype, shape) of each feed when all are C-contiguous numeric arrays."""
@@ -348,16 +371,89 @@ class InferenceSession:
         return path
 
     def stats(self) -> dict[str, Any]:
-        """Session statistics: creation time, runs, node count, graph passes.
+        """Session statistics: where start-up time went, and what is cached.
 
-        ``passes`` maps each pass that ran to ``{"rewrites": n, "seconds": s}``.
+        - ``session_create_seconds``, ``runs``, ``nodes`` (after the graph passes);
+        - ``passes``: each pass that ran, ``{"rewrites": n, "seconds": s}``;
+        - ``plan_signatures``: distinct input signatures (dtypes and shapes) run so far;
+        - ``kernels_compiled`` / ``kernels_loaded``: kernels this session brought into memory,
+          compiled by Numba or loaded from the on-disk cache (kernels already in memory from
+          an earlier session of this process cost nothing and are not listed);
+          ``compile_seconds`` / ``load_seconds``: their wall time;
+        - ``kernels``: one entry per such kernel: ``name`` (module.function), ``source`` (the
+          file it is compiled from: a generated kernel's file is under the cache folder),
+          ``signature``, ``origin`` ("compiled" or "loaded"), ``seconds``, ``node`` (the
+          node whose first run needed it, None for session set-up such as constant folding)
+          and ``calls`` (runs of that node since, None for set-up);
+        - ``cache_dir``: the folder kernels are cached in for this process.
         """
-        return {
+        from onnxjit import jitcache
+        from onnxjit.config import SETTINGS
+
+        out = {
             "session_create_seconds": self._create_seconds,
             "runs": self._runs,
             "nodes": len(self._program.steps),
             "passes": {k: dict(v) for k, v in self._pass_report.items()},
+            "plan_signatures": len(self._signatures),
         }
+        out.update(jitstats.summarize(list(self._kernel_records)))
+        out["cache_dir"] = str(jitcache.cache_folder(SETTINGS.cache_dir))
+        return out
+
+    def warmup(
+        self,
+        shapes: Mapping[str, Sequence[int]] | Sequence[Mapping[str, Sequence[int]]] | None = None,
+        feeds: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Compile (or load from the cache) every kernel the given input shapes need, so that
+        later runs start at full speed and a deployment can fill the kernel cache at build
+        time.
+
+        ``shapes`` maps input names to shapes; a list of such maps warms several signatures.
+        Inputs left out take their declared shape, which must then be fully static. Each
+        signature is run once on zeros (False, empty strings) of the input's element type;
+        a model whose inputs must hold meaningful values (indices, shapes) can be warmed with
+        real ``feeds`` instead (one feed dict or a list). With neither argument, the declared
+        shapes are used. Returns :meth:`stats`.
+        """
+        if shapes is not None and feeds is not None:
+            raise TypeError("warmup() takes shapes or feeds, not both")
+        if feeds is not None:
+            batch = [feeds] if isinstance(feeds, Mapping) else list(feeds)
+        else:
+            wanted = [shapes or {}] if shapes is None or isinstance(shapes, Mapping) else shapes
+            batch = [self._zero_feed(dict(s)) for s in wanted]
+        for feed in batch:
+            self.run(None, feed)
+        return self.stats()
+
+    def _zero_feed(self, shapes: dict[str, Sequence[int]]) -> dict[str, Any]:
+        known = {v.name for v in self._inputs}
+        unknown = sorted(set(shapes) - known)
+        if unknown:
+            raise InvalidInputError(
+                f"warmup(shapes=...) names {unknown}, which are not inputs of the model; "
+                f"expected names among {sorted(known)}"
+            )
+        feed = {}
+        for vi in self._inputs:
+            given = shapes.get(vi.name)
+            if given is None:
+                if vi.shape is None or not all(isinstance(d, int) for d in vi.shape):
+                    raise InvalidInputError(
+                        f"input {vi.name!r} has shape {_shape_str(vi)}, which is not fixed; "
+                        f"give it in warmup(shapes={{{vi.name!r}: [...]}}) (for the CLI: "
+                        f"--shape {vi.name}=DIMS)"
+                    )
+                given = vi.shape
+            dims = [int(d) for d in given]
+            if any(d < 0 for d in dims):
+                raise InvalidInputError(
+                    f"warmup shape of input {vi.name!r} is {dims}; dimensions must be >= 0"
+                )
+            feed[vi.name] = _zeros(vi, dims)
+        return feed
 
     def graph_nodes(self) -> list[GraphNode]:
         """The nodes that run, after the graph passes, in execution order.
@@ -374,6 +470,30 @@ class InferenceSession:
             )
             for n in self._model.graph.nodes
         ]
+
+
+def _zeros(vi: ir.ValueInfo, dims: list[int]) -> Any:
+    """Zeros of an input's type and the given shape (for warmup); sequences, maps and
+    optionals cannot be made up from a shape."""
+    if not vi.is_tensor or not vi.elem_type:
+        raise InvalidInputError(
+            f"input {vi.name!r} is a {_type_str(vi)}, which warmup cannot make from a shape; "
+            "pass warmup(feeds={...}) with a real value"
+        )
+    dtype = types.np_dtype(vi.elem_type)
+    if dtype.kind in "OUS":
+        return np.full(dims, "", dtype=object)
+    return np.zeros(dims, dtype)
+
+
+# Methods during which a kernel compile or load is charged to the session (onnxjit.jitstats).
+InferenceSession._STATS_CODES = frozenset(
+    {
+        InferenceSession.__init__.__code__,
+        InferenceSession.run.__code__,
+        InferenceSession.warmup.__code__,
+    }
+)
 
 
 def _plain(v: Any) -> bool:
