@@ -1,10 +1,12 @@
 """Cold start (shared/BENCHMARKING.md): fresh subprocesses, empty and warm kernel cache.
 
-For one case, each engine runs in a new Python process: import time, session creation, first
+For one case, each engine runs in new Python processes: import time, session creation, first
 run, second run, peak resident memory (``VmHWM``, else ``resource.getrusage``), and for
 onnxjit the Numba compilations and their seconds (``onnxjit.compile_count()``,
-``compile_seconds()``). onnxjit runs twice against the same fresh ``ONNXJIT_CACHE_DIR``:
-first empty (everything compiles), then warm (kernels load from disk).
+``compile_seconds()``) and the kernels loaded from the cache (``stats()``). Each figure is
+the median of ``repeats`` processes: onnxjit with an empty ``ONNXJIT_CACHE_DIR`` (a new empty
+folder each time: everything compiles), onnxjit with a warm one (kernels load from disk), and
+onnxruntime. "ready" is session creation plus the first run, the wait a user sees after import.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ out = {"import_s": t_import, "create_s": t_create, "first_run_s": t_first,
 if engine == "onnxjit":
     out["compiles"] = getattr(rt, "compile_count", lambda: None)()
     out["compile_s"] = getattr(rt, "compile_seconds", lambda: None)()
+    out["loaded"] = sess.stats().get("kernels_loaded") if hasattr(sess, "stats") else None
 print("COLD " + json.dumps(out))
 """
 
@@ -92,8 +95,9 @@ def _child(engine: str, model: Path, feeds: Path, env: dict[str, str], timeout: 
     return {}, f"exit {proc.returncode}: {tail[0]}"
 
 
-def measure_cold(case: Case, timeout: float = 900.0) -> list[ColdResult]:
-    """Empty-cache and warm-cache onnxjit, and onnxruntime, each in a fresh process."""
+def measure_cold(case: Case, repeats: int = 5, timeout: float = 900.0) -> list[ColdResult]:
+    """Empty-cache and warm-cache onnxjit, and onnxruntime, each the median of ``repeats``
+    fresh processes."""
     out = []
     with tempfile.TemporaryDirectory(prefix="onnxjit-cold-") as tmp:
         model = Path(tmp) / "model.onnx"
@@ -101,15 +105,40 @@ def measure_cold(case: Case, timeout: float = 900.0) -> list[ColdResult]:
         onnx.save(case.model, str(model))
         np.savez(feeds, **case.feeds)
         env = dict(os.environ)
-        env["ONNXJIT_CACHE_DIR"] = str(Path(tmp) / "cache")
         env["ONNXJIT_NUM_THREADS"] = "2"
-        for engine, cache in (("onnxjit", "empty"), ("onnxjit", "warm"), ("onnxruntime", "-")):
-            try:
-                figs, err = _child(engine, model, feeds, env, timeout)
-            except subprocess.TimeoutExpired:
-                figs, err = {}, f"timed out after {timeout:.0f} s"
-            out.append(ColdResult(case.workload, case.name, engine, cache, figs, err))
+        env["ONNXJIT_PROGRESS"] = "off"
+        warm = Path(tmp) / "cache-warm"
+        plans = [
+            ("onnxjit", "empty", [Path(tmp) / f"cache-empty-{i}" for i in range(repeats)]),
+            ("onnxjit", "warm", [warm] * (repeats + 1)),  # the first fills the cache
+            ("onnxruntime", "-", [warm] * repeats),
+        ]
+        for engine, cache, dirs in plans:
+            runs, err = [], None
+            for i, d in enumerate(dirs):
+                env["ONNXJIT_CACHE_DIR"] = str(d)
+                try:
+                    figs, err = _child(engine, model, feeds, env, timeout)
+                except subprocess.TimeoutExpired:
+                    figs, err = {}, f"timed out after {timeout:.0f} s"
+                if err:
+                    break
+                if not (cache == "warm" and i == 0):
+                    runs.append(figs)
+            out.append(ColdResult(case.workload, case.name, engine, cache, _median(runs), err))
     return out
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    if not runs:
+        return {}
+    merged: dict[str, Any] = {"processes": len(runs)}
+    for key in runs[0]:
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        merged[key] = float(np.median(vals)) if vals else None
+    if merged.get("create_s") is not None:
+        merged["ready_s"] = float(np.median([r["create_s"] + r["first_run_s"] for r in runs]))
+    return merged
 
 
 def markdown(results: list[ColdResult]) -> str:
@@ -117,23 +146,26 @@ def markdown(results: list[ColdResult]) -> str:
         return "-" if v is None else fmt.format(v)
 
     lines = [
-        "| workload | case | engine | kernel cache | import s | session s | first run s "
-        "| second run s | compiles | compile s | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | case | engine | kernel cache | processes | import s | session s "
+        "| first run s | ready s | second run s | compiled | loaded | compile s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         g = r.figures
         cells = [
+            f(g.get("processes"), "{:.0f}"),
             f(g.get("import_s")),
             f(g.get("create_s")),
             f(g.get("first_run_s")),
+            f(g.get("ready_s")),
             f(g.get("second_run_s"), "{:.4f}"),
-            f(g.get("compiles"), "{}"),
+            f(g.get("compiles"), "{:.0f}"),
+            f(g.get("loaded"), "{:.0f}"),
             f(g.get("compile_s")),
             f(g.get("peak_rss_mb"), "{:.0f}"),
         ]
         if r.error:
-            cells = [r.error.replace("|", "/")] + ["-"] * 6
+            cells = [r.error.replace("|", "/")] + ["-"] * 9
         lines.append(f"| {r.workload} | {r.case} | {r.engine} | {r.cache} | " + " | ".join(cells))
         lines[-1] += " |"
     return "\n".join(lines) + "\n"

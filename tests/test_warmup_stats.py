@@ -178,3 +178,34 @@ def test_progress_setting_checked():
     so.add_session_config_entry("onnxjit.progress", "sometimes")
     with pytest.raises(onnxjit.InvalidArgumentError, match="'sometimes'.*'auto', 'on' or 'off'"):
         onnxjit.InferenceSession(_model().SerializeToString(), so)
+
+
+def test_identical_fused_groups_share_one_kernel():
+    """Two chains that differ only in the tensors they read compile (or load) one generated
+    kernel between them; a constant no other test uses keeps the kernel new to this process."""
+    c = numpy_helper.from_array(np.array(0.8173, np.float32), "c")
+    nodes = []
+    for side in ("p", "q"):
+        nodes += [
+            helper.make_node("Mul", [side, "c"], [f"{side}1"]),
+            helper.make_node("Tanh", [f"{side}1"], [f"{side}2"]),
+            helper.make_node("Sub", [f"{side}2", side], [f"{side}_out"]),
+        ]
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 5]) for n in ("p", "q")]
+    out = [helper.make_tensor_value_info(f"{n}_out", TensorProto.FLOAT, ["n", 5]) for n in "pq"]
+    model = helper.make_model(
+        helper.make_graph(nodes, "twins", vi, out, [c]),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    model.ir_version = 9
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(5)
+    feed = {n: rng.standard_normal((3, 5)).astype(np.float32) for n in ("p", "q")}
+    stats = sess.warmup(feeds=feed)
+    fused = [n for n in sess.graph_nodes() if n.op_type == "FusedElementwise"]
+    assert len(fused) == 2
+    generated = [k for k in stats["kernels"] if "onnxjit_gen_" in k["name"]]
+    assert len(generated) == 1, generated
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feed)
+    for got, w in zip(sess.run(None, feed), want):
+        np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-6)
