@@ -62,7 +62,13 @@ CONV = {
         (3, 2, 3, 2, 2),
         {"pads": [1, 0, 1, 0, 1, 1], "strides": [1, 2, 1]},
     ),
-    "gather_big_k": ((448, 5, 5), (8, 448, 3, 3), {"pads": [1, 1, 1, 1]}),  # packed GEMM tiles
+    "gather_big_k": ((448, 5, 5), (8, 448, 3, 3), {"pads": [1, 1, 1, 1]}),  # k in whole chunks
+    # inner dimension >= 1024 in chunks of 576 with a remainder (1170 = 2 * 576 + 18), 24-row
+    # tiles with a remainder (30 = 24 + 6)
+    "gather_split_k": ((130, 6, 5), (30, 130, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # row-blocked convolution with the inner dimension in chunks (630 = 576 + 54)
+    "run_split_k": ((70, 5, 18), (26, 70, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "run_split_k_s2": ((80, 7, 40), (10, 80, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
     "grouped": ((4, 6, 18), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
     "grouped_gather": ((6, 5, 5), (9, 2, 3, 3), {"group": 3, "strides": [2, 1]}),
     # 1x1: plain GEMM
@@ -149,7 +155,18 @@ def _out_shape(xs, ws, attrs):
 
 
 @pytest.mark.parametrize(
-    "case", ["dw_3x3", "dw_3x3_s2", "dw_3x3_small", "dw_mult", "dw_3d", "run_3x3", "gather_s2"]
+    "case",
+    [
+        "dw_3x3",
+        "dw_3x3_s2",
+        "dw_3x3_small",
+        "dw_mult",
+        "dw_3d",
+        "run_3x3",
+        "gather_s2",
+        "gather_split_k",
+        "run_split_k",
+    ],
 )
 @pytest.mark.parametrize("act", [None, "Relu", "relu6", "Sigmoid"])
 @pytest.mark.parametrize("with_residual", [False, True])
@@ -167,7 +184,9 @@ def test_fused_conv_epilogue(case, act, with_residual, threading_mode):
     assert_close(sess.run(None, feeds), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["dw_3x3_s2", "dw_mult", "run_s2", "gather_dil"])
+@pytest.mark.parametrize(
+    "case", ["dw_3x3_s2", "dw_mult", "run_s2", "gather_dil", "gather_split_k", "run_split_k_s2"]
+)
 def test_fused_conv_epilogue_f64(case, threading_mode):
     xs, ws, attrs = CONV[case]
     xs = (2, *xs)

@@ -215,9 +215,11 @@ def _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, a
 
 
 @njit(inline="always")
-def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep):
+def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
     """Tile ``t`` of the batched product (tiles numbered batch-major, then rows, then cols),
-    followed by the epilogue ``ep = (bias, bias_mode, res, has_res, act, p0, p1)``."""
+    followed by the epilogue ``ep = (bias, bias_mode, res, has_res, act, p0, p1)``. The
+    inner dimension goes in chunks of ``tk`` (one BLAS call each, the later ones adding to
+    the tile: ``tk >= k`` is one call)."""
     gm, gn = _tile_counts(m, n, tm, tn)
     per = gm * gn
     p = t // per
@@ -235,8 +237,16 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep):
     ldb = k if tb else n
     a_off = a_base + (r0 if ta else r0 * k)
     b_off = b_base + (c0 * k if tb else c0)
-    gemm_block(ta, tb, rows, cols, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
-               c_base + r0 * n + c0, n)  # fmt: skip
+    if tk >= k:
+        gemm_block(ta, tb, rows, cols, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
+                   c_base + r0 * n + c0, n)  # fmt: skip
+    else:
+        one = c.dtype.type(1)
+        for k0 in range(0, k, tk):
+            kk = min(tk, k - k0)
+            gemm_block(ta, tb, rows, cols, kk, alpha, a, a_off + (k0 * m if ta else k0), lda,
+                       b, b_off + (k0 if tb else k0 * n), ldb, beta if k0 == 0 else one, c,
+                       c_base + r0 * n + c0, n)  # fmt: skip
     bias, bias_mode, res, has_res, act, p0, p1 = ep
     if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
         _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1)
@@ -257,7 +267,7 @@ def gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
     """
     gm, gn = _tile_counts(m, n, tm, tn)
     for t in range(batch * gm * gn):
-        _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep)
+        _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, k)
 
 
 @pjit(fma=True)
@@ -271,7 +281,30 @@ def gemm_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, 
         if chunk_lo >= chunk_hi:
             break
         for t in range(chunk_lo, chunk_hi):
-            _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep)
+            _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, k)
+
+
+@njit(fma=True)
+def gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk):
+    """:func:`gemm` with the inner dimension of each tile in chunks of ``tk`` (one BLAS call
+    each, accumulating): tiles that OpenBLAS multiplies without packing its operands when
+    ``k`` alone is too long for that."""
+    gm, gn = _tile_counts(m, n, tm, tn)
+    for t in range(batch * gm * gn):
+        _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk)
+
+
+@pjit(fma=True)
+def gemm_ks_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk):
+    """Pool twin of :func:`gemm_ks`."""
+    gm, gn = _tile_counts(m, n, tm, tn)
+    n_items = batch * gm * gn
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for t in range(chunk_lo, chunk_hi):
+            _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk)
 
 
 # OpenBLAS multiplies blocks of M*N*K up to about this without packing its operands (its

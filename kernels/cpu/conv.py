@@ -541,7 +541,7 @@ def _tile_epilogue(yf, base, ld, rows, cols, r0, bias, has_bias, res, has_res, a
 
 @njit(inline="always")
 def _conv_rows_item(
-    xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb, item, blk
+    xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb, tk, item, blk
 ):
     bias, has_bias, res, has_res, act, p0, p1 = ep
     R = osz[0] * osz[1]
@@ -558,8 +558,10 @@ def _conv_rows_item(
     for r0 in range(0, M, tm):
         rows = min(tm, M - r0)
         base = (n * M + r0) * S + r_lo * OW
-        gemm_block(False, False, rows, cols, Kt, t(1), wf, r0 * Kt, Kt, blk, 0, cols, t(0), yf,
-                   base, S)  # fmt: skip
+        for k0 in range(0, Kt, tk):
+            kk = min(tk, Kt - k0)
+            gemm_block(False, False, rows, cols, kk, t(1), wf, r0 * Kt + k0, Kt, blk, k0 * cols,
+                       cols, t(0) if k0 == 0 else t(1), yf, base, S)  # fmt: skip
         if has_bias or has_res or act != ACT_NONE:
             _tile_epilogue(yf, base, S, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1)
 
@@ -575,12 +577,13 @@ def _spans(W, k, st, dl, pb, OW):
 
 
 @njit(fma=True)
-def conv_rows(x, w2, k, st, dl, pb, y, ep, tm, rpb):
+def conv_rows(x, w2, k, st, dl, pb, y, ep, tm, rpb, tk):
     """Convolution (group 1) of ``x`` (N, C, D, H, W) with ``w2`` (M, C*KD*KH*KW) into ``y``
     (N, M, OD, OH, OW) plus the epilogue ``ep = (bias, has_bias, res, has_res, act, p0, p1)``
     (``res`` flat like ``y``), by blocks of ``rpb`` output rows: the block's im2col columns
     are built in a buffer that stays in cache, then multiplied by BLAS in ``tm``-row tiles,
-    each followed by its epilogue. No im2col matrix of the whole image is ever written."""
+    each followed by its epilogue (the inner dimension in chunks of ``tk``, one BLAS call
+    each). No im2col matrix of the whole image is ever written."""
     N, C, D, H, W = x.shape
     M, Kt = w2.shape
     osz = y.shape[2:]
@@ -590,11 +593,11 @@ def conv_rows(x, w2, k, st, dl, pb, y, ep, tm, rpb):
     xf, wf, yf = x.reshape(-1), w2.reshape(-1), y.reshape(-1)
     for item in range(N * ((R + rpb - 1) // rpb)):
         _conv_rows_item(xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb,
-                        item, blk)  # fmt: skip
+                        tk, item, blk)  # fmt: skip
 
 
 @pjit(fma=True)
-def conv_rows_par(ctl, x, w2, k, st, dl, pb, y, ep, tm, rpb):
+def conv_rows_par(ctl, x, w2, k, st, dl, pb, y, ep, tm, rpb, tk):
     """Pool twin of :func:`conv_rows` (items: blocks of output rows of each image)."""
     N, C, D, H, W = x.shape
     M, Kt = w2.shape
@@ -610,4 +613,4 @@ def conv_rows_par(ctl, x, w2, k, st, dl, pb, y, ep, tm, rpb):
             break
         for item in range(chunk_lo, chunk_hi):
             _conv_rows_item(xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm,
-                            rpb, item, blk)  # fmt: skip
+                            rpb, tk, item, blk)  # fmt: skip

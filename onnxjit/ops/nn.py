@@ -356,7 +356,11 @@ _WINDOW_SHIFT = 4
 # Output rows at least this wide run the row-blocked convolution (group 1).
 _ROWS_MIN_OW = 16
 # Output columns per block of the row-blocked convolution (whole output rows, at least one).
-_ROW_BLOCK = 128
+_ROW_BLOCK = 64
+# Conv GEMM tiles: rows of weights per BLAS call and the longest inner dimension of one call
+# (see _conv_tiles).
+_CONV_TM = 24
+_CONV_TK = 576
 # The BLAS Numba calls (OpenBLAS) multiplies blocks with M*N*K up to this without packing
 # the operands: conv GEMM tiles under it ran 1.2-1.5x faster than 64-wide packed tiles.
 _SMALL_GEMM = 1_000_000
@@ -396,47 +400,66 @@ def _gather_table(k3, st3, dl3, pb3, osz, isz) -> np.ndarray:
     return tab
 
 
-_TILES: dict[tuple[int, int, int], tuple[int, int]] = {}
+_TILES: dict[tuple[int, int, int], tuple[int, int, int]] = {}
 
 
-def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int]:
-    """Tile shape ``(tm, tn)`` of a convolution GEMM (``m`` output channels, ``n`` output
-    positions, inner ``k``), from sweeps of the C1/C2 shapes at 112 and 224 pixels on the
-    development VM (python /tmp/cva/sweep.py: weights read from memory as in a network):
+def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
+    """Tile shape ``(tm, tn, tk)`` of a convolution GEMM (``m`` output channels, ``n`` output
+    positions, inner ``k`` taken in chunks of ``tk``, one BLAS call each), from sweeps of the
+    C1/C2 shapes at 112 and 224 pixels on the development VM (weights read from memory as in
+    a network):
 
-    * OpenBLAS multiplies a block with ``tm * tn * k <= _SMALL_GEMM`` without packing the
-      operands, 1.1-1.6x faster here than 64-row/column packed tiles;
-    * each of the ``tm`` weight rows is a separate stream in that kernel: with long rows
-      (``k >= 1024``) 8-row tiles ran 10-40 % faster than 16-64 rows (the rows come from
-      memory, not cache); shorter rows prefer taller tiles (up to 64 rows);
+    * OpenBLAS multiplies a block with ``tm * tn * tk <= _SMALL_GEMM`` without packing the
+      operands, 1.1-1.6x faster here than 64-row/column packed tiles; packed tiles also do
+      not scale over the pool's two threads (two concurrent packed calls took as long as one
+      thread making both), and some shapes just over the limit (8 x 49 x 4608) ran 50x
+      slower;
+    * long inner dimensions (``k >= 1024``: 3x3 convolutions of 128+ channels) are therefore
+      cut into chunks of ``_CONV_TK``, so that the tiles can stay unpacked with 24 rows:
+      ResNet-18 at 224 pixels ran 1.40 -> 1.27x onnxruntime against 8-row tiles of the
+      whole ``k`` (and 128-row packed tiles for ``k = 4608``);
     * column blocks start at multiples of 16 (a block of 49 starting at column 49 ran 20 %
       slower than blocks of 48); wider than 64 columns gained nothing;
-    * where the unpacked kernel would take fewer than 32 columns of a wider output (k >= 4096
-      at 224 pixels), 128-row packed tiles were 10 % faster.
+    * shorter rows (``k < 1024``) prefer taller tiles of the whole ``k`` (up to 64 rows).
     """
     key = (m, n, k)
     tiles = _TILES.get(key)
     if tiles is not None:
         return tiles
     if k >= 1024:
-        tm = min(8, m)
-        most = min(64, _SMALL_GEMM // (tm * k))
-        if n <= most:
-            tiles = (tm, n)
-        elif most >= 32:
-            tiles = (tm, most // 16 * 16)
-        else:
-            tiles = (min(m, 128), min(n, 64))
+        tk = min(k, _CONV_TK)
+        tn = min(n, 64)
+        tm = _CONV_TM
+        while tm > 8 and tm * tn * tk > _SMALL_GEMM:
+            tm -= 8
+        tiles = (min(m, tm), tn, tk)
     else:
         tn = min(n, 64)
         tm = 64
         while tm > 8 and tm * tn * k > _SMALL_GEMM:
             tm //= 2
-        tiles = (min(m, tm), tn)
+        tiles = (min(m, tm), tn, k)
     if len(_TILES) > 4096:
         _TILES.clear()
     _TILES[key] = tiles
     return tiles
+
+
+def _rows_plan(n: int, rows: int, ow: int, kt: int, n_threads: int) -> tuple[int, int, int]:
+    """``(tm, rpb, tk)`` of the row-blocked convolution: GEMM tile rows, output rows per
+    block and the chunk of the inner dimension per BLAS call, for ``n`` images of ``rows``
+    output rows ``ow`` wide and ``kt`` weights per output channel. Blocks of about 64 columns
+    (whole output rows, at least 4 blocks per thread to share out) and 24-row tiles with the
+    inner dimension in chunks of ``_CONV_TK``, all unpacked (see :func:`_conv_tiles`);
+    ResNet-18 at 224 pixels ran 2 % faster than with 8-row tiles of 112 columns."""
+    rpb = max(1, _ROW_BLOCK // ow)
+    rpb = max(1, min(rpb, n * rows // (4 * n_threads)))
+    cols = rpb * ow
+    tk = min(kt, _CONV_TK)
+    tm = _CONV_TM
+    while tm > 8 and tm * cols * tk > _SMALL_GEMM:
+        tm -= 8
+    return tm, rpb, tk
 
 
 # What a _ConvPlan runs
@@ -531,22 +554,10 @@ class _ConvPlan:
             # im2col by blocks of output rows, each multiplied while it is in cache
             self.kind = _ROWS
             kt = C * K
-            ow = int(osz[2])
-            rows = int(osz[0] * osz[1])
-            # Blocks as wide as OpenBLAS multiplies unpacked with 8-row tiles (up to
-            # _ROW_BLOCK columns), and at least 4 per thread to share out.
-            rpb = max(1, min(_ROW_BLOCK, _SMALL_GEMM // (8 * kt)) // ow)
-            rpb = max(1, min(rpb, N * rows // (4 * n_threads)))
-            cols = rpb * ow
-            if 8 * cols * kt > _SMALL_GEMM:
-                tm = 64  # packed tiles
-            else:
-                tm = 8 if kt >= 1024 else 64
-                while tm > 8 and tm * cols * kt > _SMALL_GEMM:
-                    tm //= 2
+            tm, rpb, tk = _rows_plan(N, int(osz[0] * osz[1]), int(osz[2]), kt, n_threads)
             self.y5_shape = (N, M, *osz.tolist())
             self.rows_args = (w.reshape(M, kt), k3, st3, dl3, pb3)
-            self.rows_tail = (min(tm, M), rpb)
+            self.rows_tail = (min(tm, M), rpb, tk)
             if n_threads > 1 and N * M * s_out * kt >= blas.PARALLEL_MACS:
                 sample = (
                     np.empty(self.x5_shape, dtype),
@@ -594,19 +605,19 @@ class _ConvPlan:
         t = self.dtype.type
         one, zero = t(1), t(0)
         bias, mode, _has_bias, has_res, act, p0, p1 = self.ep
-        tm, tn = _conv_tiles(m, n, k)
+        tm, tn, tk = _conv_tiles(m, n, k)
         a = w2.reshape(-1)
         sample_b = np.empty(1, self.dtype)
         sample_ep = (bias, mode, self.empty, has_res, act, p0, p1)
         sample = (batch, m, n, k, a, 0, sample_b, k * n, sample_b, False, False)
-        sample += (one, zero, sample_ep, tm, tn)
+        sample += (one, zero, sample_ep, tm, tn, tk)
         par = n_threads > 1 and batch * m * n * k >= blas.PARALLEL_MACS
-        go = pool.bind(kblas.gemm_par, sample, n_threads if par else 1)
+        go = pool.bind(kblas.gemm_ks_par, sample, n_threads if par else 1)
         kn = k * n
 
         def run(batch: int, b: np.ndarray, c: np.ndarray, res: np.ndarray) -> None:
             ep = (bias, mode, res, has_res, act, p0, p1)
-            go(batch, m, n, k, a, 0, b, kn, c, False, False, one, zero, ep, tm, tn)
+            go(batch, m, n, k, a, 0, b, kn, c, False, False, one, zero, ep, tm, tn, tk)
 
         return run
 
