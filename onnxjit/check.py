@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import onnx
 import onnx.defs
-from onnx import AttributeProto
+from onnx import AttributeProto, TensorProto
 
 from onnxjit import ir
 from onnxjit.errors import ModelCheckError
@@ -117,6 +117,12 @@ def _check_main_io(graph: ir.Graph, problems: list[str]) -> None:
                     problems.append(
                         f"main-graph {kind} {v.name!r} has element type UNDEFINED; set "
                         "tensor_type.elem_type"
+                    )
+                elif v.elem_type not in TensorProto.DataType.values():
+                    problems.append(
+                        f"main-graph {kind} {v.name!r} has element type {v.elem_type}, which "
+                        f"onnx {onnx.__version__} does not define; set tensor_type.elem_type to "
+                        "a TensorProto.DataType value"
                     )
                 if v.shape is None:
                     problems.append(

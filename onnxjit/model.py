@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, numpy_helper
 
@@ -91,6 +92,13 @@ def load_model(
             f"expected a path, bytes or onnx.ModelProto, found {type(model).__name__}; "
             "pass the model file's path"
         )
+    bad = _non_utf8_text(proto, "model")
+    if bad is not None:
+        field, value = bad
+        raise ModelLoadError(
+            f"the string field {field} holds bytes that are not UTF-8 ({value[:40]!r}); "
+            "expected text (ONNX strings are UTF-8), found damaged bytes; re-export the model"
+        )
     loader = _Loader(None if base_dir is None else Path(base_dir))
     result = loader.model(proto)
     result.proto = proto
@@ -119,6 +127,47 @@ def _parse(data: bytes, what: str) -> onnx.ModelProto:
             "check that the file is an .onnx model and not another protobuf message"
         )
     return proto
+
+
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+
+
+def _repeated(field: Any) -> bool:
+    # protobuf 6+ has is_repeated (and dropped label); older versions have label only
+    flag = getattr(field, "is_repeated", None)
+    return bool(flag) if flag is not None else field.label == FieldDescriptor.LABEL_REPEATED
+
+
+def _non_utf8_text(msg: Any, path: str) -> tuple[str, bytes] | None:
+    """The first string field (path, raw value) that protobuf decoded as bytes because it is
+    not UTF-8 (op types, names and domains would then be bytes, not str), or None. A loop
+    over a stack, since a ModelProto built in memory may nest deeper than Python's recursion;
+    each entry is (message, its parent's entry, its label), the path is spelled out only for
+    the field found."""
+
+    def spell(entry: tuple | None, last: str) -> str:
+        parts = [last]
+        while entry is not None:
+            parts.append(entry[2])
+            entry = entry[1]
+        return ".".join(reversed(parts))
+
+    stack: list[tuple] = [(msg, None, path)]
+    while stack:
+        entry = stack.pop()
+        for field, value in entry[0].ListFields():
+            if field.type == _STRING:
+                for v in value if _repeated(field) else (value,):
+                    if not isinstance(v, str):
+                        return spell(entry, field.name), bytes(v)
+            elif field.type == _MESSAGE:
+                if _repeated(field):
+                    for i in range(len(value) - 1, -1, -1):
+                        stack.append((value[i], entry, f"{field.name}[{i}]"))
+                else:
+                    stack.append((value, entry, field.name))
+    return None
 
 
 class _Loader:
@@ -640,7 +689,46 @@ def _parse_nonneg(tensor: str, key: str, raw: str) -> int:
 
 
 def _type_or_none(v: onnx.ValueInfoProto) -> onnx.TypeProto | None:
-    return v.type if v.HasField("type") else None
+    """The declared type; a negative dim_value (some exporters write -1 for a dynamic size)
+    becomes an unknown dimension, as onnxruntime reads it (onnx's shape inference would
+    otherwise compute with it, and one of its assertions aborts the process)."""
+    if not v.HasField("type"):
+        return None
+    if not _has_negative_dim(v.type):
+        return v.type
+    tp = onnx.TypeProto()
+    tp.CopyFrom(v.type)  # the caller's proto stays as it was
+    _clear_negative_dims(tp)
+    return tp
+
+
+def _shapes_of(tp: onnx.TypeProto) -> list[onnx.TensorShapeProto]:
+    kind = tp.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        inner = getattr(tp, kind)
+        return [inner.shape] if inner.HasField("shape") else []
+    if kind == "sequence_type":
+        return _shapes_of(tp.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _shapes_of(tp.optional_type.elem_type)
+    if kind == "map_type":
+        return _shapes_of(tp.map_type.value_type)
+    return []
+
+
+def _has_negative_dim(tp: onnx.TypeProto) -> bool:
+    return any(
+        d.WhichOneof("value") == "dim_value" and d.dim_value < 0
+        for shape in _shapes_of(tp)
+        for d in shape.dim
+    )
+
+
+def _clear_negative_dims(tp: onnx.TypeProto) -> None:
+    for shape in _shapes_of(tp):
+        for d in shape.dim:
+            if d.WhichOneof("value") == "dim_value" and d.dim_value < 0:
+                d.ClearField("dim_value")
 
 
 def _decode_str(b: bytes | str) -> str:

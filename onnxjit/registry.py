@@ -181,6 +181,8 @@ def implementations() -> dict[tuple[str, str], list[OpImpl]]:
 
 def find_schema(op_type: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
     """The schema a node obeys at the given opset import, or None if onnx has none."""
+    if not 0 < opset < 1 << 31:  # onnx takes an int: a hostile version raises TypeError there
+        return None
     try:
         return onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:

@@ -47,7 +47,13 @@ for _name in (
 
 def elem_type_name(elem_type: int) -> str:
     """``TensorProto.FLOAT`` -> ``"float"`` (onnxruntime's spelling)."""
-    return _TYPE_NAMES.get(elem_type, TensorProto.DataType.Name(elem_type).lower())
+    name = _TYPE_NAMES.get(elem_type)
+    if name is None:
+        try:
+            name = TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:  # a value no onnx version defines (a damaged or hostile model)
+            name = f"undefined element type {elem_type}"
+    return name
 
 
 def np_dtype(elem_type: int) -> np.dtype:

@@ -97,7 +97,15 @@ def loop(ctx, M=None, cond=None, *v_initial, body=None):
             f"the body must take 2 + {n_carried} inputs and return 1 + {n_carried} + K outputs; "
             f"it takes {len(body.input_names)} and returns {n_body_out}"
         )
-    max_trip = None if M is None else int(np.asarray(M).reshape(-1)[0])
+    max_trip = None
+    if M is not None:
+        m_arr = np.asarray(M)
+        if m_arr.size != 1 or m_arr.dtype.kind not in "iu":
+            raise ctx.error(
+                f"the trip count M must be one integer (a scalar int64 tensor), found "
+                f"{m_arr.dtype} of shape {list(m_arr.shape)}; feed a scalar"
+            )
+        max_trip = int(m_arr.reshape(-1)[0])
     keep_going = True if cond is None else _as_bool(ctx, cond, "cond")
     carried = list(v_initial)
     scans: list[list[Any]] = [[] for _ in range(n_scan)]

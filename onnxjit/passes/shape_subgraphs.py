@@ -100,7 +100,14 @@ class _TypeTracker:
 
         inferred: dict[str, onnx.TypeProto] = {}
         protos = self.protos
-        if _inferable(node) and all(x in protos for x in node.inputs if x):
+        if (
+            _inferable(node)
+            and all(x in protos for x in node.inputs if x)
+            # onnx computes with a negative dim as given, and some of its assertions then
+            # abort the process: such a type is not inferred from (the loader clears declared
+            # ones; this guards against any produced along the way)
+            and not any(_negative_dim(protos[x]) for x in node.inputs if x)
+        ):
             try:
                 schema = onnx.defs.get_schema(node.op_type, node.since_version, node.domain)
                 inferred = onnx.shape_inference.infer_node_outputs(
@@ -411,3 +418,9 @@ def _value_info(graph: ir.Graph, name: str) -> ir.ValueInfo:
             return ir.ValueInfo(name, v.type)
     vi = graph.value_info.get(name)
     return ir.ValueInfo(name, vi.type if vi is not None else None)
+
+
+def _negative_dim(tp: onnx.TypeProto) -> bool:
+    if tp.WhichOneof("value") != "tensor_type":
+        return False
+    return any(d.dim_value < 0 for d in tp.tensor_type.shape.dim)
