@@ -287,6 +287,50 @@ def test_skip_not_fused_when_sum_is_read_before_the_norm_ends():
     run_all(model, feeds, F32, "layernorm_fusion", ["LayerNorm"], absent=["SkipLayerNorm"])
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("axis", [-1, 2, -2])
+@pytest.mark.parametrize("bias, sum_used", [(True, False), (False, True)])
+def test_add_then_layernormalization_operator(dtype, axis, bias, sum_used):
+    """Add feeding the LayerNormalization operator (opset 17, as torch exports a residual)
+    becomes SkipLayerNorm, over one or two trailing axes, with or without bias, with the sum
+    also read downstream."""
+    shape = (2, 5, 8, 16)
+    norm = shape[axis:]
+    rng = np.random.default_rng(8)
+    b = Builder(dtype)
+    s = b.op("Add", "a", "r")
+    ln_in = [s, b.const(rng.standard_normal(norm))]
+    if bias:
+        ln_in.append(b.const(rng.standard_normal(norm)))
+    y = b.op("LayerNormalization", *ln_in, axis=axis, epsilon=1e-3)
+    outs = [(y, "y", list(shape))]
+    if sum_used:
+        outs.append((b.op("Mul", s, b.const(2.0)), "s2", list(shape)))
+    model = b.model([("a", shape), ("r", shape)], outs, 17)
+    feeds = {"a": _feed(shape, dtype, 1), "r": _feed(shape, dtype, 2)}
+    run_all(
+        model, feeds, dtype, "layernorm_fusion", ["SkipLayerNorm"], absent=["LayerNormalization"]
+    )
+
+
+def test_add_then_layernormalization_not_fused_when_its_statistics_are_read():
+    shape = (3, 16)
+    b = Builder(F32)
+    s = b.op("Add", "a", "r")
+    b.nodes.append(
+        helper.make_node("LayerNormalization", [s, b.const(np.ones(16))], ["y0", "mean"])
+    )
+    model = b.model(
+        [("a", shape), ("r", shape)], [("y0", "y", list(shape)), ("mean", "m", [3, 1])], 17
+    )
+    feeds = {"a": _feed(shape, F32, 1), "r": _feed(shape, F32, 2)}
+    want = ort_outputs(model, feeds)
+    sess = onnxjit.InferenceSession(model)
+    assert "SkipLayerNorm" not in [n.op_type for n in sess.graph_nodes()]
+    for g, w in zip(sess.run(None, feeds), want):
+        assert_close(g, w, 1e-5, 1e-6, "statistics read")
+
+
 # --------------------------------------------------------------------------------------------
 # RMSNorm
 

@@ -3,7 +3,8 @@
 * :func:`fuse_layernorm`: ``ReduceMean -> Sub -> (Pow 2 | Mul self) -> ReduceMean -> Add eps ->
   Sqrt -> Div`` (or ``Reciprocal``/``Div(1, .)``/``Pow -0.5`` then ``Mul``), optionally ``* gamma
   + beta``, over trailing axes -> internal ``LayerNorm``; with an ``Add(a, b)`` feeding it ->
-  ``SkipLayerNorm`` (which also writes the sum when others read it). RMSNorm
+  ``SkipLayerNorm`` (which also writes the sum when others read it); ``Add`` feeding the
+  LayerNormalization operator -> ``SkipLayerNorm`` too. RMSNorm
   ``x / sqrt(mean(x^2) + eps) * gamma`` in the same spellings -> internal ``RMSNorm``.
 * :func:`fuse_gelu`: ``x * 0.5 * (1 + erf(x / sqrt 2))`` and ``0.5 x (1 + tanh(sqrt(2/pi)
   (x + 0.044715 x^3)))`` in the orders exporters write, with an optional 1-D constant bias Add
@@ -85,6 +86,12 @@ def _rank(graph: ir.Graph, name: str) -> int | None:
         if vi is not None and vi.name == name and vi.shape is not None:
             return len(vi.shape)
     return None
+
+
+def _value_rank(ix: GraphIndex, name: str) -> int | None:
+    """The rank of a declared value or of a constant."""
+    c = ix.const(name)
+    return c.ndim if c is not None else _rank(ix.graph, name)
 
 
 def _reduce_axes(ix: GraphIndex, node: ir.Node, axes_input_since: int) -> list[int] | None:
@@ -317,9 +324,52 @@ def _apply(graph: ir.Graph, start_ops: tuple[str, ...], matcher) -> int:
     return done
 
 
+def _match_add_layernormalization(
+    ix: GraphIndex, ln: ir.Node
+) -> tuple[list[ir.Node], ir.Node] | None:
+    """``Add(a, b) -> LayerNormalization`` (the operator, opset 17, as the torch exporters
+    write a transformer's residual) -> SkipLayerNorm: the sum and the normalisation in one pass
+    over each row. Only when the statistics are computed in float32 (stash_type 1, the
+    default) and the Mean / InvStdDev outputs are not asked for."""
+    if (ln.since_version or 0) < 17 or int(ln.attrs.get("stash_type", 1)) != 1:
+        return None
+    if len(ln.inputs) < 2 or not ln.inputs[1] or any(ln.outputs[1:]):
+        return None
+    x = ln.inputs[0]
+    add = _producer(ix, x, "Add")
+    if add is None or len(add.inputs) != 2 or not all(add.inputs):
+        return None
+    axis = int(ln.attrs.get("axis", -1))
+    if axis >= 0:
+        # the sum's rank: declared, else the broadcast of its operands' ranks
+        ranks = [_rank(ix.graph, x)]
+        if ranks[0] is None:
+            ranks = [_value_rank(ix, v) for v in add.inputs]
+        if any(r is None for r in ranks):
+            return None
+        axis -= max(ranks)
+    if axis >= 0:
+        return None
+    readers = [u for u in ix.users(x) if u is not ln]
+    if not _after(ix, readers, [ln]):
+        return None
+    outputs = [ln.outputs[0], x] if readers or x in ix.outputs else [ln.outputs[0]]
+    bias = ln.inputs[2] if len(ln.inputs) > 2 else ""
+    node = fused_node(
+        "SkipLayerNorm",
+        [add.inputs[0], add.inputs[1], ln.inputs[1], bias],
+        outputs,
+        attrs={"axis": axis, "epsilon": float(ln.attrs.get("epsilon", 1e-5))},
+        members=[add, ln],
+    )
+    return [add, ln], node
+
+
 def fuse_layernorm(graph: ir.Graph) -> int:
-    """LayerNorm (and Add + LayerNorm) and RMSNorm written with primitive ops -> one node."""
+    """LayerNorm (and Add + LayerNorm) and RMSNorm written with primitive ops -> one node;
+    Add + the LayerNormalization operator -> SkipLayerNorm."""
     n = _apply(graph, ("ReduceMean",), _match_layernorm)
+    n += _apply(graph, ("LayerNormalization",), _match_add_layernormalization)
     return n + _apply(graph, ("ReduceMean",), _match_rmsnorm)
 
 
