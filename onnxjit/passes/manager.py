@@ -73,7 +73,8 @@ PASSES: tuple[PassSpec, ...] = (
         "layernorm_fusion",
         EXTENDED,
         "patterns_norm:fuse_layernorm",
-        "LayerNormalization and RMSNorm written with primitive ops",
+        "LayerNormalization and RMSNorm written with primitive ops; a residual Add into either "
+        "LayerNormalization form -> SkipLayerNorm",
     ),
     PassSpec("gelu_fusion", EXTENDED, "patterns_norm:fuse_gelu", "Gelu (erf and tanh forms)"),
     PassSpec("softmax_fusion", EXTENDED, "patterns_norm:fuse_softmax", "exp(x-max)/sum forms"),
