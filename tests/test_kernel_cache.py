@@ -220,3 +220,29 @@ def test_two_processes_filling_one_cache_at_once(case, tmp_path):
     # no temporary files left behind by the atomic writes
     leftovers = [p for p in cache.rglob("*") if p.is_file() and ".tmp" in p.name]
     assert leftovers == []
+
+
+def test_cache_key_covers_helpers_generators_and_versions(tmp_path, monkeypatch):
+    """Numba only notices a change of the file that defines a function; the folder key must
+    change when an inlined helper (vecmath), a code generator or a version changes."""
+    from onnxjit import jitcache
+
+    sources = jitcache._kernel_sources()
+    names = {p.name for p in sources}
+    assert {"vecmath.py", "scalar.py", "_jit.py", "elementwise.py", "pool.py"} <= names
+    copies = []
+    for i, p in enumerate(sources):
+        c = tmp_path / f"{i}-{p.name}"
+        c.write_bytes(p.read_bytes())
+        copies.append(c)
+    monkeypatch.setattr(jitcache, "_kernel_sources", lambda: copies)
+    base = jitcache.cache_key()
+    assert jitcache.cache_key() == base  # stable
+    helper_copy = next(c for c in copies if c.name.endswith("-vecmath.py"))
+    helper_copy.write_bytes(helper_copy.read_bytes() + b"\n# a change\n")
+    changed = jitcache.cache_key()
+    assert changed != base
+    import numba
+
+    monkeypatch.setattr(numba, "__version__", numba.__version__ + ".post1")
+    assert jitcache.cache_key() not in (base, changed)
