@@ -602,15 +602,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     counts: dict[str, int] = {}
     tried = 0
+    # One line per case started, written straight to the file (no buffer to lose in a crash).
+    progress = (
+        os.open(args.progress, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if args.progress else -1
+    )
     for index in range(args.start, args.start + args.cases):
         if args.seconds and time.perf_counter() - t0 > args.seconds:
             break
-        if args.progress:
-            with open(args.progress, "w") as f:
-                f.write(str(index))
-        faulthandler.dump_traceback_later(args.case_timeout, exit=True)
+        if progress >= 0:
+            os.write(progress, f"{index}\n".encode())
+        if args.case_timeout > 0:
+            faulthandler.dump_traceback_later(args.case_timeout, exit=True)
         outcome, label, detail = run_case(onnxjit, models, args.seed, index)
-        faulthandler.cancel_dump_traceback_later()
+        if args.case_timeout > 0:
+            faulthandler.cancel_dump_traceback_later()
         tried += 1
         counts[outcome] = counts.get(outcome, 0) + 1
         if outcome == "crash":
