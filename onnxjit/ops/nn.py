@@ -93,6 +93,10 @@ def _i64(vals: Sequence[int]) -> np.ndarray:
     return np.asarray(vals, dtype=np.int64)
 
 
+# Largest dilation, kernel extent or pad the window kernels take (see _geometry).
+_MAX_WINDOW_VALUE = 1 << 31
+
+
 def _geometry(
     ctx: NodeContext,
     in_sz: Sequence[int],
@@ -119,6 +123,16 @@ def _geometry(
         )
     if min(st, default=1) < 1 or min(dl, default=1) < 1 or min(kernel, default=1) < 1:
         raise ctx.error(f"strides {st}, dilations {dl}, kernel {list(kernel)} must be >= 1")
+    # The kernels compute window positions in 64-bit integers: a stride near 2**63 wrapped
+    # there and wrote outside the output (found by the fuzzer). A stride is used only when
+    # there are two windows or more (then it is below the padded input's size): see the end.
+    # Dilations, kernels and pads that large cannot describe a window that fits.
+    huge = [v for v in (*dl, *kernel, *(pads or ())) if abs(int(v)) >= _MAX_WINDOW_VALUE]
+    if huge:
+        raise ctx.error(
+            f"dilations {dl}, kernel {list(kernel)} and pads {list(pads or [])} must each be "
+            f"below 2**31 (found {huge[0]}); fix the attributes"
+        )
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dl)]
     auto_pad = auto_pad or "NOTSET"
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -133,7 +147,7 @@ def _geometry(
             else:
                 pb.append(total - small)
                 pe.append(small)
-        return pb, pe, out, st, dl
+        return pb, pe, out, _used_strides(st, out), dl
     if auto_pad == "VALID":
         pb, pe = [0] * nsp, [0] * nsp
     elif auto_pad == "NOTSET":
@@ -159,7 +173,13 @@ def _geometry(
         if ceil_mode and (o - 1) * st[i] >= in_sz[i] + pb[i]:
             o -= 1
         out.append(o)
-    return pb, pe, out, st, dl
+    return pb, pe, out, _used_strides(st, out), dl
+
+
+def _used_strides(st: list[int], out: list[int]) -> list[int]:
+    """The strides with 1 where a dim has one window (its stride is never multiplied by a
+    non-zero position, so any value gives the same result, and a huge one overflowed)."""
+    return [1 if o <= 1 else s for s, o in zip(st, out)]
 
 
 def _spatial_rank(ctx: NodeContext, x: np.ndarray) -> int:
