@@ -95,6 +95,23 @@ CONV = {
     "dw_3d": ((2, 5, 6, 7), (2, 1, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1, 1, 1]}),
     "dw_3d_s2": ((2, 6, 5, 7), (4, 1, 2, 3, 3), {"group": 2, "strides": [2, 1, 2]}),
     "dw_same": ((3, 9, 8), (3, 1, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    # depthwise of small planes, 16 channels across vector lanes (depthwise_tiles): whole and
+    # partial blocks of channels, strides 1 and 2, padding, channel multiplier, dilations
+    "dw_tiles_4x4": ((40, 4, 4), (40, 1, 3, 3), {"group": 40, "pads": [1, 1, 1, 1]}),
+    "dw_tiles_7x7": ((17, 7, 7), (17, 1, 3, 3), {"group": 17, "pads": [1, 1, 1, 1]}),
+    "dw_tiles_s2": (
+        (20, 14, 13),
+        (20, 1, 3, 3),
+        {"group": 20, "strides": [2, 2], "pads": [1, 0, 1, 1]},
+    ),
+    "dw_tiles_s2_nopad": ((32, 9, 8), (32, 1, 3, 3), {"group": 32, "strides": [2, 2]}),
+    "dw_tiles_5x5": ((16, 5, 6), (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 2, 2]}),
+    "dw_tiles_mult_dil": (
+        (6, 6, 7),
+        (18, 1, 3, 2),
+        {"group": 6, "dilations": [2, 1], "strides": [1, 2], "pads": [2, 1, 0, 1]},
+    ),
+    "dw_tiles_1d": ((24, 9), (24, 1, 3), {"group": 24, "strides": [2], "pads": [1, 1]}),
 }
 
 
@@ -162,6 +179,9 @@ def _out_shape(xs, ws, attrs):
         "dw_3x3_small",
         "dw_mult",
         "dw_3d",
+        "dw_tiles_4x4",
+        "dw_tiles_s2",
+        "dw_tiles_mult_dil",
         "run_3x3",
         "gather_s2",
         "gather_split_k",
@@ -185,7 +205,17 @@ def test_fused_conv_epilogue(case, act, with_residual, threading_mode):
 
 
 @pytest.mark.parametrize(
-    "case", ["dw_3x3_s2", "dw_mult", "run_s2", "gather_dil", "gather_split_k", "run_split_k_s2"]
+    "case",
+    [
+        "dw_3x3_s2",
+        "dw_mult",
+        "dw_tiles_7x7",
+        "dw_tiles_s2",
+        "run_s2",
+        "gather_dil",
+        "gather_split_k",
+        "run_split_k_s2",
+    ],
 )
 def test_fused_conv_epilogue_f64(case, threading_mode):
     xs, ws, attrs = CONV[case]
@@ -194,6 +224,40 @@ def test_fused_conv_epilogue_f64(case, threading_mode):
     feeds = {"x": rnd(xs, F64, 3), "r": rnd(_out_shape(xs, ws, attrs), F64, 4)}
     got = onnxjit.InferenceSession(model.SerializeToString()).run(None, feeds)
     assert_close(got, reference_outputs(model, feeds), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "case, tiles",
+    [
+        ("dw_tiles_4x4", True),
+        ("dw_tiles_s2", True),
+        ("dw_tiles_mult_dil", True),
+        ("dw_tiles_1d", True),
+        ("dw_3x3", False),  # 19 x 17 outputs per plane: one plane at a time
+        ("dw_3d", False),
+    ],
+)
+def test_depthwise_kernel_choice(case, tiles, threading_mode):
+    """The cases above reach the kernel they are meant to test: small 1-D and 2-D planes the
+    channel-block kernel, larger or 3-D planes the per-plane one."""
+    from onnxjit.kernels.cpu import conv as kconv
+    from onnxjit.ops import nn
+
+    xs, ws, attrs = CONV[case]
+    out = _out_shape((2, *xs), ws, attrs)[2:]
+    nd = len(ws) - 2
+    plan = nn._ConvPlan(
+        (2, *xs), F32, weights(ws), attrs["group"], list(ws[2:]), attrs.get("strides", [1] * nd),
+        attrs.get("dilations", [1] * nd), attrs.get("pads", [0] * 2 * nd)[:nd], list(out),
+        None, False, 0, 0.0, 0.0,
+    )  # fmt: skip
+    assert plan.kind == nn._DEPTHWISE
+    serial = kconv.depthwise_tiles if tiles else kconv.depthwise
+    par = kconv.depthwise_tiles_par if tiles else kconv.depthwise_par
+    if threading_mode == "serial" or plan.dw.__closure__ is None:
+        assert plan.dw is serial
+    else:  # pool.bind's launcher of the pool kernel
+        assert par in [cell.cell_contents for cell in plan.dw.__closure__]
 
 
 def test_conv_residual_not_contiguous():

@@ -474,6 +474,150 @@ def depthwise_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
             )
 
 
+# Channels per block of the small-plane depthwise kernel: one 16-lane float32 vector.
+DW_LANES = 16
+
+
+@njit(inline="always")
+def _dw_tile_geom(k, st, dl, osz):
+    """Tile of :func:`_dw_tile_block`: ``(Hp, Wq)``, padded input rows the block reads and
+    columns per stride phase (each holds ``Wq`` columns of ``DW_LANES`` lanes)."""
+    Hp = (osz[1] - 1) * st[1] + (k[1] - 1) * dl[1] + 1
+    Wp = (osz[2] - 1) * st[2] + (k[2] - 1) * dl[2] + 1
+    return Hp, (Wp + st[2] - 1) // st[2]
+
+
+@njit(inline="always")
+def _dw_tile_block(xf, C, H, W, wx, k, st, dl, pb, osz, yf, M, mult, blk, tb, acc, so, yo, ep):
+    """Output channels ``[m0, m0 + DW_LANES)`` (``blk`` = image * blocks + block) of a 2-D
+    depthwise convolution of small planes, with the channels across vector lanes.
+
+    The block's input planes are copied transposed into ``tb``: padded row r, stride phase
+    qw, column j, lane l holds channel l's padded input (r, j * sw + qw), zero in the padding.
+    Output row oh then gets, for each tap, one flat multiply-add loop over its ``OW`` columns
+    of ``DW_LANES`` lanes: ``acc[ow, l] += wx[tap, ow, l] * tb[row, phase, j0 + ow, l]`` with
+    the weights ``wx`` (blocks, taps + 1, OW * DW_LANES) repeated along the row and its last
+    tap the bias. Long contiguous loops: LLVM vectorises them (with loops over the lanes
+    alone it fully unrolls them into scalar code, as it cannot rule out aliasing). The
+    epilogue runs on ``acc`` (output positions x lanes) before it is copied back transposed.
+    """
+    _bias, _has_bias, res, has_res, act, p0, p1 = ep
+    L = DW_LANES
+    uL = _u(L)
+    nbk = (M + L - 1) // L
+    n = blk // nbk
+    b = blk - n * nbk
+    m0 = b * L
+    nl = min(L, M - m0)
+    KH, KW = k[1], k[2]
+    sh, sw = st[1], st[2]
+    dh, dw = dl[1], dl[2]
+    ph, pw = pb[1], pb[2]
+    OH, OW = osz[1], osz[2]
+    OHW = OH * OW
+    Hp, Wq = _dw_tile_geom(k, st, dl, osz)
+    Wp = Wq * sw
+    row_len = _u(Wq * L)
+    # input rows / columns that land inside the tile
+    h_hi = min(H, Hp - ph)
+    w_hi = min(W, Wp - pw)
+    for i in range(_u(Hp * sw) * row_len):
+        tb[i] = 0
+    # per lane: its input plane and output plane (lanes past M repeat channel M - 1)
+    for lane in range(L):
+        m = min(m0 + lane, M - 1)
+        so[lane] = _u((n * C + m // mult) * H * W)
+        yo[lane] = _u((n * M + m) * OHW)
+    # transposed copy, lanes innermost: loops of DW_LANES strided scalar loads (a loop over
+    # one plane's columns with stride-DW_LANES stores would vectorise into slow scatters)
+    for h in range(h_hi):
+        rb = _u((h + ph) * sw) * row_len
+        for qw in range(sw):
+            w0 = (qw - pw) % sw
+            if w0 >= w_hi:
+                continue
+            d = rb + _u(qw) * row_len + _u((w0 + pw) // sw) * uL
+            src = _u(h * W + w0)
+            for _m in range((w_hi - w0 + sw - 1) // sw):
+                for lane in range(uL):
+                    tb[d + lane] = xf[so[lane] + src]
+                d += uL
+                src += _u(sw)
+    K = KH * KW
+    n_row = _u(OW * L)
+    wb = _u(b * (K + 1)) * n_row
+    bias_row = wb + _u(K) * n_row
+    for oh in range(OH):
+        ab = _u(oh) * n_row
+        for j in range(n_row):
+            acc[ab + j] = wx[bias_row + j]
+        for kh in range(KH):
+            r = _u((oh * sh + kh * dh) * sw) * row_len
+            for kw in range(KW):
+                c0 = kw * dw
+                cb = r + _u(c0 % sw) * row_len + _u(c0 // sw) * uL
+                wv = wb + _u(kh * KW + kw) * n_row
+                for j in range(n_row):
+                    acc[ab + j] += wx[wv + j] * tb[cb + j]
+    if has_res:
+        for p in range(_u(OHW)):
+            for lane in range(uL):
+                acc[p * uL + lane] += res[yo[lane] + p]
+    activate(acc[: OHW * L], act, p0, p1)
+    if nl == L:
+        for p in range(_u(OHW)):
+            for lane in range(uL):
+                yf[yo[lane] + p] = acc[p * uL + lane]
+    else:
+        for lane in range(nl):
+            for p in range(_u(OHW)):
+                yf[yo[lane] + p] = acc[p * uL + _u(lane)]
+
+
+@njit(inline="always")
+def _dw_tile_bufs(x, k, st, dl, osz):
+    Hp, Wq = _dw_tile_geom(k, st, dl, osz)
+    tb = np.empty(Hp * st[2] * Wq * DW_LANES, x.dtype)
+    acc = np.empty(osz[1] * osz[2] * DW_LANES, x.dtype)
+    offs = np.empty((2, DW_LANES), np.uint64)
+    return tb, acc, offs[0], offs[1]
+
+
+@njit(fma=True)
+def depthwise_tiles(x, wx, k, st, dl, pb, y, mult, ep):
+    """Depthwise convolution of small 2-D planes (``x`` (N, C, 1, H, W), ``k[0] == 1``) with
+    its epilogue, as :func:`depthwise` but DW_LANES channels at a time (see
+    :func:`_dw_tile_block` for ``wx``, which carries the bias: ``ep``'s is not read)."""
+    N, C, D, H, W = x.shape
+    M = y.shape[1]
+    osz = y.shape[2:]
+    xf = x.reshape(-1)
+    yf = y.reshape(-1)
+    tb, acc, so, yo = _dw_tile_bufs(x, k, st, dl, osz)
+    for blk in range(N * ((M + DW_LANES - 1) // DW_LANES)):
+        _dw_tile_block(xf, C, H, W, wx, k, st, dl, pb, osz, yf, M, mult, blk, tb, acc, so, yo, ep)
+
+
+@pjit(fma=True)
+def depthwise_tiles_par(ctl, x, wx, k, st, dl, pb, y, mult, ep):
+    """Pool twin of :func:`depthwise_tiles` (items: (image, channel block) pairs)."""
+    N, C, D, H, W = x.shape
+    M = y.shape[1]
+    osz = y.shape[2:]
+    xf = x.reshape(-1)
+    yf = y.reshape(-1)
+    tb, acc, so, yo = _dw_tile_bufs(x, k, st, dl, osz)
+    n_items = N * ((M + DW_LANES - 1) // DW_LANES)
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for blk in range(chunk_lo, chunk_hi):
+            _dw_tile_block(
+                xf, C, H, W, wx, k, st, dl, pb, osz, yf, M, mult, blk, tb, acc, so, yo, ep
+            )
+
+
 @njit(inline="always")
 def _im2col_rows(xf, C, D, H, W, k, st, dl, pb, osz, spans, n, r_lo, r_hi, blk):
     """Columns of output rows ``[r_lo, r_hi)`` (rows of the flattened (od, oh) grid) of the

@@ -373,6 +373,10 @@ _GATHER_OW = 16
 # PARALLEL_THRESHOLD (these kernels do more per element than an elementwise one).
 _IM2COL_SHIFT = 5
 _WINDOW_SHIFT = 4
+# Depthwise convolutions of 1-D and 2-D planes with at most this many outputs per plane run
+# DW_LANES channels at a time across vector lanes (kernels/cpu/conv.py, depthwise_tiles).
+_DW_TILE_MAX = 64
+_DW_TILE_MAX_OW = 16
 # Output rows at least this wide run the row-blocked convolution (group 1).
 _ROWS_MIN_OW = 16
 # Output columns per block of the row-blocked convolution (whole output rows, at least one).
@@ -556,8 +560,22 @@ class _ConvPlan:
             # would be all overhead).
             self.kind = _DEPTHWISE
             self.y5_shape = (N, M, *osz.tolist())
-            self.dw_args = (w.reshape(M, K), k3, st3, dl3, pb3)
             self.mult = M // C
+            kernels = (kconv.depthwise, kconv.depthwise_par)
+            wk = w.reshape(M, K)
+            if len(ks) <= 2 and s_out <= _DW_TILE_MAX and out[-1] <= _DW_TILE_MAX_OW:
+                # small planes: channels across vector lanes, the weights of each block of
+                # lanes (taps + bias, lanes) repeated along an output row
+                lanes = kconv.DW_LANES
+                nb = -(-M // lanes)
+                wt = np.zeros((nb * lanes, K + 1), dtype)
+                wt[:M, :K] = wk
+                if bias is not None:
+                    wt[:M, K] = bias
+                wt = wt.reshape(nb, lanes, K + 1).transpose(0, 2, 1)
+                wk = np.ascontiguousarray(np.tile(wt, (1, 1, out[-1]))).ravel()
+                kernels = (kconv.depthwise_tiles, kconv.depthwise_tiles_par)
+            self.dw_args = (wk, k3, st3, dl3, pb3)
             if n_threads > 1 and N * M * s_out * K >= _jit.PARALLEL_THRESHOLD >> _WINDOW_SHIFT:
                 sample = (
                     np.empty(self.x5_shape, dtype),
@@ -566,9 +584,9 @@ class _ConvPlan:
                     self.mult,
                     self._dw_ep(empty),
                 )
-                self.dw = pool.bind(kconv.depthwise_par, sample, n_threads)
+                self.dw = pool.bind(kernels[1], sample, n_threads)
             else:
-                self.dw = kconv.depthwise
+                self.dw = kernels[0]
             return
         if group == 1 and osz[2] >= _ROWS_MIN_OW:
             # im2col by blocks of output rows, each multiplied while it is in cache
