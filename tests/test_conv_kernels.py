@@ -111,6 +111,11 @@ CONV = {
         (18, 1, 3, 2),
         {"group": 6, "dilations": [2, 1], "strides": [1, 2], "pads": [2, 1, 0, 1]},
     ),
+    "dw_tiles_3x3_dil": (
+        (16, 6, 7),
+        (16, 1, 3, 3),
+        {"group": 16, "dilations": [2, 2], "strides": [2, 1], "pads": [2, 1, 1, 2]},
+    ),
     "dw_tiles_1d": ((24, 9), (24, 1, 3), {"group": 24, "strides": [2], "pads": [1, 1]}),
 }
 
@@ -232,6 +237,7 @@ def test_fused_conv_epilogue_f64(case, threading_mode):
         ("dw_tiles_4x4", True),
         ("dw_tiles_s2", True),
         ("dw_tiles_mult_dil", True),
+        ("dw_tiles_3x3_dil", True),
         ("dw_tiles_1d", True),
         ("dw_3x3", False),  # 19 x 17 outputs per plane: one plane at a time
         ("dw_3d", False),

@@ -488,12 +488,24 @@ def _dw_tile_geom(k, st, dl, osz):
 
 
 @njit(inline="always")
+def _dw_tile_cols(r, dw, sw, row_len, uL):
+    """Tile offsets of taps kw = 0, 1, 2 for tile row offset ``r``."""
+    c1, c2 = dw, 2 * dw
+    return (
+        r,
+        r + _u(c1 % sw) * row_len + _u(c1 // sw) * uL,
+        r + _u(c2 % sw) * row_len + _u(c2 // sw) * uL,
+    )
+
+
+@njit(inline="always")
 def _dw_tile_block(xf, C, H, W, wx, k, st, dl, pb, osz, yf, M, mult, blk, tb, acc, so, yo, ep):
     """Output channels ``[m0, m0 + DW_LANES)`` (``blk`` = image * blocks + block) of a 2-D
     depthwise convolution of small planes, with the channels across vector lanes.
 
     The block's input planes are copied transposed into ``tb``: padded row r, stride phase
-    qw, column j, lane l holds channel l's padded input (r, j * sw + qw), zero in the padding.
+    qw, column j, lane l holds channel l's padded input (r, j * sw + qw), zero in the padding
+    (``tb`` comes zeroed and every block writes the same positions).
     Output row oh then gets, for each tap, one flat multiply-add loop over its ``OW`` columns
     of ``DW_LANES`` lanes: ``acc[ow, l] += wx[tap, ow, l] * tb[row, phase, j0 + ow, l]`` with
     the weights ``wx`` (blocks, taps + 1, OW * DW_LANES) repeated along the row and its last
@@ -521,8 +533,6 @@ def _dw_tile_block(xf, C, H, W, wx, k, st, dl, pb, osz, yf, M, mult, blk, tb, ac
     # input rows / columns that land inside the tile
     h_hi = min(H, Hp - ph)
     w_hi = min(W, Wp - pw)
-    for i in range(_u(Hp * sw) * row_len):
-        tb[i] = 0
     # per lane: its input plane and output plane (lanes past M repeat channel M - 1)
     for lane in range(L):
         m = min(m0 + lane, M - 1)
@@ -549,6 +559,31 @@ def _dw_tile_block(xf, C, H, W, wx, k, st, dl, pb, osz, yf, M, mult, blk, tb, ac
     bias_row = wb + _u(K) * n_row
     for oh in range(OH):
         ab = _u(oh) * n_row
+        if KH == 3 and KW == 3:
+            # MobileNet's 3x3: the nine taps and the bias in one loop per output row
+            r0 = _u(oh * sh * sw) * row_len
+            t0, t1, t2 = _dw_tile_cols(r0, dw, sw, row_len, uL)
+            r1 = _u((oh * sh + dh) * sw) * row_len
+            t3, t4, t5 = _dw_tile_cols(r1, dw, sw, row_len, uL)
+            r2 = _u((oh * sh + 2 * dh) * sw) * row_len
+            t6, t7, t8 = _dw_tile_cols(r2, dw, sw, row_len, uL)
+            v0, v1, v2 = wb, wb + n_row, wb + _u(2) * n_row
+            v3, v4, v5 = wb + _u(3) * n_row, wb + _u(4) * n_row, wb + _u(5) * n_row
+            v6, v7, v8 = wb + _u(6) * n_row, wb + _u(7) * n_row, wb + _u(8) * n_row
+            for j in range(n_row):
+                acc[ab + j] = (
+                    wx[bias_row + j]
+                    + wx[v0 + j] * tb[t0 + j]
+                    + wx[v1 + j] * tb[t1 + j]
+                    + wx[v2 + j] * tb[t2 + j]
+                    + wx[v3 + j] * tb[t3 + j]
+                    + wx[v4 + j] * tb[t4 + j]
+                    + wx[v5 + j] * tb[t5 + j]
+                    + wx[v6 + j] * tb[t6 + j]
+                    + wx[v7 + j] * tb[t7 + j]
+                    + wx[v8 + j] * tb[t8 + j]
+                )
+            continue
         for j in range(n_row):
             acc[ab + j] = wx[bias_row + j]
         for kh in range(KH):
@@ -577,7 +612,8 @@ def _dw_tile_block(xf, C, H, W, wx, k, st, dl, pb, osz, yf, M, mult, blk, tb, ac
 @njit(inline="always")
 def _dw_tile_bufs(x, k, st, dl, osz):
     Hp, Wq = _dw_tile_geom(k, st, dl, osz)
-    tb = np.empty(Hp * st[2] * Wq * DW_LANES, x.dtype)
+    # zeroed once: every block writes the same (inside) positions of all lanes
+    tb = np.zeros(Hp * st[2] * Wq * DW_LANES, x.dtype)
     acc = np.empty(osz[1] * osz[2] * DW_LANES, x.dtype)
     offs = np.empty((2, DW_LANES), np.uint64)
     return tb, acc, offs[0], offs[1]
