@@ -57,6 +57,24 @@ def _phase_width(ow, kw, sw, dw):
 
 
 @njit(inline="always")
+def _copy_run(dst, base, xf, src, ulo, uhi, uow, sw, usw):
+    """One output row of an unfolded input at ``dst[base:]``: zeros before ``ulo`` and from
+    ``uhi`` to ``uow``, and between them the input from ``xf[src]`` at stride ``sw`` (a plain
+    copy at stride 1)."""
+    for j in range(ulo):
+        dst[base + j] = 0
+    run = base + ulo
+    if sw == 1:
+        for j in range(uhi - ulo):
+            dst[run + j] = xf[src + j]
+    else:
+        for j in range(uhi - ulo):
+            dst[run + j] = xf[src + j * usw]
+    for j in range(uhi, uow):
+        dst[base + j] = 0
+
+
+@njit(inline="always")
 def _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx):
     """Rows ``(c, kd, kh, 0..KW-1)`` of ``col`` for item ``idx`` = (image, channel, kd, kh).
 
@@ -91,18 +109,8 @@ def _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx):
                     for j in range(uow):
                         dst[base + j] = 0
                     continue
-                for j in range(ulo):
-                    dst[base + j] = 0
                 src = _u(((plane + d) * H + h) * W + lo * sw + off)
-                run = base + ulo
-                if sw == 1:
-                    for j in range(uhi - ulo):
-                        dst[run + j] = xf[src + j]
-                else:
-                    for j in range(uhi - ulo):
-                        dst[run + j] = xf[src + j * usw]
-                for j in range(uhi, uow):
-                    dst[base + j] = 0
+                _copy_run(dst, base, xf, src, ulo, uhi, uow, sw, usw)
 
 
 @njit
@@ -686,18 +694,8 @@ def _im2col_rows(xf, C, D, H, W, k, st, dl, pb, osz, spans, n, r_lo, r_hi, blk):
                             continue
                         lo, hi, off = spans[kw, 0], spans[kw, 1], spans[kw, 2]
                         ulo, uhi = _u(lo), _u(hi)
-                        for j in range(ulo):
-                            blk[base + j] = 0
                         src = _u(src_row * W + lo * sw + off)
-                        run = base + ulo
-                        if sw == 1:
-                            for j in range(uhi - ulo):
-                                blk[run + j] = xf[src + j]
-                        else:
-                            for j in range(uhi - ulo):
-                                blk[run + j] = xf[src + j * usw]
-                        for j in range(uhi, uow):
-                            blk[base + j] = 0
+                        _copy_run(blk, base, xf, src, ulo, uhi, uow, sw, usw)
 
 
 @njit(inline="always")

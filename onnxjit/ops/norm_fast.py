@@ -1,5 +1,6 @@
 """Fast paths (registry.fast_path) of the row-kernel operators: Softmax/LogSoftmax-13 and
-LayerNormalization-17 (onnxjit/ops/nn.py), internal Gelu and RMSNorm (onnxjit/ops/fused_norm.py).
+LayerNormalization-17 (onnxjit/ops/nn.py), internal LayerNorm, Gelu and RMSNorm
+(onnxjit/ops/fused_norm.py).
 
 Each is prepared after the operator ran once for an input shape: the row count and width, the
 converted scale/bias vectors and the kernel (serial, or pool-bound above the parallel
@@ -62,24 +63,23 @@ def _prepare_softmax(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -
     return fast
 
 
-@fast_path(nn.layer_norm)
-def _prepare_layer_normalization(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    """LayerNormalization-17 whose Mean and InvStdDev outputs nothing reads."""
-    if ctx.n_outputs > 1 and any(ctx.outputs_used[1:]):
-        return None
-    x, scale = args[0], args[1]
-    bias = args[2] if len(args) > 2 else None
-    rn = _rows_of(x, kwargs["axis"])
+def _layer_norm_fast(
+    x: np.ndarray, scale: Any, bias: Any, axis: int, epsilon: float, several: bool
+) -> Any:
+    """The fast path of a layer normalisation of ``x`` over dims ``axis..`` with these scale
+    and bias objects (either may be None), or None; it returns ``(y, None, None)`` when
+    ``several`` (LayerNormalization-17 with its unread statistics outputs), else ``y``."""
+    rn = _rows_of(x, axis)
     if rn is None:
         return None
     rows, n = rn
     shape, dtype = x.shape, x.dtype
-    a = kwargs["axis"] + x.ndim if kwargs["axis"] < 0 else kwargs["axis"]
+    a = axis + x.ndim if axis < 0 else axis
     sc = _param(scale, shape[a:], dtype, 1.0)
     bi = _param(bias, shape[a:], dtype, 0.0)
     if sc is None or bi is None:
         return None
-    eps = float(kwargs["epsilon"])
+    eps = float(epsilon)
     x2 = x.reshape(rows, n)
     scratch = np.empty(rows, dtype)
     go = _bound(
@@ -90,7 +90,6 @@ def _prepare_layer_normalization(ctx: NodeContext, args: tuple, kwargs: dict, re
     )
     empty = np.empty
     y_slot = Slot(shape, dtype)
-    several = ctx.n_outputs > 1
 
     def fast(x3: Any, s3: Any = None, b3: Any = None) -> Any:
         if not _plain(x3, shape, dtype) or s3 is not scale or b3 is not bias:
@@ -101,6 +100,25 @@ def _prepare_layer_normalization(ctx: NodeContext, args: tuple, kwargs: dict, re
         return (y, None, None) if several else y
 
     return fast
+
+
+@fast_path(nn.layer_norm)
+def _prepare_layer_normalization(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """LayerNormalization-17 whose Mean and InvStdDev outputs nothing reads."""
+    if ctx.n_outputs > 1 and any(ctx.outputs_used[1:]):
+        return None
+    bias = args[2] if len(args) > 2 else None
+    return _layer_norm_fast(
+        args[0], args[1], bias, kwargs["axis"], kwargs["epsilon"], ctx.n_outputs > 1
+    )
+
+
+@fast_path(fused_norm.layer_norm)
+def _prepare_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """The internal LayerNorm (scale and bias optional)."""
+    scale = args[1] if len(args) > 1 else None
+    bias = args[2] if len(args) > 2 else None
+    return _layer_norm_fast(args[0], scale, bias, kwargs["axis"], kwargs["epsilon"], False)
 
 
 @fast_path(fused_norm.gelu)
