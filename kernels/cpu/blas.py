@@ -265,23 +265,14 @@ def gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
     column or per row (``BIAS_*``), ``res`` a flat array shaped like ``c``, ``act`` an
     activation code of :mod:`onnxjit.kernels.cpu.epilogue` with its parameters.
     """
-    gm, gn = _tile_counts(m, n, tm, tn)
-    for t in range(batch * gm * gn):
-        _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, k)
+    gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, k)
 
 
 @pjit(fma=True)
 def gemm_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
     """Pool twin of :func:`gemm`: tiles of ``tm x tn`` outputs, one BLAS call and its
     epilogue each."""
-    gm, gn = _tile_counts(m, n, tm, tn)
-    n_items = batch * gm * gn
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for t in range(chunk_lo, chunk_hi):
-            _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, k)
+    gemm_ks_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, k)
 
 
 @njit(fma=True)
