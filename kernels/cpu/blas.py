@@ -13,6 +13,7 @@ the product's threads are the pool's and never compete with a second pool for th
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -22,6 +23,8 @@ from numba.np.linalg import ensure_blas, get_blas_kind
 from .._jit import njit, pjit
 from ..chunks import claim
 from .epilogue import ACT_NONE, activate
+from .ukernel import geometry as ugeometry
+from .ukernel import pack_panel, ukernel
 
 _ll_char = ir.IntType(8)
 _ll_intp = ir.IntType(64)
@@ -149,6 +152,123 @@ _N = ord("n")
 _T = ord("t")
 
 
+# Blocking of the products the micro-kernel computes (kernels/cpu/ukernel.py): KC steps of the
+# inner dimension per pass (a packed panel of B, KC x NR, stays in L1: 32 KB in float32), NC
+# columns of B packed at a time (KC x NC in L2), MC rows of A per sweep over the panels.
+KC = 256
+NC = 1024
+MC = 96
+_MR, _NR = ugeometry(4)
+_MR64, _NR64 = ugeometry(8)
+# ``tb`` value for a B operand in the panels of :func:`pack_b`, ``ta`` value for an A operand
+# in the panels of :func:`pack_a` (False / True: as stored / transposed).
+B_PACKED = 2
+A_PACKED = 2
+# ``tb`` value for B as stored, multiplied by BLAS rather than the micro-kernel.
+B_BLAS = 3
+
+
+def panel_width(itemsize: int) -> int:
+    """NR, the width of the panels :func:`pack_b` writes for elements of ``itemsize`` bytes."""
+    return _NR if itemsize == 4 else _NR64
+
+
+@njit
+def pack_a(a, m, k):
+    """The row-major ``m x k`` matrix flat in ``a`` as panels of MR rows: panel ``i`` holds
+    rows ``i * MR ..`` interleaved, step by step (``k`` groups of MR, the last panel
+    zero-padded), so that the micro-kernel reads A as one sequential stream (a weight read
+    in place is MR streams, which the prefetchers follow badly once it is out of cache);
+    the operand of :func:`gemm_block` with ``ta == A_PACKED``."""
+    mr_max = block_geometry(a)[0]
+    panels = (m + mr_max - 1) // mr_max
+    out = np.zeros(panels * k * mr_max, a.dtype)
+    for i in range(m):
+        base = (i // mr_max) * k * mr_max + i % mr_max
+        for p in range(k):
+            out[base + p * mr_max] = a[i * k + p]
+    return out
+
+
+@njit
+def pack_b(b, k, n):
+    """The row-major ``k x n`` matrix flat in ``b`` as panels of NR columns: panel ``j`` holds
+    columns ``j * NR ..`` as ``k`` rows of NR (the last zero-padded), one after another; the
+    operand of :func:`gemm_block` with ``tb == B_PACKED``."""
+    nr_max = block_geometry(b)[1]
+    panels = (n + nr_max - 1) // nr_max
+    out = np.zeros(panels * k * nr_max, b.dtype)
+    for j in range(panels):
+        nr = min(nr_max, n - j * nr_max)
+        pack_panel(out, j * k * nr_max, b, j * nr_max, n, k, nr)
+    return out
+
+
+@njit(inline="always")
+def block_geometry(c):
+    """``(MR, NR)`` of the micro-kernel for the element type of array ``c``."""
+    if c.itemsize == 4:
+        return _MR, _NR
+    return _MR64, _NR64
+
+
+@njit(inline="always")
+def _own_gemm(ta, packed, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    """Row-major ``C = alpha * op(A) @ B + beta * C`` (B not transposed) with the micro-kernel.
+
+    Blocks of KC steps, NC columns and MC rows (the usual GEMM loop nest, A read in place).
+    ``packed``: B is already in panels (:func:`pack_b`; ``b_off`` is this block's first panel
+    at step 0, ``ldb`` the panels' length). Otherwise B is copied into panels of NR columns
+    when more than one block of rows will read them (the copy keeps each step's columns on
+    one pair of cache lines however long B's rows are), and read in place when one will (a
+    matrix-vector product reads each weight once)."""
+    mr_max, nr_max = block_geometry(c)
+    a_packed = ta == A_PACKED
+    a_rs = 1 if ta else lda
+    a_cs = mr_max if a_packed else (lda if ta else 1)
+    # Long rows of B put the rows of a panel on few cache sets (a 2 KB stride: 2 of L1's 64)
+    # and pages; short ones (a convolution's im2col block) are read well in place.
+    pack = m > mr_max and not packed and ldb > 4 * nr_max
+    kcb = min(KC, k)
+    ncb = min(NC, ((n + nr_max - 1) // nr_max) * nr_max)
+    buf = np.empty(kcb * ncb if pack else 0, c.dtype)
+    one = c.dtype.type(1)
+    load0 = beta != 0
+    for pc in range(0, k, KC):
+        kc = min(KC, k - pc)
+        first = pc == 0
+        bt = beta if first else one
+        lc = load0 if first else True
+        for jc in range(0, n, NC):
+            nc = min(NC, n - jc)
+            if pack:
+                for j0 in range(0, nc, nr_max):
+                    nr = min(nr_max, nc - j0)
+                    dst = (j0 // nr_max) * kc * nr_max
+                    pack_panel(buf, dst, b, b_off + pc * ldb + jc + j0, ldb, kc, nr)
+            for ic in range(0, m, MC):
+                mc = min(MC, m - ic)
+                for j0 in range(0, nc, nr_max):
+                    nr = min(nr_max, nc - j0)
+                    for i0 in range(ic, ic + mc, mr_max):
+                        mr = min(mr_max, ic + mc - i0)
+                        if a_packed:  # panel i0 / MR, whose steps are lda long
+                            ao = a_off + (i0 // mr_max) * lda * mr_max + pc * mr_max
+                        else:
+                            ao = a_off + i0 * a_rs + pc * a_cs
+                        co = c_off + i0 * ldc + jc + j0
+                        if packed:
+                            bo = b_off + ((jc + j0) // nr_max) * ldb * nr_max + pc * nr_max
+                            ukernel(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc, mr, nr,
+                                    alpha, bt, lc)  # fmt: skip
+                        elif pack:
+                            ukernel(kc, a, ao, a_rs, a_cs, buf, (j0 // nr_max) * kc * nr_max,
+                                    nr_max, c, co, ldc, mr, nr, alpha, bt, lc)  # fmt: skip
+                        else:
+                            ukernel(kc, a, ao, a_rs, a_cs, b, b_off + pc * ldb + jc + j0, ldb,
+                                    c, co, ldc, mr, nr, alpha, bt, lc)  # fmt: skip
+
+
 @njit(inline="always")
 def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
     """Row-major ``C = alpha * op(A) @ op(B) + beta * C`` on blocks of flat arrays.
@@ -156,19 +276,33 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
     ``C`` is the ``m x n`` block at ``c[c_off:]`` with row stride ``ldc``; ``op(A)`` is ``m x
     k``: ``A`` stored ``m x k`` (row stride ``lda``), or ``k x m`` when ``ta``; likewise ``op(B)``
     is ``k x n`` from ``B`` stored ``k x n``, or ``n x k`` when ``tb``. ``beta == 0`` ignores
-    what ``C`` held (NaN included), as BLAS does.
+    what ``C`` held (NaN included), as BLAS does. ``k == 0`` is not allowed.
+    ``tb == B_PACKED``: ``B`` is in the panels of :func:`pack_b`, ``b_off`` at the panel of
+    the block's first column (a multiple of NR) and step 0 of the block, ``ldb`` the
+    panels' length (the packed matrix's inner dimension). Likewise ``ta == A_PACKED``: ``A``
+    in the panels of :func:`pack_a`, ``a_off`` at the panel of the block's first row (a
+    multiple of MR) and its step 0, ``lda`` the panels' length.
+
+    Products with ``B`` as stored or packed go to onnxjit's micro-kernel (:func:`_own_gemm`);
+    with ``B`` transposed (columns of op(B) not contiguous, which the micro-kernel does not
+    read) to BLAS.
     """
     if m <= 0 or n <= 0:
         return
+    if tb == B_PACKED or not tb:
+        _own_gemm(ta, tb == B_PACKED, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
+                  c_off, ldc)  # fmt: skip
+        return
+    tr = tb != B_BLAS  # B transposed (True) or as stored through BLAS
     if m == 1:
         # One row: a matrix-vector product (no operand packing). The row of op(A) is
         # contiguous either way (a transposed m == 1 operand has row stride 1); op(B)^T is,
-        # in column-major terms, B's memory as it is (tb) or transposed (not tb).
-        _xxgemv(_N if not tb else _T, n if not tb else k, k if not tb else n, alpha, b,
-                b_off, ldb, a, a_off, beta, c, c_off)  # fmt: skip
+        # in column-major terms, B's memory as it is (tr) or transposed.
+        _xxgemv(_T if tr else _N, k if tr else n, n if tr else k, alpha, b, b_off, ldb, a,
+                a_off, beta, c, c_off)  # fmt: skip
         return
     # Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the flags.
-    _xxgemm(_T if tb else _N, _T if ta else _N, n, m, k, alpha, b, b_off, ldb, a, a_off, lda,
+    _xxgemm(_T if tr else _N, _T if ta else _N, n, m, k, alpha, b, b_off, ldb, a, a_off, lda,
             beta, c, c_off, ldc)  # fmt: skip
 
 
@@ -233,10 +367,15 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
     a_base = p * sa
     b_base = p * sb
     c_base = p * m * n
-    lda = m if ta else k
-    ldb = k if tb else n
-    a_off = a_base + (r0 if ta else r0 * k)
-    b_off = b_base + (c0 * k if tb else c0)
+    lda = m if ta != 0 and ta != A_PACKED else k
+    a_off = a_base + (r0 if ta != 0 and ta != A_PACKED else r0 * k)
+    # packed: panel c0 / NR of k * NR elements, c0 a multiple of NR (tn is)
+    b_tr = tb != 0 and tb != B_BLAS and tb != B_PACKED  # B transposed
+    b_off = b_base + (c0 * k if tb != 0 and tb != B_BLAS else c0)
+    ldb = n if tb == 0 or tb == B_BLAS else k
+    # offsets per inner step; a packed A's panel r0 / MR starts at r0 * k as a row-major one
+    a_step = block_geometry(c)[0] if ta == A_PACKED else (m if ta else 1)
+    b_step = block_geometry(c)[1] if tb == B_PACKED else (1 if b_tr else n)
     if tk >= k:
         gemm_block(ta, tb, rows, cols, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
                    c_base + r0 * n + c0, n)  # fmt: skip
@@ -244,8 +383,8 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
         one = c.dtype.type(1)
         for k0 in range(0, k, tk):
             kk = min(tk, k - k0)
-            gemm_block(ta, tb, rows, cols, kk, alpha, a, a_off + (k0 * m if ta else k0), lda,
-                       b, b_off + (k0 if tb else k0 * n), ldb, beta if k0 == 0 else one, c,
+            gemm_block(ta, tb, rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
+                       b, b_off + k0 * b_step, ldb, beta if k0 == 0 else one, c,
                        c_base + r0 * n + c0, n)  # fmt: skip
     bias, bias_mode, res, has_res, act, p0, p1 = ep
     if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
@@ -298,40 +437,37 @@ def gemm_ks_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, t
             _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk)
 
 
-# OpenBLAS multiplies blocks of M*N*K up to about this without packing its operands (its
-# small-matrix kernels); such tiles ran at 210-225 GFLOP/s on two threads of the development
-# VM against 130-170 for packed tiles (128x256x768: 225 us against 290 us; 128x1024x256 in
-# 8x64 tiles: 300 us against 376 us) as long as k <= ~2000 (a tile then has 8 rows or more).
-SMALL_GEMM = 1_000_000
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
-def tiles(batch: int, m: int, n: int, k: int, threads: int) -> tuple[int, int]:
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def tiles(batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4) -> tuple[int, int]:
     """Tile shape ``(tm, tn)`` splitting ``batch`` products of ``m x n`` (inner ``k``) over
-    ``threads`` threads.
+    ``threads`` threads; ``tn`` is a multiple of the panel width NR (or all of ``n``), as a
+    packed B operand needs.
 
-    Whole matrices when the batch alone gives every thread several. A matrix-vector product
+    Whole matrices when the batch alone gives every thread several, or for one thread (the
+    micro-kernel's own blocking keeps the operands in cache). A matrix-vector product
     (``m == 1``) is cut into one block of columns per thread: the caller usually claims the
     first, so each thread keeps reading the same part of the weight, which can then stay in
-    its core's cache from one call to the next. Otherwise tiles of 64 columns and 32, 16 or 8
-    rows, the largest that BLAS multiplies without packing (``tm * tn * k <= SMALL_GEMM``);
-    when ``k`` is too large for those, the longer side cut into blocks of at least 64 rows or
-    columns (packing costs once per call: smaller packed tiles repack more than they balance).
-    Measured on OpenBLAS; other BLAS libraries are correct with any tile.
+    its core's cache from one call to the next. Otherwise some four tiles per thread (the
+    slack that evens out unequal threads), cut across the columns first (tiles that share
+    rows of A read them from the cache they already fill), then across the rows in multiples
+    of the register block MR.
     """
-    if batch >= 4 * threads:
+    if batch >= 4 * threads or threads <= 1:
         return m, n
+    mr, nr = (_MR, _NR) if itemsize == 4 else (_MR64, _NR64)
     if m == 1 and batch == 1:
         tn = -(-n // threads)
-        return 1, min(n, -(-tn // 16) * 16)
-    tn = min(64, n)
-    for tm in (32, 16, 8):
-        t_m = min(tm, m)
-        if t_m * tn * k <= SMALL_GEMM:
-            return t_m, tn
-    per = -(-4 * threads // batch)  # tiles wanted per matrix
-    if n >= m:
-        tn = max(64, -(-n // per))
-        tn = -(-tn // 16) * 16
-        return m, min(n, tn)
-    tm = max(64, -(-m // per))
-    return min(m, tm), n
+        return 1, min(n, -(-tn // nr) * nr)
+    want = -(-4 * threads // batch)  # tiles wanted per matrix
+    tn = max(nr, _round_up(_ceil_div(n, want), nr))
+    gn = -(-n // tn)
+    gm = -(-want // gn)
+    tm = max(mr, _round_up(_ceil_div(m, gm), mr))
+    return min(m, tm), min(n, tn)

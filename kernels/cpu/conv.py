@@ -12,7 +12,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from .blas import gemm_block
+from .blas import A_PACKED, block_geometry, gemm_block
 from .epilogue import ACT_NONE, activate
 
 
@@ -733,13 +733,14 @@ def _conv_rows_item(
     _im2col_rows(xf, C, D, H, W, k, st, dl, pb, osz, spans, n, r_lo, r_hi, blk)
     S = R * OW
     t = yf.dtype.type
+    mr = block_geometry(yf)[0]
     for r0 in range(0, M, tm):
         rows = min(tm, M - r0)
         base = (n * M + r0) * S + r_lo * OW
         for k0 in range(0, Kt, tk):
             kk = min(tk, Kt - k0)
-            gemm_block(False, False, rows, cols, kk, t(1), wf, r0 * Kt + k0, Kt, blk, k0 * cols,
-                       cols, t(0) if k0 == 0 else t(1), yf, base, S)  # fmt: skip
+            gemm_block(A_PACKED, False, rows, cols, kk, t(1), wf, r0 * Kt + k0 * mr, Kt, blk,
+                       k0 * cols, cols, t(0) if k0 == 0 else t(1), yf, base, S)  # fmt: skip
         if has_bias or has_res or act != ACT_NONE:
             _tile_epilogue(yf, base, S, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1)
 
@@ -755,7 +756,7 @@ def _spans(W, k, st, dl, pb, OW):
 
 
 @njit(fma=True)
-def conv_rows(x, w2, k, st, dl, pb, y, ep, tm, rpb, tk):
+def conv_rows(x, w2, wp, k, st, dl, pb, y, ep, tm, rpb, tk):
     """Convolution (group 1) of ``x`` (N, C, D, H, W) with ``w2`` (M, C*KD*KH*KW) into ``y``
     (N, M, OD, OH, OW) plus the epilogue ``ep = (bias, has_bias, res, has_res, act, p0, p1)``
     (``res`` flat like ``y``), by blocks of ``rpb`` output rows: the block's im2col columns
@@ -768,14 +769,14 @@ def conv_rows(x, w2, k, st, dl, pb, y, ep, tm, rpb, tk):
     R = osz[0] * osz[1]
     spans = _spans(W, k, st, dl, pb, osz[2])
     blk = np.empty(Kt * rpb * osz[2], x.dtype)
-    xf, wf, yf = x.reshape(-1), w2.reshape(-1), y.reshape(-1)
+    xf, wf, yf = x.reshape(-1), wp, y.reshape(-1)
     for item in range(N * ((R + rpb - 1) // rpb)):
         _conv_rows_item(xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb,
                         tk, item, blk)  # fmt: skip
 
 
 @pjit(fma=True)
-def conv_rows_par(ctl, x, w2, k, st, dl, pb, y, ep, tm, rpb, tk):
+def conv_rows_par(ctl, x, w2, wp, k, st, dl, pb, y, ep, tm, rpb, tk):
     """Pool twin of :func:`conv_rows` (items: blocks of output rows of each image)."""
     N, C, D, H, W = x.shape
     M, Kt = w2.shape
@@ -783,7 +784,7 @@ def conv_rows_par(ctl, x, w2, k, st, dl, pb, y, ep, tm, rpb, tk):
     R = osz[0] * osz[1]
     spans = _spans(W, k, st, dl, pb, osz[2])
     blk = np.empty(Kt * rpb * osz[2], x.dtype)
-    xf, wf, yf = x.reshape(-1), w2.reshape(-1), y.reshape(-1)
+    xf, wf, yf = x.reshape(-1), wp, y.reshape(-1)
     n_items = N * ((R + rpb - 1) // rpb)
     while True:
         chunk_lo, chunk_hi = claim(ctl, n_items)

@@ -150,7 +150,7 @@ def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     code, p0, p1 = activation_args(ctx, kwargs["activation"], kwargs["activation_params"], dtype)
     ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL, act=code, p0=p0, p1=p1)
     run = gemm_bind(1, M, N, K, False, 0, w.reshape(-1), False, 0, dtype, kwargs["alpha"], 0.0,
-                    ep, a.reshape(-1))  # fmt: skip
+                    ep, a.reshape(-1), constant_b=True)  # fmt: skip
     out = Slot(out_shape, dtype)
 
     def fast(a2: Any, w2: Any, b2: Any = None) -> Any:

@@ -9,6 +9,8 @@ element types, and layouts it cannot pass to BLAS without a copy, go to ``np.mat
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -170,16 +172,23 @@ def bind(
     beta: float,
     epilogue: Epilogue,
     sample_a: np.ndarray,
+    constant_b: bool = False,
 ) -> Callable[[np.ndarray, np.ndarray], None]:
     """``run(a, c)``: the product of :func:`matmul_into` for flat operands ``a`` (like
     ``sample_a``) and ``c`` (the output), every decision for these sizes made once: the
-    kernel, whether to split it over the pool and how. Fast paths keep it between runs."""
+    kernel, whether to split it over the pool and how. Fast paths keep it between runs.
+
+    ``constant_b``: ``b`` is a weight that stays as it is for the life of the caller (an
+    initializer), so it is rearranged once into the micro-kernel's panels
+    (:func:`packed_weight`, shared by every binding of the same array)."""
     t = dtype.type
     ep = epilogue_args(epilogue, dtype)
     al, be = t(alpha), t(beta)
     n_threads = threads.current()
+    if constant_b and not tb and sb == 0 and k > 0:
+        b, tb = packed_weight(b, k, n), kblas.B_PACKED
     if n_threads > 1 and batch * m * n * k >= (PARALLEL_MACS if m > 1 else GEMV_PARALLEL_MACS):
-        tm, tn = kblas.tiles(batch, m, n, k, n_threads)
+        tm, tn = kblas.tiles(batch, m, n, k, n_threads, dtype.itemsize)
         sample_c = np.empty(1, dtype)
         go = pool.bind(
             kblas.gemm_par,
@@ -192,13 +201,57 @@ def bind(
 
         return run
     gemm = kblas.gemm
-    # one thread: BLAS's unpacked tiles still beat one packed call once a product is large
-    tm, tn = kblas.tiles(batch, m, n, k, 1) if batch * m * n * k > kblas.SMALL_GEMM else (m, n)
+    tm, tn = m, n
 
     def run1(a: np.ndarray, c: np.ndarray) -> None:
         gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn)
 
     return run1
+
+
+_PACKED: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
+_PACKED_LOCK = threading.Lock()
+
+
+def packed_weight(b: np.ndarray, k: int, n: int) -> np.ndarray:
+    """The flat row-major ``k x n`` weight ``b`` as the B operand in the micro-kernel's
+    panels (:func:`onnxjit.kernels.cpu.blas.pack_b`), see :func:`_packed`."""
+    return _packed(kblas.pack_b, b, k, n)
+
+
+def packed_rows(a: np.ndarray, m: int, k: int) -> np.ndarray:
+    """The flat row-major ``m x k`` weight ``a`` as the A operand in the micro-kernel's
+    panels (:func:`onnxjit.kernels.cpu.blas.pack_a`: a convolution's weights), see
+    :func:`_packed`."""
+    return _packed(kblas.pack_a, a, m, k)
+
+
+def _packed(packer: Callable, w: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """``packer(w, d0, d1)``, computed once per weight and kept while the array that owns
+    its memory lives: every shape signature of a session binds the same weight, through a
+    new view each time."""
+    owner = w
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    key = (packer.__name__, id(owner), w.__array_interface__["data"][0], d0, d1, w.dtype.str)
+    with _PACKED_LOCK:
+        hit = _PACKED.get(key)
+        if hit is not None and hit[0]() is owner:
+            return hit[1]
+    packed = packer(w, d0, d1)
+
+    def forget(ref: weakref.ref, key: tuple = key) -> None:
+        with _PACKED_LOCK:
+            if _PACKED.get(key, (None,))[0] is ref:
+                del _PACKED[key]
+
+    try:
+        ref = weakref.ref(owner, forget)
+    except TypeError:  # an owner that cannot be weakly referenced: no sharing
+        return packed
+    with _PACKED_LOCK:
+        _PACKED[key] = (ref, packed)
+    return packed
 
 
 def _apply_epilogue(out: np.ndarray, ep: Epilogue) -> None:

@@ -445,6 +445,11 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
     * column blocks start at multiples of 16 (a block of 49 starting at column 49 ran 20 %
       slower than blocks of 48); wider than 64 columns gained nothing;
     * shorter rows (``k < 1024``) prefer taller tiles of the whole ``k`` (up to 64 rows).
+
+    These products (1x1 convolutions and the im2col of outputs narrower than
+    ``_ROWS_MIN_OW``: the small late layers) stay with BLAS: onnxjit's micro-kernel was as
+    fast in a loop but up to 1.6x slower on ResNet-18's 512-channel layers run between
+    onnxruntime runs (weights no longer in cache; C1 in bench/ went 7.3 -> 10 ms).
     """
     key = (m, n, k)
     tiles = _TILES.get(key)
@@ -469,21 +474,13 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
     return tiles
 
 
-def _rows_plan(n: int, rows: int, ow: int, kt: int, n_threads: int) -> tuple[int, int, int]:
-    """``(tm, rpb, tk)`` of the row-blocked convolution: GEMM tile rows, output rows per
-    block and the chunk of the inner dimension per BLAS call, for ``n`` images of ``rows``
-    output rows ``ow`` wide and ``kt`` weights per output channel. Blocks of about 64 columns
-    (whole output rows, at least 4 blocks per thread to share out) and 24-row tiles with the
-    inner dimension in chunks of ``_CONV_TK``, all unpacked (see :func:`_conv_tiles`);
-    ResNet-18 at 224 pixels ran 2 % faster than with 8-row tiles of 112 columns."""
+def _rows_plan(n: int, rows: int, ow: int, n_threads: int) -> int:
+    """Output rows per block of the row-blocked convolution, for ``n`` images of ``rows``
+    output rows ``ow`` wide: blocks of about ``_ROW_BLOCK`` columns (whole output rows, at
+    least one), and at least 4 blocks per thread to share out. Each block is one product of
+    all the weights by its im2col block (the micro-kernel blocks the inner dimension)."""
     rpb = max(1, _ROW_BLOCK // ow)
-    rpb = max(1, min(rpb, n * rows // (4 * n_threads)))
-    cols = rpb * ow
-    tk = min(kt, _CONV_TK)
-    tm = _CONV_TM
-    while tm > 8 and tm * cols * tk > _SMALL_GEMM:
-        tm -= 8
-    return tm, rpb, tk
+    return max(1, min(rpb, n * rows // (4 * n_threads)))
 
 
 # What a _ConvPlan runs
@@ -592,10 +589,12 @@ class _ConvPlan:
             # im2col by blocks of output rows, each multiplied while it is in cache
             self.kind = _ROWS
             kt = C * K
-            tm, rpb, tk = _rows_plan(N, int(osz[0] * osz[1]), int(osz[2]), kt, n_threads)
+            rpb = _rows_plan(N, int(osz[0] * osz[1]), int(osz[2]), n_threads)
             self.y5_shape = (N, M, *osz.tolist())
-            self.rows_args = (w.reshape(M, kt), k3, st3, dl3, pb3)
-            self.rows_tail = (min(tm, M), rpb, tk)
+            w2 = np.ascontiguousarray(w.reshape(M, kt))
+            wp = blas.packed_rows(w2.reshape(-1), M, kt)
+            self.rows_args = (w2, wp, k3, st3, dl3, pb3)
+            self.rows_tail = (M, rpb, kt)
             if n_threads > 1 and N * M * s_out * kt >= blas.PARALLEL_MACS:
                 sample = (
                     np.empty(self.x5_shape, dtype),
@@ -643,19 +642,21 @@ class _ConvPlan:
         t = self.dtype.type
         one, zero = t(1), t(0)
         bias, mode, _has_bias, has_res, act, p0, p1 = self.ep
+        par = n_threads > 1 and batch * m * n * k >= blas.PARALLEL_MACS
         tm, tn, tk = _conv_tiles(m, n, k)
         a = w2.reshape(-1)
+        # BLAS, not the micro-kernel: see _conv_tiles
+        ta, tb = False, kblas.B_BLAS
         sample_b = np.empty(1, self.dtype)
         sample_ep = (bias, mode, self.empty, has_res, act, p0, p1)
-        sample = (batch, m, n, k, a, 0, sample_b, k * n, sample_b, False, False)
+        sample = (batch, m, n, k, a, 0, sample_b, k * n, sample_b, ta, tb)
         sample += (one, zero, sample_ep, tm, tn, tk)
-        par = n_threads > 1 and batch * m * n * k >= blas.PARALLEL_MACS
         go = pool.bind(kblas.gemm_ks_par, sample, n_threads if par else 1)
         kn = k * n
 
         def run(batch: int, b: np.ndarray, c: np.ndarray, res: np.ndarray) -> None:
             ep = (bias, mode, res, has_res, act, p0, p1)
-            go(batch, m, n, k, a, 0, b, kn, c, False, False, one, zero, ep, tm, tn, tk)
+            go(batch, m, n, k, a, 0, b, kn, c, ta, tb, one, zero, ep, tm, tn, tk)
 
         return run
 

@@ -12,7 +12,8 @@ Matched (float32, float64, float16, bfloat16 weights):
 The weight is stored pre-arranged (C-contiguous (K, N), compute dtype) and Gemm's beta is
 applied to the bias once, at rewrite time. Nothing fuses when an intermediate value is used by
 another node or is a graph output, or when a constant does not have the expected shape/dtype.
-A lone MatMul (nothing to fuse after it) is left alone: numpy's matmul is the same work.
+A lone MatMul with a constant weight becomes a FusedGemm too: its weight is then rearranged
+once for the GEMM micro-kernel (kernels/cpu/ukernel.py) instead of at every run.
 
 :func:`match_activation` is shared with :mod:`onnxjit.passes.patterns_conv`.
 """
@@ -229,8 +230,6 @@ def fuse_gemm_epilogue(graph: ir.Graph) -> int:
         if act is not None:
             members.extend(act.members)
             cur = act.output
-        if len(members) == 1 and not head["gemm"]:
-            continue
         cd = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
         inputs = [node.inputs[0], idx.add_initializer("fused_gemm_w", np.ascontiguousarray(w, cd))]
         if bias is not None:

@@ -1,0 +1,396 @@
+"""A register-blocked GEMM micro-kernel written in LLVM IR, callable from Numba code.
+
+:func:`ukernel` computes one ``mr x nr`` block of ``C = alpha * A @ B + beta * C`` over ``kc``
+steps of the inner dimension, keeping the whole block in vector registers: per step it loads
+``NV`` vectors of one row of ``B``, broadcasts one element of each of the ``mr`` rows of ``A``,
+and issues ``mr * NV`` fused multiply-adds. That is the loop BLAS libraries write in assembly;
+LLVM's loop vectoriser cannot derive it from a Numba loop nest (the accumulators would have to
+live in an array it cannot keep in registers), so the IR is built here with explicit vector
+types, and LLVM only allocates registers and selects instructions.
+
+Operands are addressed with element strides, so one kernel serves every layout the callers
+have without copies: ``A`` by row and column stride (row-major or transposed), ``B`` by row
+stride with unit column stride (a row-major matrix, or a weight packed into panels of ``NR``
+columns, which keeps the rows a step reads on one cache line pair), ``C`` by row stride.
+
+Shape of the register block (chosen from the CPU Numba compiles for, so cached kernels never
+mix, see :func:`_geometry`): with AVX-512, 16 float32 (8 float64) lanes per vector, ``NV = 2``
+vectors across and up to ``MR = 12`` rows: 24 accumulators, 2 ``B`` vectors and a broadcast
+fill 27 of the 32 vector registers. Without AVX-512, 8 (4) lanes and ``MR = 6``: 12 of 16.
+A block of fewer rows uses a kernel specialised for that count; blocks of one or two rows
+(matrix-vector products) keep several accumulator sets over consecutive steps, so that the
+multiply-adds do not wait on each other's latency. Columns beyond ``nr`` are neither read from
+``B`` nor written to ``C`` (masked vector loads and stores).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_I1 = ir.IntType(1)
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+
+# Enough independent multiply-add chains to cover the FMA latency (4 cycles, 2 ports).
+_MIN_CHAINS = 8
+
+
+def _geometry(features: str, itemsize: int) -> tuple[int, int, int]:
+    """(lanes per vector, vectors across NV, rows MR) for a target feature string."""
+    wide = "+avx512f" in features.split(",")
+    lanes = (64 if wide else 32) // itemsize
+    return lanes, 2, 12 if wide else 6
+
+
+def geometry(itemsize: int) -> tuple[int, int]:
+    """``(MR, NR)``, the register block of the kernels compiled in this process for elements
+    of ``itemsize`` bytes (the host CPU's, or Numba's configured feature string)."""
+    from numba.core.registry import cpu_target
+
+    # the feature string the kernels are compiled with (what the intrinsic's codegen sees)
+    lanes, nv, mr = _geometry(cpu_target.target_context.codegen()._tm_features, itemsize)
+    return mr, lanes * nv
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
+    vty = ir.VectorType(value.type, lanes)
+    v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(
+        v, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(_I32, lanes), None)
+    )
+
+
+def _define(
+    module: ir.Module, fty: ir.Type, lanes: int, nv: int, rows: int, masked: bool
+) -> ir.Function:
+    """The micro-kernel for exactly ``rows`` rows (masked: columns limited to ``nr``)."""
+    tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
+    name = f"onnxjit_ukernel_{tag}_{lanes}x{nv}_r{rows}{'_m' if masked else ''}"
+    if name in module.globals:
+        return module.globals[name]
+    ptr = fty.as_pointer()
+    fnty = ir.FunctionType(
+        ir.VoidType(),
+        [_I64, ptr, _I64, _I64, ptr, _I64, ptr, _I64, _I64, fty, fty, _I1],
+    )
+    fn = ir.Function(module, fnty, name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr, alpha, beta, load_c = fn.args
+    for arg in (a, b, c):
+        arg.add_attribute("noalias")
+    vty = ir.VectorType(fty, lanes)
+    vptr = vty.as_pointer()
+    mty = ir.VectorType(_I1, lanes)
+    vsuf = f"v{lanes}{tag}"
+    fma = cgutils.get_or_insert_function(
+        module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.{vsuf}"
+    )
+    mload = cgutils.get_or_insert_function(
+        module, ir.FunctionType(vty, [vptr, _I32, mty, vty]), f"llvm.masked.load.{vsuf}.p0"
+    )
+    mstore = cgutils.get_or_insert_function(
+        module,
+        ir.FunctionType(ir.VoidType(), [vty, vptr, _I32, mty]),
+        f"llvm.masked.store.{vsuf}.p0",
+    )
+    align = ir.Constant(_I32, 4 if tag == "f32" else 8)
+    zero = ir.Constant(vty, None)
+    sets = min(4, max(1, -(-_MIN_CHAINS // (rows * nv))))
+
+    entry = fn.append_basic_block("entry")
+    builder = ir.IRBuilder(entry)
+    masks = []
+    if masked:
+        nr_v = _splat(builder, nr, lanes)
+        for v in range(nv):
+            idx = ir.Constant(ir.VectorType(_I64, lanes), [v * lanes + i for i in range(lanes)])
+            masks.append(builder.icmp_signed("<", idx, nr_v))
+    a_rows = [builder.gep(a, [builder.mul(a_rs, ir.Constant(_I64, i))]) for i in range(rows)]
+    c_rows = [builder.gep(c, [builder.mul(c_rs, ir.Constant(_I64, i))]) for i in range(rows)]
+
+    def step(bld: ir.IRBuilder, kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        brow = bld.gep(b, [bld.mul(kk, b_rs)])
+        bvec = []
+        for v in range(nv):
+            p = bld.bitcast(bld.gep(brow, [ir.Constant(_I64, v * lanes)]), vptr)
+            if masked:
+                bvec.append(bld.call(mload, [p, align, masks[v], zero]))
+            else:
+                bvec.append(bld.load(p, align=align.constant))
+        acol = bld.mul(kk, a_cs)
+        out = []
+        for i in range(rows):
+            s = bld.load(bld.gep(a_rows[i], [acol]))
+            sv = _splat(bld, s, lanes)
+            for v in range(nv):
+                out.append(bld.call(fma, [sv, bvec[v], accs[i * nv + v]]))
+        return out
+
+    n_acc = rows * nv
+    # main loop: `sets` consecutive steps per iteration, one accumulator set each
+    main_n = builder.mul(builder.sdiv(kc, ir.Constant(_I64, sets)), ir.Constant(_I64, sets))
+    loop = fn.append_basic_block("loop")
+    tail_head = fn.append_basic_block("tail_head")
+    builder.cbranch(builder.icmp_signed(">", main_n, ir.Constant(_I64, 0)), loop, tail_head)
+    builder.position_at_end(loop)
+    kphi = builder.phi(_I64)
+    kphi.add_incoming(ir.Constant(_I64, 0), entry)
+    phis = []
+    for _ in range(sets * n_acc):
+        ph = builder.phi(vty)
+        ph.add_incoming(zero, entry)
+        phis.append(ph)
+    new = []
+    for s in range(sets):
+        kk = builder.add(kphi, ir.Constant(_I64, s))
+        new += step(builder, kk, phis[s * n_acc : (s + 1) * n_acc])
+    knext = builder.add(kphi, ir.Constant(_I64, sets))
+    loop_end = builder.block
+    kphi.add_incoming(knext, loop_end)
+    for ph, nv_ in zip(phis, new):
+        ph.add_incoming(nv_, loop_end)
+    builder.cbranch(builder.icmp_signed("<", knext, main_n), loop, tail_head)
+
+    # combine the sets, then the remaining steps one at a time
+    builder.position_at_end(tail_head)
+    joined = []
+    for j in range(sets * n_acc):
+        ph = builder.phi(vty)
+        ph.add_incoming(zero, entry)
+        ph.add_incoming(new[j], loop_end)
+        joined.append(ph)
+    merged = []
+    for j in range(n_acc):
+        acc = joined[j]
+        for s in range(1, sets):
+            acc = builder.fadd(acc, joined[s * n_acc + j])
+        merged.append(acc)
+    tail = fn.append_basic_block("tail")
+    store = fn.append_basic_block("store")
+    builder.cbranch(builder.icmp_signed("<", main_n, kc), tail, store)
+    builder.position_at_end(tail)
+    tphi = builder.phi(_I64)
+    tphi.add_incoming(main_n, tail_head)
+    taccs = []
+    for j in range(n_acc):
+        ph = builder.phi(vty)
+        ph.add_incoming(merged[j], tail_head)
+        taccs.append(ph)
+    tnew = step(builder, tphi, taccs)
+    tnext = builder.add(tphi, ir.Constant(_I64, 1))
+    tphi.add_incoming(tnext, builder.block)
+    for ph, v in zip(taccs, tnew):
+        ph.add_incoming(v, builder.block)
+    tail_end = builder.block
+    builder.cbranch(builder.icmp_signed("<", tnext, kc), tail, store)
+
+    builder.position_at_end(store)
+    final = []
+    for j in range(n_acc):
+        ph = builder.phi(vty)
+        ph.add_incoming(merged[j], tail_head)
+        ph.add_incoming(tnew[j], tail_end)
+        final.append(ph)
+    alpha_v = _splat(builder, alpha, lanes)
+    beta_v = _splat(builder, beta, lanes)
+    scaled = [builder.fmul(x, alpha_v) for x in final]
+    with builder.if_else(load_c) as (then, otherwise):
+        with then:
+            for i in range(rows):
+                for v in range(nv):
+                    p = builder.bitcast(
+                        builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
+                    )
+                    if masked:
+                        old = builder.call(mload, [p, align, masks[v], zero])
+                    else:
+                        old = builder.load(p, align=align.constant)
+                    r = builder.call(fma, [beta_v, old, scaled[i * nv + v]])
+                    if masked:
+                        builder.call(mstore, [r, p, align, masks[v]])
+                    else:
+                        builder.store(r, p, align=align.constant)
+        with otherwise:
+            for i in range(rows):
+                for v in range(nv):
+                    p = builder.bitcast(
+                        builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
+                    )
+                    if masked:
+                        builder.call(mstore, [scaled[i * nv + v], p, align, masks[v]])
+                    else:
+                        builder.store(scaled[i * nv + v], p, align=align.constant)
+    builder.ret_void()
+    return fn
+
+
+@intrinsic
+def ukernel(
+    typingctx, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c
+):
+    """``C[:mr, :nr] = alpha * A[:mr, :kc] @ B[:kc, :nr] + (beta * C if load_c)``.
+
+    ``a``, ``b``, ``c`` are arrays of one float type addressed as flat memory from the element
+    offsets: ``A[i, p]`` at ``a_off + i * a_rs + p * a_cs``, ``B[p, j]`` at
+    ``b_off + p * b_rs + j``, ``C[i, j]`` at ``c_off + i * c_rs + j``. ``1 <= mr <= MR`` and
+    ``1 <= nr <= NR`` (:func:`geometry`); nothing outside those rows and columns is read or
+    written. ``load_c`` false ignores what ``C`` held (NaN included), as BLAS does for beta 0.
+    """
+    for arr in (a, b, c):
+        if not isinstance(arr, types.Array) or arr.dtype != a.dtype:
+            raise TypeError("ukernel operands must be arrays of one float type")
+    dtype = a.dtype
+    if dtype not in (types.float32, types.float64):
+        raise TypeError(f"ukernel takes float32 or float64, got {dtype}")
+    sig = types.void(
+        kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c
+    )
+
+    def codegen(context, builder, sig, args):
+        (kc_, a_, aoff, ars, acs, b_, boff, brs, c_, coff, crs, mr_, nr_, al, be, lc) = args
+        sa = sig.args
+        fty = context.get_value_type(dtype)
+        itemsize = 4 if dtype == types.float32 else 8
+        lanes, nv, mr_max = _geometry(context.codegen()._tm_features, itemsize)
+
+        def i64(val, ty):
+            return context.cast(builder, val, ty, types.int64)
+
+        def base(idx, val, off):
+            ary = context.make_array(sa[idx])(context, builder, val)
+            return builder.gep(ary.data, [i64(off, sa[idx + 1])])
+
+        argv = [
+            i64(kc_, sa[0]),
+            base(1, a_, aoff), i64(ars, sa[3]), i64(acs, sa[4]),
+            base(5, b_, boff), i64(brs, sa[7]),
+            base(8, c_, coff), i64(crs, sa[10]),
+            i64(nr_, sa[12]),
+            context.cast(builder, al, sa[13], dtype),
+            context.cast(builder, be, sa[14], dtype),
+            context.cast(builder, lc, sa[15], types.boolean),
+        ]  # fmt: skip
+        argv[-1] = builder.trunc(argv[-1], _I1) if argv[-1].type != _I1 else argv[-1]
+        module = builder.module
+        rows = i64(mr_, sa[11])
+        # By the columns: NR (full), more than one vector (masked), one vector (a block
+        # one vector wide: half the multiply-adds of a masked NR block), less (masked).
+        nr_v = argv[8]
+        done = builder.append_basic_block("uk_done")
+        kinds = ((nv, False), (nv, True), (1, False), (1, True))
+        blocks = [builder.append_basic_block(f"uk_k{i}") for i in range(len(kinds))]
+        one_vec = builder.append_basic_block("uk_one")
+        wide = builder.icmp_signed(">", nr_v, ir.Constant(_I64, lanes))
+        with builder.if_then(builder.not_(wide)):
+            builder.branch(one_vec)
+        builder.cbranch(
+            builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes * nv)), blocks[0], blocks[1]
+        )
+        builder.position_at_end(one_vec)
+        builder.cbranch(
+            builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes)), blocks[2], blocks[3]
+        )
+        for blk, (vecs, masked) in zip(blocks, kinds):
+            builder.position_at_end(blk)
+            sw = builder.switch(rows, done)
+            for r in range(1, mr_max + 1):
+                case = builder.append_basic_block(f"uk_r{r}")
+                sw.add_case(ir.Constant(_I64, r), case)
+                builder.position_at_end(case)
+                builder.call(_define(module, fty, lanes, vecs, r, masked), argv)
+                builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def pack_panel(typingctx, dst, d_off, src, s_off, ld, rows, nr):
+    """Copy ``rows`` rows of ``nr <= NR`` elements, ``src[s_off + p * ld :][:nr]``, to the
+    panel ``dst[d_off + p * NR :]`` (row stride NR; the columns from ``nr`` on are left as
+    they were): the layout :func:`ukernel` reads with ``b_rs = NR``, two vector moves a row."""
+    if not (
+        isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype
+    ):
+        raise TypeError("pack_panel takes two arrays of one float type")
+    dtype = dst.dtype
+    if dtype not in (types.float32, types.float64):
+        raise TypeError(f"pack_panel takes float32 or float64, got {dtype}")
+    sig = types.void(dst, d_off, src, s_off, ld, rows, nr)
+
+    def codegen(context, builder, sig, args):
+        sa = sig.args
+        fty = context.get_value_type(dtype)
+        itemsize = 4 if dtype == types.float32 else 8
+        lanes, nv, _ = _geometry(context.codegen()._tm_features, itemsize)
+
+        def i64(i):
+            return context.cast(builder, args[i], sa[i], types.int64)
+
+        d = context.make_array(sa[0])(context, builder, args[0]).data
+        s = context.make_array(sa[2])(context, builder, args[2]).data
+        d = builder.gep(d, [i64(1)])
+        s = builder.gep(s, [i64(3)])
+        ld_, rows_, nr_ = i64(4), i64(5), i64(6)
+        vty = ir.VectorType(fty, lanes)
+        vptr = vty.as_pointer()
+        mty = ir.VectorType(_I1, lanes)
+        tag = "f32" if itemsize == 4 else "f64"
+        mod = builder.module
+        mload = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(vty, [vptr, _I32, mty, vty]), f"llvm.masked.load.v{lanes}{tag}.p0"
+        )
+        mstore = cgutils.get_or_insert_function(
+            mod,
+            ir.FunctionType(ir.VoidType(), [vty, vptr, _I32, mty]),
+            f"llvm.masked.store.v{lanes}{tag}.p0",
+        )
+        align = ir.Constant(_I32, itemsize)
+        nrv = _splat(builder, nr_, lanes)
+        masks = [
+            builder.icmp_signed(
+                "<",
+                ir.Constant(ir.VectorType(_I64, lanes), [v * lanes + i for i in range(lanes)]),
+                nrv,
+            )
+            for v in range(nv)
+        ]
+        full = builder.icmp_signed("==", nr_, ir.Constant(_I64, lanes * nv))
+        with cgutils.for_range(builder, rows_) as loop:
+            p = loop.index
+            srow = builder.gep(s, [builder.mul(p, ld_)])
+            drow = builder.gep(d, [builder.mul(p, ir.Constant(_I64, lanes * nv))])
+            with builder.if_else(full) as (then, otherwise):
+                with then:
+                    for v in range(nv):
+                        off = ir.Constant(_I64, v * lanes)
+                        x = builder.load(
+                            builder.bitcast(builder.gep(srow, [off]), vptr), align=itemsize
+                        )
+                        builder.store(
+                            x, builder.bitcast(builder.gep(drow, [off]), vptr), align=itemsize
+                        )
+                with otherwise:
+                    for v in range(nv):
+                        off = ir.Constant(_I64, v * lanes)
+                        x = builder.call(
+                            mload,
+                            [
+                                builder.bitcast(builder.gep(srow, [off]), vptr),
+                                align,
+                                masks[v],
+                                ir.Constant(vty, None),
+                            ],
+                        )
+                        builder.call(
+                            mstore,
+                            [x, builder.bitcast(builder.gep(drow, [off]), vptr), align, masks[v]],
+                        )
+        return context.get_dummy_value()
+
+    return sig, codegen

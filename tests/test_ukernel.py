@@ -1,0 +1,161 @@
+"""The GEMM micro-kernel (kernels/cpu/ukernel.py) and the blocked products built on it
+(kernels/cpu/blas.py), against numpy's float64 matmul as the oracle.
+
+Sizes cover every row count of the register block (1..MR), column counts around the vector
+width and the panel width (masked and full loads), inner dimensions around the step-set
+unroll and the KC block, and every operand layout the callers use (A row-major, transposed
+and packed; B row-major, packed, and row-major with long rows, which is copied into panels).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxjit.kernels._jit import njit
+from onnxjit.kernels.cpu import blas as kblas
+from onnxjit.kernels.cpu.ukernel import geometry, ukernel
+
+DTYPES = [np.float32, np.float64]
+
+
+def _tol(dtype, k):
+    # float32 sums of k products of N(0, 1) values: error grows like sqrt(k) ulps of the sum
+    return (3e-5 if dtype == np.float32 else 1e-12) * max(1.0, np.sqrt(k))
+
+
+@njit
+def _call_ukernel(
+    kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, lc
+):
+    ukernel(kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, lc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ukernel_every_block_shape(dtype):
+    """Every (mr, nr) the kernel takes, with strided A and B inside larger arrays: the block
+    is right and nothing outside it is written."""
+    mr_max, nr_max = geometry(np.dtype(dtype).itemsize)
+    lanes = nr_max // 2
+    rng = np.random.default_rng(1)
+    kc = 37
+    lda, ldb, ldc = 50, nr_max + 7, nr_max + 5
+    a = rng.standard_normal(mr_max * lda + 3).astype(dtype)
+    b = rng.standard_normal(kc * ldb + 3).astype(dtype)
+    cols = sorted({1, 2, lanes - 1, lanes, lanes + 1, nr_max - 1, nr_max})
+    for mr in range(1, mr_max + 1):
+        for nr in cols:
+            c = np.full((mr_max + 1) * ldc, np.nan, dtype)
+            _call_ukernel(
+                kc, a, 2, lda, 1, b, 1, ldb, c, 3, ldc, mr, nr, dtype(1.5), dtype(0), False
+            )
+            am = a[2 : 2 + mr * lda].reshape(mr, lda)[:, :kc].astype(np.float64)
+            bm = b[1 : 1 + kc * ldb].reshape(kc, ldb)[:, :nr].astype(np.float64)
+            want = 1.5 * am @ bm
+            got = c[3 : 3 + mr * ldc].reshape(mr, ldc)[:, :nr]
+            np.testing.assert_allclose(got, want, rtol=0, atol=_tol(dtype, kc) * 4)
+            mask = np.ones_like(c, bool)
+            for i in range(mr):
+                mask[3 + i * ldc : 3 + i * ldc + nr] = False
+            assert np.isnan(c[mask]).all(), (mr, nr)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ukernel_accumulates_with_beta(dtype):
+    """load_c: C = alpha * A @ B + beta * C (a NaN in C with load_c false is ignored)."""
+    mr_max, nr_max = geometry(np.dtype(dtype).itemsize)
+    rng = np.random.default_rng(2)
+    for kc in (1, 2, 3, 5, 8, 9):
+        a = rng.standard_normal((mr_max, kc)).astype(dtype)
+        b = rng.standard_normal((kc, nr_max)).astype(dtype)
+        c0 = rng.standard_normal((mr_max, nr_max)).astype(dtype)
+        c = c0.copy()
+        _call_ukernel(kc, a.reshape(-1), 0, kc, 1, b.reshape(-1), 0, nr_max, c.reshape(-1), 0,
+                      nr_max, mr_max, nr_max, dtype(2), dtype(-0.5), True)  # fmt: skip
+        want = 2 * a.astype(np.float64) @ b - 0.5 * c0
+        np.testing.assert_allclose(c, want, rtol=0, atol=_tol(dtype, kc) * 4)
+
+
+@njit
+def _gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    kblas.gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+
+
+SHAPES = [(1, 1, 1), (1, 300, 70), (5, 3, 33), (13, 300, 17), (40, 257, 65), (97, 520, 200),
+          (12, 1030, 32)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["rowmajor", "a_transposed", "a_packed", "b_packed", "both"])
+def test_gemm_block_layouts(dtype, layout):
+    """gemm_block through the micro-kernel for each operand layout, with beta (C read) and
+    without (C's NaN ignored); inner dimensions over KC exercise the K blocking."""
+    rng = np.random.default_rng(3)
+    for m, k, n in SHAPES:
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        ta, tb = False, False
+        af, lda = a.reshape(-1), k
+        bf, ldb = b.reshape(-1), n
+        if layout == "a_transposed":
+            ta, af, lda = True, np.ascontiguousarray(a.T).reshape(-1), m
+        if layout in ("a_packed", "both"):
+            ta, af, lda = kblas.A_PACKED, kblas.pack_a(a.reshape(-1), m, k), k
+        if layout in ("b_packed", "both"):
+            tb, bf, ldb = kblas.B_PACKED, kblas.pack_b(b.reshape(-1), k, n), k
+        want = a.astype(np.float64) @ b
+        c = np.full(m * n, np.nan, dtype)
+        _gemm_block(ta, tb, m, n, k, dtype(1), af, 0, lda, bf, 0, ldb, dtype(0), c, 0, n)
+        np.testing.assert_allclose(c.reshape(m, n), want, rtol=0, atol=_tol(dtype, k) * 4)
+        c0 = rng.standard_normal(m * n).astype(dtype)
+        c = c0.copy()
+        _gemm_block(ta, tb, m, n, k, dtype(0.5), af, 0, lda, bf, 0, ldb, dtype(2), c, 0, n)
+        want2 = 0.5 * want + 2 * c0.reshape(m, n)
+        np.testing.assert_allclose(c.reshape(m, n), want2, rtol=0, atol=_tol(dtype, k) * 4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_tiles_packed_and_blas_modes(threads):
+    """The tiled kernels with a packed weight (FusedGemm's route), a packed A (row-blocked
+    convolutions) and B through BLAS (the other convolutions) agree with numpy, over the
+    tile shapes :func:`blas.tiles` picks; the epilogue adds the column bias per tile."""
+    from onnxjit import pool
+
+    rng = np.random.default_rng(4)
+    dtype = np.float32
+    t = np.float32
+    for m, k, n in [(1, 200, 100), (64, 300, 129), (30, 70, 31)]:
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        bias = rng.standard_normal(n).astype(dtype)
+        want = a.astype(np.float64) @ b + bias
+        ep = (bias, kblas.BIAS_COL, np.empty(0, dtype), False, 0, t(0), t(0))
+        tm, tn = kblas.tiles(1, m, n, k, threads)
+        for ta, af, tb, bf in [
+            (False, a.reshape(-1), kblas.B_PACKED, kblas.pack_b(b.reshape(-1), k, n)),
+            (kblas.A_PACKED, kblas.pack_a(a.reshape(-1), m, k), False, b.reshape(-1)),
+            (False, a.reshape(-1), kblas.B_BLAS, b.reshape(-1)),
+        ]:
+            c = np.full(m * n, np.nan, dtype)
+            args = (1, m, n, k, af, 0, bf, 0, c, ta, tb, t(1), t(0), ep, tm, tn, k)
+            if threads == 1:
+                kblas.gemm_ks(*args)
+            else:
+                pool.run_parallel(kblas.gemm_ks_par, *args, threads=2)
+            np.testing.assert_allclose(c.reshape(m, n), want, rtol=0, atol=_tol(dtype, k) * 4)
+
+
+def test_tiles_cover_the_product_in_register_blocks():
+    """Tile shapes: column tiles multiples of NR (a packed B needs it), row tiles of MR, and
+    at least one tile per thread when the product can be split."""
+    mr, nr = geometry(4)
+    for batch, m, n, k in [
+        (1, 64, 512, 784),
+        (1, 128, 3072, 768),
+        (1, 3136, 64, 64),
+        (1, 1, 1000, 512),
+    ]:
+        tm, tn = kblas.tiles(batch, m, n, k, 2)
+        assert tn == n or tn % nr == 0
+        assert tm == m or tm % mr == 0
+        assert -(-m // tm) * -(-n // tn) >= 2
