@@ -17,10 +17,13 @@ Shape of the register block (chosen from the CPU Numba compiles for, so cached k
 mix, see :func:`_geometry`): with AVX-512, 16 float32 (8 float64) lanes per vector, ``NV = 2``
 vectors across and up to ``MR = 12`` rows: 24 accumulators, 2 ``B`` vectors and a broadcast
 fill 27 of the 32 vector registers. Without AVX-512, 8 (4) lanes and ``MR = 6``: 12 of 16.
-A block of fewer rows uses a kernel specialised for that count; blocks of one or two rows
-(matrix-vector products) keep several accumulator sets over consecutive steps, so that the
-multiply-adds do not wait on each other's latency. Columns beyond ``nr`` are neither read from
-``B`` nor written to ``C`` (masked vector loads and stores).
+Kernels exist for 1, 2, 4, 8 and 12 rows (1, 2, 4, 6 without AVX-512); a block of a count in
+between runs the next larger one, whose extra rows repeat the last real row of ``A`` and are
+not stored (15 kernels instead of 48: each costs compile time in every Numba function that
+calls :func:`ukernel`). Blocks of one or two rows (matrix-vector products) keep several
+accumulator sets over consecutive steps, so that the multiply-adds do not wait on each other's
+latency. Columns beyond ``nr`` are neither read from ``B`` nor written to ``C`` (masked vector
+loads and stores); a block at most one vector wide runs a one-vector kernel.
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ def geometry(itemsize: int) -> tuple[int, int]:
     return mr, lanes * nv
 
 
+def _row_counts(mr_max: int) -> tuple[int, ...]:
+    """Row counts that get a kernel of their own (1, 2, 4, then steps of 4 up to MR)."""
+    return tuple(sorted({1, 2, *range(4, mr_max, 4), mr_max}))
+
+
 def _splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
     vty = ir.VectorType(value.type, lanes)
     v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(_I32, 0))
@@ -74,12 +82,12 @@ def _define(
     ptr = fty.as_pointer()
     fnty = ir.FunctionType(
         ir.VoidType(),
-        [_I64, ptr, _I64, _I64, ptr, _I64, ptr, _I64, _I64, fty, fty, _I1],
+        [_I64, ptr, _I64, _I64, ptr, _I64, ptr, _I64, _I64, fty, fty, _I1, _I64],
     )
     fn = ir.Function(module, fnty, name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr, alpha, beta, load_c = fn.args
+    kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr, alpha, beta, load_c, mr = fn.args
     for arg in (a, b, c):
         arg.add_attribute("noalias")
     vty = ir.VectorType(fty, lanes)
@@ -109,7 +117,13 @@ def _define(
         for v in range(nv):
             idx = ir.Constant(ir.VectorType(_I64, lanes), [v * lanes + i for i in range(lanes)])
             masks.append(builder.icmp_signed("<", idx, nr_v))
-    a_rows = [builder.gep(a, [builder.mul(a_rs, ir.Constant(_I64, i))]) for i in range(rows)]
+    # rows from mr on repeat row mr - 1 (read, never stored): one kernel serves several counts
+    last = builder.sub(mr, ir.Constant(_I64, 1))
+    a_rows = []
+    for i in range(rows):
+        ci = ir.Constant(_I64, i)
+        r = builder.select(builder.icmp_signed("<", ci, mr), ci, last)
+        a_rows.append(builder.gep(a, [builder.mul(a_rs, r)]))
     c_rows = [builder.gep(c, [builder.mul(c_rs, ir.Constant(_I64, i))]) for i in range(rows)]
 
     def step(bld: ir.IRBuilder, kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
@@ -198,32 +212,38 @@ def _define(
     alpha_v = _splat(builder, alpha, lanes)
     beta_v = _splat(builder, beta, lanes)
     scaled = [builder.fmul(x, alpha_v) for x in final]
+
+    def row_guard(i: int):
+        return builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, i), mr))
+
     with builder.if_else(load_c) as (then, otherwise):
         with then:
             for i in range(rows):
-                for v in range(nv):
-                    p = builder.bitcast(
-                        builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
-                    )
-                    if masked:
-                        old = builder.call(mload, [p, align, masks[v], zero])
-                    else:
-                        old = builder.load(p, align=align.constant)
-                    r = builder.call(fma, [beta_v, old, scaled[i * nv + v]])
-                    if masked:
-                        builder.call(mstore, [r, p, align, masks[v]])
-                    else:
-                        builder.store(r, p, align=align.constant)
+                with row_guard(i):
+                    for v in range(nv):
+                        p = builder.bitcast(
+                            builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
+                        )
+                        if masked:
+                            old = builder.call(mload, [p, align, masks[v], zero])
+                        else:
+                            old = builder.load(p, align=align.constant)
+                        r = builder.call(fma, [beta_v, old, scaled[i * nv + v]])
+                        if masked:
+                            builder.call(mstore, [r, p, align, masks[v]])
+                        else:
+                            builder.store(r, p, align=align.constant)
         with otherwise:
             for i in range(rows):
-                for v in range(nv):
-                    p = builder.bitcast(
-                        builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
-                    )
-                    if masked:
-                        builder.call(mstore, [scaled[i * nv + v], p, align, masks[v]])
-                    else:
-                        builder.store(scaled[i * nv + v], p, align=align.constant)
+                with row_guard(i):
+                    for v in range(nv):
+                        p = builder.bitcast(
+                            builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
+                        )
+                        if masked:
+                            builder.call(mstore, [scaled[i * nv + v], p, align, masks[v]])
+                        else:
+                            builder.store(scaled[i * nv + v], p, align=align.constant)
     builder.ret_void()
     return fn
 
@@ -277,31 +297,30 @@ def ukernel(
         argv[-1] = builder.trunc(argv[-1], _I1) if argv[-1].type != _I1 else argv[-1]
         module = builder.module
         rows = i64(mr_, sa[11])
-        # By the columns: NR (full), more than one vector (masked), one vector (a block
-        # one vector wide: half the multiply-adds of a masked NR block), less (masked).
+        # By the columns: NR (full), more than one vector (masked), at most one vector
+        # (masked, one vector wide: half the multiply-adds of a masked NR block). By the rows:
+        # kernels for a few counts, the next larger one taking the counts in between (few
+        # kernels keep compile time down; the extra rows are at a product's edge only).
+        argv.append(rows)
         nr_v = argv[8]
         done = builder.append_basic_block("uk_done")
-        kinds = ((nv, False), (nv, True), (1, False), (1, True))
+        kinds = ((nv, False), (nv, True), (1, True))
         blocks = [builder.append_basic_block(f"uk_k{i}") for i in range(len(kinds))]
-        one_vec = builder.append_basic_block("uk_one")
-        wide = builder.icmp_signed(">", nr_v, ir.Constant(_I64, lanes))
-        with builder.if_then(builder.not_(wide)):
-            builder.branch(one_vec)
-        builder.cbranch(
-            builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes * nv)), blocks[0], blocks[1]
-        )
-        builder.position_at_end(one_vec)
-        builder.cbranch(
-            builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes)), blocks[2], blocks[3]
-        )
+        wide = builder.append_basic_block("uk_wide")
+        builder.cbranch(builder.icmp_signed(">", nr_v, ir.Constant(_I64, lanes)), wide, blocks[2])
+        builder.position_at_end(wide)
+        full = builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes * nv))
+        builder.cbranch(full, blocks[0], blocks[1])
+        counts = _row_counts(mr_max)
         for blk, (vecs, masked) in zip(blocks, kinds):
             builder.position_at_end(blk)
             sw = builder.switch(rows, done)
             for r in range(1, mr_max + 1):
+                kernel_rows = next(c for c in counts if c >= r)
                 case = builder.append_basic_block(f"uk_r{r}")
                 sw.add_case(ir.Constant(_I64, r), case)
                 builder.position_at_end(case)
-                builder.call(_define(module, fty, lanes, vecs, r, masked), argv)
+                builder.call(_define(module, fty, lanes, vecs, kernel_rows, masked), argv)
                 builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()

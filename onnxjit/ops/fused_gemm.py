@@ -121,7 +121,13 @@ def fused_gemm(
     if y.size:
         code, p0, p1 = activation_args(ctx, activation, activation_params, cd)
         ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL, act=code, p0=p0, p1=p1)
-        matmul_into(a2, w, y, alpha=alpha, epilogue=ep)
+        if cd in _NATIVE and a2.flags.c_contiguous and K:
+            # the fast path's kernel (packed weight), not a second specialisation to compile
+            run = gemm_bind(1, a2.shape[0], N, K, False, 0, w.reshape(-1), False, 0, cd, alpha,
+                            0.0, ep, a2.reshape(-1), constant_b=True)  # fmt: skip
+            run(a2.reshape(-1), y.reshape(-1))
+        else:
+            matmul_into(a2, w, y, alpha=alpha, epilogue=ep)
     shape = lead + (N,)
     if len(shape) < out_rank:
         shape = (1,) * (out_rank - len(shape)) + shape
