@@ -1,12 +1,13 @@
-"""Matrix products from Numba code: BLAS ``?gemm`` on row-major blocks, single-threaded.
+"""Matrix products from Numba code on row-major blocks, single-threaded per block.
 
-:func:`gemm_block` calls the BLAS library Numba itself links to for ``np.dot`` (SciPy's, through
-Numba's ``numba_xxgemm`` helper, whose address is resolved when the process runs, so kernels
-calling it are cached on disk like any other) on sub-blocks of row-major operands given as
-flat arrays, element offsets and row strides. Numba's own ``np.dot`` takes whole contiguous
-matrices only (a column block would be copied first).
+:func:`gemm_block` multiplies sub-blocks of row-major operands given as flat arrays, element
+offsets and row strides. Products whose B is stored as is (or packed by :func:`pack_b`) run on
+onnxjit's micro-kernel (:mod:`.ukernel`) in the usual blocked loop nest; a transposed B, or
+``tb == B_BLAS``, goes to the BLAS library Numba itself links to for ``np.dot`` (SciPy's,
+through Numba's ``numba_xxgemm`` helper, whose address is resolved when the process runs, so
+kernels calling it are cached on disk like any other).
 
-The pool kernels below split one product into tiles, one BLAS call each, claimed by the pool's
+The pool kernels below split one product into tiles, one block each, claimed by the pool's
 threads (:mod:`onnxjit.pool`): the BLAS library runs single-threaded inside onnxjit's runs, so
 the product's threads are the pool's and never compete with a second pool for the cores.
 """
