@@ -24,8 +24,8 @@ from numba.np.linalg import ensure_blas, get_blas_kind
 from .._jit import njit, pjit
 from ..chunks import claim
 from .epilogue import ACT_NONE, activate
+from .ukernel import float_arrays, pack_panel, ukernel
 from .ukernel import geometry as ugeometry
-from .ukernel import pack_panel, ukernel
 
 _ll_char = ir.IntType(8)
 _ll_intp = ir.IntType(64)
@@ -38,12 +38,7 @@ def _xxgemm(
 ):
     """Column-major ``C = alpha * op(A) @ op(B) + beta * C`` (Fortran BLAS semantics) on the
     blocks of the flat arrays ``a``, ``b``, ``c`` starting at the element offsets."""
-    for arr in (a, b, c):
-        if not isinstance(arr, types.Array) or arr.dtype != a.dtype:
-            raise TypeError("gemm operands must be arrays of one float type")
-    dtype = a.dtype
-    if dtype not in (types.float32, types.float64):
-        raise TypeError(f"gemm takes float32 or float64, got {dtype}")
+    dtype = float_arrays("gemm", a, b, c)
     sig = types.int32(
         transa, transb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc
     )
@@ -108,12 +103,7 @@ def _xxgemm(
 def _xxgemv(typingctx, trans, m, n, alpha, a, a_off, lda, x, x_off, beta, y, y_off):
     """Column-major ``y = alpha * op(A) @ x + beta * y`` (Fortran BLAS ``?gemv``, unit
     strides) on the blocks of the flat arrays starting at the element offsets."""
-    for arr in (a, x, y):
-        if not isinstance(arr, types.Array) or arr.dtype != a.dtype:
-            raise TypeError("gemv operands must be arrays of one float type")
-    dtype = a.dtype
-    if dtype not in (types.float32, types.float64):
-        raise TypeError(f"gemv takes float32 or float64, got {dtype}")
+    dtype = float_arrays("gemv", a, x, y)
     sig = types.int32(trans, m, n, alpha, a, a_off, lda, x, x_off, beta, y, y_off)
 
     def codegen(context, builder, sig, args):
@@ -167,11 +157,6 @@ B_PACKED = 2
 A_PACKED = 2
 # ``tb`` value for B as stored, multiplied by BLAS rather than the micro-kernel.
 B_BLAS = 3
-
-
-def panel_width(itemsize: int) -> int:
-    """NR, the width of the panels :func:`pack_b` writes for elements of ``itemsize`` bytes."""
-    return _NR if itemsize == 4 else _NR64
 
 
 @njit
@@ -464,11 +449,10 @@ def tiles(batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4) -
         return m, n
     mr, nr = (_MR, _NR) if itemsize == 4 else (_MR64, _NR64)
     if m == 1 and batch == 1:
-        tn = -(-n // threads)
-        return 1, min(n, -(-tn // nr) * nr)
-    want = -(-4 * threads // batch)  # tiles wanted per matrix
+        return 1, min(n, _round_up(_ceil_div(n, threads), nr))
+    want = _ceil_div(4 * threads, batch)  # tiles wanted per matrix
     tn = max(nr, _round_up(_ceil_div(n, want), nr))
-    gn = -(-n // tn)
-    gm = -(-want // gn)
+    gn = _ceil_div(n, tn)
+    gm = _ceil_div(want, gn)
     tm = max(mr, _round_up(_ceil_div(m, gm), mr))
     return min(m, tm), min(n, tn)

@@ -71,6 +71,77 @@ def _splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
     )
 
 
+def float_arrays(what: str, *arrays: types.Type) -> types.Type:
+    """The element type of Numba array types that must all be float32 or all float64 (the
+    typing check of the intrinsics here and in :mod:`.blas`); TypeError naming ``what``."""
+    first = arrays[0]
+    for arr in arrays:
+        if not isinstance(arr, types.Array) or not isinstance(first, types.Array):
+            raise TypeError(f"{what} operands must be arrays of one float type, got {arr}")
+        if arr.dtype != first.dtype:
+            raise TypeError(f"{what} operands must be arrays of one float type")
+    if first.dtype not in (types.float32, types.float64):
+        raise TypeError(f"{what} takes float32 or float64, got {first.dtype}")
+    return first.dtype
+
+
+class _Vectors:
+    """Vector loads and stores of ``lanes`` elements of ``fty`` in one LLVM module: plain,
+    or masked (lanes whose mask bit is off are neither read, reading as 0, nor written)."""
+
+    def __init__(self, module: ir.Module, fty: ir.Type, lanes: int) -> None:
+        tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
+        self.lanes = lanes
+        self.vty = vty = ir.VectorType(fty, lanes)
+        self.vptr = vptr = vty.as_pointer()
+        self.zero = ir.Constant(vty, None)
+        self.align = 4 if tag == "f32" else 8
+        mty = ir.VectorType(_I1, lanes)
+        suffix = f"v{lanes}{tag}"
+        self.fma = cgutils.get_or_insert_function(
+            module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.{suffix}"
+        )
+        self._mload = cgutils.get_or_insert_function(
+            module, ir.FunctionType(vty, [vptr, _I32, mty, vty]), f"llvm.masked.load.{suffix}.p0"
+        )
+        self._mstore = cgutils.get_or_insert_function(
+            module,
+            ir.FunctionType(ir.VoidType(), [vty, vptr, _I32, mty]),
+            f"llvm.masked.store.{suffix}.p0",
+        )
+
+    def masks(self, builder: ir.IRBuilder, count: ir.Value, nv: int) -> list[ir.Value]:
+        """Per vector ``v`` of ``nv``: the lanes whose column ``v * lanes + i`` is below
+        ``count``."""
+        lanes = self.lanes
+        limit = _splat(builder, count, lanes)
+        return [
+            builder.icmp_signed(
+                "<",
+                ir.Constant(ir.VectorType(_I64, lanes), [v * lanes + i for i in range(lanes)]),
+                limit,
+            )
+            for v in range(nv)
+        ]
+
+    def at(self, builder: ir.IRBuilder, base: ir.Value, v: int) -> ir.Value:
+        """Pointer to vector ``v`` from the element pointer ``base``."""
+        return builder.bitcast(builder.gep(base, [ir.Constant(_I64, v * self.lanes)]), self.vptr)
+
+    def load(self, builder: ir.IRBuilder, ptr: ir.Value, mask: ir.Value | None) -> ir.Value:
+        if mask is None:
+            return builder.load(ptr, align=self.align)
+        return builder.call(self._mload, [ptr, ir.Constant(_I32, self.align), mask, self.zero])
+
+    def store(
+        self, builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir.Value | None
+    ) -> None:
+        if mask is None:
+            builder.store(value, ptr, align=self.align)
+        else:
+            builder.call(self._mstore, [value, ptr, ir.Constant(_I32, self.align), mask])
+
+
 def _define(
     module: ir.Module, fty: ir.Type, lanes: int, nv: int, rows: int, masked: bool
 ) -> ir.Function:
@@ -90,33 +161,13 @@ def _define(
     kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr, alpha, beta, load_c, mr = fn.args
     for arg in (a, b, c):
         arg.add_attribute("noalias")
-    vty = ir.VectorType(fty, lanes)
-    vptr = vty.as_pointer()
-    mty = ir.VectorType(_I1, lanes)
-    vsuf = f"v{lanes}{tag}"
-    fma = cgutils.get_or_insert_function(
-        module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.{vsuf}"
-    )
-    mload = cgutils.get_or_insert_function(
-        module, ir.FunctionType(vty, [vptr, _I32, mty, vty]), f"llvm.masked.load.{vsuf}.p0"
-    )
-    mstore = cgutils.get_or_insert_function(
-        module,
-        ir.FunctionType(ir.VoidType(), [vty, vptr, _I32, mty]),
-        f"llvm.masked.store.{vsuf}.p0",
-    )
-    align = ir.Constant(_I32, 4 if tag == "f32" else 8)
-    zero = ir.Constant(vty, None)
+    vec = _Vectors(module, fty, lanes)
+    vty, zero, fma = vec.vty, vec.zero, vec.fma
     sets = min(4, max(1, -(-_MIN_CHAINS // (rows * nv))))
 
     entry = fn.append_basic_block("entry")
     builder = ir.IRBuilder(entry)
-    masks = []
-    if masked:
-        nr_v = _splat(builder, nr, lanes)
-        for v in range(nv):
-            idx = ir.Constant(ir.VectorType(_I64, lanes), [v * lanes + i for i in range(lanes)])
-            masks.append(builder.icmp_signed("<", idx, nr_v))
+    masks = vec.masks(builder, nr, nv) if masked else [None] * nv
     # rows from mr on repeat row mr - 1 (read, never stored): one kernel serves several counts
     last = builder.sub(mr, ir.Constant(_I64, 1))
     a_rows = []
@@ -128,13 +179,7 @@ def _define(
 
     def step(bld: ir.IRBuilder, kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
         brow = bld.gep(b, [bld.mul(kk, b_rs)])
-        bvec = []
-        for v in range(nv):
-            p = bld.bitcast(bld.gep(brow, [ir.Constant(_I64, v * lanes)]), vptr)
-            if masked:
-                bvec.append(bld.call(mload, [p, align, masks[v], zero]))
-            else:
-                bvec.append(bld.load(p, align=align.constant))
+        bvec = [vec.load(bld, vec.at(bld, brow, v), masks[v]) for v in range(nv)]
         acol = bld.mul(kk, a_cs)
         out = []
         for i in range(rows):
@@ -213,37 +258,18 @@ def _define(
     beta_v = _splat(builder, beta, lanes)
     scaled = [builder.fmul(x, alpha_v) for x in final]
 
-    def row_guard(i: int):
-        return builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, i), mr))
-
+    # C = alpha * acc (+ beta * C when load_c), rows from mr on not stored
     with builder.if_else(load_c) as (then, otherwise):
-        with then:
-            for i in range(rows):
-                with row_guard(i):
-                    for v in range(nv):
-                        p = builder.bitcast(
-                            builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
-                        )
-                        if masked:
-                            old = builder.call(mload, [p, align, masks[v], zero])
-                        else:
-                            old = builder.load(p, align=align.constant)
-                        r = builder.call(fma, [beta_v, old, scaled[i * nv + v]])
-                        if masked:
-                            builder.call(mstore, [r, p, align, masks[v]])
-                        else:
-                            builder.store(r, p, align=align.constant)
-        with otherwise:
-            for i in range(rows):
-                with row_guard(i):
-                    for v in range(nv):
-                        p = builder.bitcast(
-                            builder.gep(c_rows[i], [ir.Constant(_I64, v * lanes)]), vptr
-                        )
-                        if masked:
-                            builder.call(mstore, [scaled[i * nv + v], p, align, masks[v]])
-                        else:
-                            builder.store(scaled[i * nv + v], p, align=align.constant)
+        for accumulate, branch in ((True, then), (False, otherwise)):
+            with branch:
+                for i in range(rows):
+                    with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, i), mr)):
+                        for v in range(nv):
+                            p = vec.at(builder, c_rows[i], v)
+                            r = scaled[i * nv + v]
+                            if accumulate:
+                                r = builder.call(fma, [beta_v, vec.load(builder, p, masks[v]), r])
+                            vec.store(builder, r, p, masks[v])
     builder.ret_void()
     return fn
 
@@ -260,12 +286,7 @@ def ukernel(
     ``1 <= nr <= NR`` (:func:`geometry`); nothing outside those rows and columns is read or
     written. ``load_c`` false ignores what ``C`` held (NaN included), as BLAS does for beta 0.
     """
-    for arr in (a, b, c):
-        if not isinstance(arr, types.Array) or arr.dtype != a.dtype:
-            raise TypeError("ukernel operands must be arrays of one float type")
-    dtype = a.dtype
-    if dtype not in (types.float32, types.float64):
-        raise TypeError(f"ukernel takes float32 or float64, got {dtype}")
+    dtype = float_arrays("ukernel", a, b, c)
     sig = types.void(
         kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c
     )
@@ -333,13 +354,7 @@ def pack_panel(typingctx, dst, d_off, src, s_off, ld, rows, nr):
     """Copy ``rows`` rows of ``nr <= NR`` elements, ``src[s_off + p * ld :][:nr]``, to the
     panel ``dst[d_off + p * NR :]`` (row stride NR; the columns from ``nr`` on are left as
     they were): the layout :func:`ukernel` reads with ``b_rs = NR``, two vector moves a row."""
-    if not (
-        isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype == src.dtype
-    ):
-        raise TypeError("pack_panel takes two arrays of one float type")
-    dtype = dst.dtype
-    if dtype not in (types.float32, types.float64):
-        raise TypeError(f"pack_panel takes float32 or float64, got {dtype}")
+    dtype = float_arrays("pack_panel", dst, src)
     sig = types.void(dst, d_off, src, s_off, ld, rows, nr)
 
     def codegen(context, builder, sig, args):
@@ -356,60 +371,19 @@ def pack_panel(typingctx, dst, d_off, src, s_off, ld, rows, nr):
         d = builder.gep(d, [i64(1)])
         s = builder.gep(s, [i64(3)])
         ld_, rows_, nr_ = i64(4), i64(5), i64(6)
-        vty = ir.VectorType(fty, lanes)
-        vptr = vty.as_pointer()
-        mty = ir.VectorType(_I1, lanes)
-        tag = "f32" if itemsize == 4 else "f64"
-        mod = builder.module
-        mload = cgutils.get_or_insert_function(
-            mod, ir.FunctionType(vty, [vptr, _I32, mty, vty]), f"llvm.masked.load.v{lanes}{tag}.p0"
-        )
-        mstore = cgutils.get_or_insert_function(
-            mod,
-            ir.FunctionType(ir.VoidType(), [vty, vptr, _I32, mty]),
-            f"llvm.masked.store.v{lanes}{tag}.p0",
-        )
-        align = ir.Constant(_I32, itemsize)
-        nrv = _splat(builder, nr_, lanes)
-        masks = [
-            builder.icmp_signed(
-                "<",
-                ir.Constant(ir.VectorType(_I64, lanes), [v * lanes + i for i in range(lanes)]),
-                nrv,
-            )
-            for v in range(nv)
-        ]
+        vec = _Vectors(builder.module, fty, lanes)
+        masks = vec.masks(builder, nr_, nv)
         full = builder.icmp_signed("==", nr_, ir.Constant(_I64, lanes * nv))
         with cgutils.for_range(builder, rows_) as loop:
             p = loop.index
             srow = builder.gep(s, [builder.mul(p, ld_)])
             drow = builder.gep(d, [builder.mul(p, ir.Constant(_I64, lanes * nv))])
             with builder.if_else(full) as (then, otherwise):
-                with then:
-                    for v in range(nv):
-                        off = ir.Constant(_I64, v * lanes)
-                        x = builder.load(
-                            builder.bitcast(builder.gep(srow, [off]), vptr), align=itemsize
-                        )
-                        builder.store(
-                            x, builder.bitcast(builder.gep(drow, [off]), vptr), align=itemsize
-                        )
-                with otherwise:
-                    for v in range(nv):
-                        off = ir.Constant(_I64, v * lanes)
-                        x = builder.call(
-                            mload,
-                            [
-                                builder.bitcast(builder.gep(srow, [off]), vptr),
-                                align,
-                                masks[v],
-                                ir.Constant(vty, None),
-                            ],
-                        )
-                        builder.call(
-                            mstore,
-                            [x, builder.bitcast(builder.gep(drow, [off]), vptr), align, masks[v]],
-                        )
+                for branch, mks in ((then, [None] * nv), (otherwise, masks)):
+                    with branch:
+                        for v in range(nv):
+                            x = vec.load(builder, vec.at(builder, srow, v), mks[v])
+                            vec.store(builder, x, vec.at(builder, drow, v), mks[v])
         return context.get_dummy_value()
 
     return sig, codegen
