@@ -701,7 +701,7 @@ def _im2col_rows(xf, C, D, H, W, k, st, dl, pb, osz, spans, n, r_lo, r_hi, blk):
 @njit(inline="always")
 def _tile_epilogue(yf, base, ld, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1):
     """``act(y + bias[r0 + r] + res)`` on a ``rows x cols`` tile of ``yf`` at ``base`` (row
-    stride ``ld``), one row at a time while BLAS left it in cache."""
+    stride ``ld``), one row at a time while the product left it in cache."""
     for r in range(rows):
         off = base + r * ld
         v = yf[off : off + cols]
@@ -760,9 +760,11 @@ def conv_rows(x, w2, wp, k, st, dl, pb, y, ep, tm, rpb, tk):
     """Convolution (group 1) of ``x`` (N, C, D, H, W) with ``w2`` (M, C*KD*KH*KW) into ``y``
     (N, M, OD, OH, OW) plus the epilogue ``ep = (bias, has_bias, res, has_res, act, p0, p1)``
     (``res`` flat like ``y``), by blocks of ``rpb`` output rows: the block's im2col columns
-    are built in a buffer that stays in cache, then multiplied by BLAS in ``tm``-row tiles,
-    each followed by its epilogue (the inner dimension in chunks of ``tk``, one BLAS call
-    each). No im2col matrix of the whole image is ever written."""
+    are built in a buffer that stays in cache, then multiplied by the GEMM micro-kernel in
+    ``tm``-row tiles (a multiple of MR, or all of M), each followed by its epilogue (the inner
+    dimension in chunks of ``tk``). ``wp`` is ``w2`` in the panels of
+    :func:`onnxjit.kernels.cpu.blas.pack_a`. No im2col matrix of the whole image is ever
+    written."""
     N, C, D, H, W = x.shape
     M, Kt = w2.shape
     osz = y.shape[2:]
