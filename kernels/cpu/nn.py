@@ -13,7 +13,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..vecmath import maxnum, verf, vexp, vexp_nonpos, vtanh
+from ..vecmath import fence, maxnum, verf, vexp, vexp_nonpos, vtanh
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
 # signed zeros keep their IEEE meaning.
@@ -99,7 +99,7 @@ def _softmax_row(x, y, r, log):
         for j in range(n):
             yr[j] = xr[j] - lse
     else:
-        inv = xr.dtype.type(1.0) / total
+        inv = fence(xr.dtype.type(1.0) / total)  # keeps the multiply (see vecmath.fence)
         for j in range(n):
             yr[j] = yr[j] * inv
 

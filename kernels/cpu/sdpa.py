@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..vecmath import maxnum, vexp_nonpos
+from ..vecmath import fence, maxnum, vexp_nonpos
 from .blas import gemm_block
 
 
@@ -63,7 +63,7 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
         e = vexp_nonpos(row[j] - top)
         row[j] = e
         total += e
-    inv = row.dtype.type(1.0) / total
+    inv = fence(row.dtype.type(1.0) / total)  # keeps the multiply (see vecmath.fence)
     if nan_zero:
         for j in range(n):
             p = row[j] * inv
