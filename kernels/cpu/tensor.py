@@ -200,3 +200,57 @@ def one_hot(idx, depth, off_value, on_value, out):
                 v += depth
             if v >= 0 and v < depth:
                 out[o, v, i] = on_value
+
+
+# Edge of the square tiles :func:`transpose_tiles` moves (elements): a tile's source lines
+# and destination lines both stay in L1 while it is copied.
+TRANSPOSE_TILE = 32
+
+
+@njit(inline="always")
+def _transpose_item(x, y, item, dims, xs, ys):
+    """Tile ``item`` of :func:`transpose_tiles`: (a, b, block of TRANSPOSE_TILE along j)."""
+    T = TRANSPOSE_TILE
+    nB, nj, nL = dims[1], dims[2], dims[3]
+    ntj = (nj + T - 1) // T
+    ab = item // ntj
+    j0 = (item - ab * ntj) * T
+    j1 = min(nj, j0 + T)
+    a = ab // nB
+    b = ab - a * nB
+    xb = a * xs[0] + b * xs[1]
+    yb = a * ys[0] + b * ys[1]
+    xsl = xs[3]
+    for l0 in range(0, nL, T):
+        l1 = min(nL, l0 + T)
+        for j in range(j0, j1):
+            xo = np.uint64(xb + j * xs[2])
+            yo = np.uint64(yb + j * ys[2])
+            for lo in range(l0, l1):
+                y[yo + np.uint64(lo)] = x[xo + np.uint64(lo * xsl)]
+
+
+@njit
+def transpose_tiles(x, y, dims, xs, ys):
+    """A transposition that moves the input's last axis: ``y[a, b, j, l] = x[a * xs[0] +
+    b * xs[1] + j * xs[2] + l * xs[3]]`` with ``x``, ``y`` flat (any element type; callers pass
+    unsigned views), ``dims = (nA, nB, nj, nL)`` and ``y``'s element strides ``ys`` for
+    (a, b, j) (l is y's contiguous axis). ``j`` is the axis the input reads contiguously
+    (``xs[2] == 1``), ``l`` the one the output writes contiguously: copied in square tiles so
+    that neither side strides through memory a cache line per element."""
+    T = TRANSPOSE_TILE
+    for item in range(dims[0] * dims[1] * ((dims[2] + T - 1) // T)):
+        _transpose_item(x, y, item, dims, xs, ys)
+
+
+@pjit
+def transpose_tiles_par(ctl, x, y, dims, xs, ys):
+    """Parallel twin of :func:`transpose_tiles` (items: (a, b, block of j))."""
+    T = TRANSPOSE_TILE
+    n_items = dims[0] * dims[1] * ((dims[2] + T - 1) // T)
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for item in range(chunk_lo, chunk_hi):
+            _transpose_item(x, y, item, dims, xs, ys)

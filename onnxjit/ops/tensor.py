@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import limits, types
+from onnxjit import limits, pool, threads, types
 from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import tensor as K
@@ -1063,6 +1063,24 @@ def _prepare_transpose(ctx: NodeContext, args: tuple, kwargs: dict, result: Any)
     shape = x.shape
     out = Slot(tuple(shape[i] for i in p), x.dtype)
     dtype = x.dtype
+    tiles = _transpose_plan(x, p)
+
+    if tiles is not None:
+        go, dims, xs, ys, width = tiles
+
+        def fast_tiles(x2: Any) -> Any:
+            if (
+                type(x2) is not np.ndarray
+                or x2.shape != shape
+                or x2.dtype != dtype
+                or not x2.flags.c_contiguous
+            ):
+                return MISS
+            y = out.get()
+            go(x2.reshape(-1).view(width), y.reshape(-1).view(width), dims, xs, ys)
+            return y
+
+        return fast_tiles
 
     def fast(x2: Any) -> Any:
         if type(x2) is not np.ndarray or x2.shape != shape or x2.dtype != dtype:
@@ -1072,6 +1090,55 @@ def _prepare_transpose(ctx: NodeContext, args: tuple, kwargs: dict, result: Any)
         return y
 
     return fast
+
+
+# Transpositions that move the input's last axis and have at least this many elements run
+# the tiled kernel (numpy's strided copy reads or writes a cache line per element: a K^T of
+# (1, 128, 4, 64) by (0, 2, 3, 1) took 29 us against onnxruntime's 10).
+_TILED_TRANSPOSE_MIN = 4096
+
+
+def _transpose_plan(x: np.ndarray, p: tuple[int, ...]) -> tuple | None:
+    """``(kernel, dims, xs, ys, uint type)`` for :func:`onnxjit.kernels.cpu.tensor.
+    transpose_tiles` when the tiled kernel suits ``x.transpose(p)``, else None.
+
+    Axes of size 1 are dropped; what remains must be at most four axes with the input's last
+    one moving (a perm that keeps it is a copy of contiguous rows, which numpy does well)."""
+    if x.size < _TILED_TRANSPOSE_MIN or x.dtype.itemsize not in _UINT or x.dtype.hasobject:
+        return None
+    keep = [a for a in p if x.shape[a] > 1]  # output order of the non-trivial input axes
+    if len(keep) > 4 or len(keep) < 2:
+        return None
+    last = max(keep)  # the input's innermost non-trivial axis: stride 1
+    if keep[-1] == last:
+        return None
+    in_strides = [x.strides[a] // x.dtype.itemsize for a in range(x.ndim)]
+    out_shape = [x.shape[a] for a in keep]
+    out_strides = [math.prod(out_shape[i + 1 :]) for i in range(len(keep))]
+    j = keep.index(last)
+    others = [i for i in range(len(keep) - 1) if i != j]
+    others = [None] * (2 - len(others)) + others  # pad to (a, b)
+
+    def pick(i: int | None, sizes: list, fill: int) -> int:
+        return fill if i is None else sizes[i]
+
+    dims = [pick(i, out_shape, 1) for i in others] + [out_shape[j], out_shape[-1]]
+    xs = [pick(i, [in_strides[a] for a in keep], 0) for i in others]
+    xs += [1, in_strides[keep[-1]]]
+    ys = [pick(i, out_strides, 0) for i in others] + [out_strides[j]]
+    n_threads = threads.current()
+    work = x.size
+    kernel = K.transpose_tiles
+    args = (
+        np.array(dims, np.int64),
+        np.array(xs, np.int64),
+        np.array(ys, np.int64),
+    )
+    width = _UINT[x.dtype.itemsize]
+    if n_threads > 1 and work >= _jit.PARALLEL_THRESHOLD:
+        sample = (np.empty(1, width), np.empty(1, width), *args)
+        kernel = pool.bind(K.transpose_tiles_par, sample, n_threads)
+    return (kernel, *args, width)
 
 
 @fast_path(concat_4)
