@@ -666,6 +666,37 @@ def test_softmax_large_values():
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_softmax_nan_and_inf_rows(parallel, op, dtype):
+    """A NaN anywhere in a row makes the whole row NaN, as numpy's formula does (the row
+    maximum is taken without NaN semantics, so this is what keeps that safe); +inf gives a
+    NaN row, -inf entries give 0 (Softmax) or -inf (LogSoftmax); rows wider than one vector
+    so that the NaN sits in the vector body and in the tail."""
+    x = rnd((8, 37), dtype, 0, -5, 5)
+    x[0, 0] = x[1, 17] = x[2, 36] = np.nan
+    x[3, 5] = np.inf
+    x[4, :] = -np.inf
+    x[5, 3] = x[5, 30] = -np.inf
+    x[6, :] = np.nan
+    x64 = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+        want = e / e.sum(axis=1, keepdims=True)
+        if op == "LogSoftmax":
+            want = np.log(want)
+    model = make_node_model(op, {"x": x}, {"axis": -1}, opset=13)
+    for threads in (1, 2):
+        opts = onnxjit.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
+        for _ in range(2):  # the operator, then its prepared fast path
+            (got,) = sess.run(None, {"x": x})
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            ok = ~np.isnan(want)
+            np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("axis", [1, -1])
 def test_softmax_parallel(parallel, op, axis):
     check_node(op, {"x": rnd((4, 6, 5), F32, 0, -5, 5)}, {"axis": axis}, opset=13, **tol(F32))

@@ -75,20 +75,31 @@ def softmax_par(ctl, x, y, log):
             _softmax_block(x, y, o, log)
 
 
+@njit(fastmath={"nnan", "nsz", "reassoc"})
+def softmax_row_max(xr):
+    """The largest element of ``xr`` (non-empty), for softmax only: with NaN in the row the
+    result is unspecified, and the row still comes out NaN (the NaN reaches the sum).
+    Under ``nnan`` LLVM reduces with plain vector max instructions (one per vector, where
+    maxnum's NaN semantics take three). Compiled on its own so that the no-NaN assumption
+    stays inside this loop."""
+    mx = xr[0]
+    for j in range(xr.shape[0]):
+        mx = maxnum(mx, xr[j])
+    return mx
+
+
 @njit(inline="always")
 def _softmax_row(x, y, r, log):
     # One row of a (R, n) array, softmax over the row: max, exp with the sum in the same pass,
-    # then scale; the row stays in cache. The max is a maxNum reduction, which LLVM
-    # vectorises (it skips NaN: a NaN still reaches exp and turns the row to NaN, as an
-    # unfused softmax does); the sum vectorises by reassociation.
+    # then scale; the row stays in cache. The max ignores NaN semantics (softmax_row_max):
+    # a NaN still reaches exp and turns the row to NaN, as an unfused softmax does; the sum
+    # vectorises by reassociation.
     xr = x[r]
     yr = y[r]
     n = xr.shape[0]
     if n == 0:
         return
-    mx = xr[0]
-    for j in range(n):
-        mx = maxnum(mx, xr[j])
+    mx = softmax_row_max(xr)
     total = xr.dtype.type(0.0)
     for j in range(n):
         e = vexp_nonpos(xr[j] - mx)

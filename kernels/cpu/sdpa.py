@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..vecmath import fence, maxnum, vexp_nonpos
+from ..vecmath import fence, vexp_nonpos
 from .blas import gemm_block
+from .nn import softmax_row_max
 
 
 @njit(inline="always")
@@ -54,10 +55,8 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
     if has_cond and not where_first:
         for j in range(n):
             row[j] = fill if crow[j] == swap else row[j]
-    # maxNum reduction (vectorised; a NaN is skipped here but reaches exp below)
-    top = row[0]
-    for j in range(n):
-        top = maxnum(top, row[j])
+    # a NaN makes the maximum unspecified but reaches exp below: the row is NaN either way
+    top = softmax_row_max(row)
     total = row.dtype.type(0.0)
     for j in range(n):
         e = vexp_nonpos(row[j] - top)
