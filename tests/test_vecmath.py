@@ -322,6 +322,113 @@ def test_exp_keeps_subnormal_results() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# gelu_f32 (erf form, vecmath.GELU_F32_BUDGET)
+# ---------------------------------------------------------------------------------------------
+
+
+def _gelu_erfc64(x: np.ndarray) -> np.ndarray:
+    """x Phi(x) in float64 without the 1 + erf cancellation (exact far into the x < 0 tail)."""
+    if _sp is not None:
+        return x * 0.5 * _sp.erfc(-x / np.sqrt(2.0))
+    return x * 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-x / np.sqrt(2.0))
+
+
+# where gelu_f32 changes: k = round(-x^2 / (2 ln 2)) steps at x^2 = 2 ln2 (k + 1/2), the clamp
+# (2^k is +0 beyond it), the last normal 2^k, the result leaving the normal range
+_GELU_WIN = [math.sqrt(2 * math.log(2) * (k + 0.5)) for k in (0, 1, 2, 10, 60, 125, 126)]
+_GELU_WIN += [13.265, 13.2, 12.9, 1.0, 1e-4, 0.0]
+
+
+def _gelu_grid() -> np.ndarray:
+    """Every 64th float32 of 1e-3 <= |x| <= 16 (~3.7M values: a relative step of 64 ulps),
+    binade samples below that down to the subnormals, every float32 within 2000 steps of the
+    points in _GELU_WIN (both signs)."""
+    lo, hi = (int(np.float32(v).view(np.int32)) for v in (1e-3, 16.0))
+    dense = np.arange(lo, hi + 1, 64, dtype=np.int32).view(np.float32)
+    small = _binades32(-149, -10, 300, seed=11)
+    wins = np.concatenate([_window32(w) for w in _GELU_WIN])
+    return np.concatenate([_both(dense), _both(small), _both(wins[wins > 0]), [0.0, -0.0]])
+
+
+@_FMA
+def test_gelu_f32_within_budget(fma: bool) -> None:
+    """|gelu_f32(x) - gelu(x)| <= ulps * ulp(|gelu(x)|) + abs_x * |x| (vecmath.GELU_F32_BUDGET:
+    2 ulp + 7e-8 |x|; measured 2 ulp + 5.1e-8 |x| plain, 4.8e-8 |x| with contraction) against
+    float64 scipy, and never the wrong sign. The erf_f32 composition it replaces measured
+    2 ulp + 3.5e-8 |x|; the rational erf (x P(x^2) / Q(x^2)) it was weighed against,
+    ~2 ulp + 1.6e-7 |x| (its float32 Horner rounding alone is ~5 ulp of 0.5 erf)."""
+    x = _gelu_grid().astype(np.float32)
+    y = _apply(V.gelu_f32, x, fma)
+    assert y.dtype == np.float32
+    x64 = x.astype(np.float64)
+    ref = _gelu_erfc64(x64)
+    ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    budget = V.GELU_F32_BUDGET
+    excess = np.abs(y - ref) - budget["ulps"] * ulp - budget["abs_x"] * np.abs(x64)
+    i = int(np.argmax(excess))
+    assert excess[i] <= 0, (
+        f"x={x[i]!r}: got {y[i]!r}, want {ref[i]!r} "
+        f"({abs(y[i] - ref[i]) / ulp[i]:.2f} ulp, {abs(y[i] - ref[i]) / abs(x64[i]):.3g} |x|)"
+    )
+    assert not np.any((x > 0) & (y < 0)) and not np.any((x < 0) & (y > 0))
+
+
+@_FMA
+def test_gelu_f32_special_values(fma: bool) -> None:
+    """NaN propagates, gelu(+inf) = +inf, gelu(-inf) = 0, +-0 keep their sign, subnormal x
+    give x / 2 (to the last subnormal), x >= 6 gives x itself (gelu(x) rounds to x there) and
+    x <= -13.265 gives +0. For x < 0 there is no 1 + erf cancellation: relative error ~1e-6
+    down to x = -3 and 3e-4 down to -6, where the erf composition measured 1.2e-5 and 100 %."""
+    f32 = np.float32
+    sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], f32)
+    y = _apply(V.gelu_f32, sp, fma)
+    assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 0
+    assert y[3] == 0 and not np.signbit(y[3]) and y[4] == 0 and np.signbit(y[4])
+    big = np.concatenate([np.linspace(6, 20, 5001, dtype=f32), f32([1e5, 1e30, 3.4028235e38])])
+    np.testing.assert_array_equal(_apply(V.gelu_f32, big, fma), big)
+    y = _apply(V.gelu_f32, -big[big >= f32(13.265)], fma)
+    assert np.all(y == 0)
+    sub = _binades32(-149, -127, 200, seed=3)
+    for s in (sub, -sub):
+        y = _apply(V.gelu_f32, s, fma).astype(np.float64)
+        assert np.all(np.abs(y - s.astype(np.float64) / 2) <= 2.0**-149)
+    for lo, hi, rel in ((-3, -1e-3, 2e-6), (-6, -3, 5e-4)):
+        x = np.linspace(lo, hi, 20001, dtype=f32)
+        y = _apply(V.gelu_f32, x, fma)
+        ref = _gelu_erfc64(x.astype(np.float64))
+        assert np.max(np.abs(y - ref) / np.abs(ref)) < rel, (lo, hi)
+
+
+def test_gelu_kernels_use_gelu_f32() -> None:
+    """The fused Gelu kernel (nn.gelu_rows, short and long rows) and the GEMM/conv epilogue
+    (ACT_GELU) give exactly gelu_f32's values on float32 (compiled, as they are, with
+    contraction) and keep the formula with libm's erf on float64."""
+    from onnxjit.kernels.cpu import epilogue as ep
+    from onnxjit.kernels.cpu import nn as knn
+
+    rng = np.random.default_rng(4)
+    for n in (7, knn._GELU_CALL_MIN + 5):
+        x = (rng.standard_normal((3, n)) * 4).astype(np.float32)
+        b = (rng.standard_normal(n) * 0.1).astype(np.float32)
+        want = _apply(V.gelu_f32, (x + b).ravel(), fma=True).reshape(x.shape)
+        y = np.empty_like(x)
+        knn.gelu_rows(x, b, y, False)
+        np.testing.assert_array_equal(y, want)
+        v = (x + b)[0].copy()
+        ep.activate(v, ep.ACT_GELU, np.float32(0), np.float32(0))
+        np.testing.assert_array_equal(v, want[0])
+        # float64: libm's erf against scipy's, 1 + erf cancelling for x < 0 as in the formula
+        x64, b64 = x.astype(np.float64), b.astype(np.float64)
+        y64 = np.empty_like(x64)
+        knn.gelu_rows(x64, b64, y64, False)
+        v64 = x64[0] + b64
+        ep.activate(v64, ep.ACT_GELU, 0.0, 0.0)
+        ref64 = _gelu64(x64 + b64)
+        tol64 = 1e-14 * np.abs(ref64) + 2 * np.finfo(np.float64).eps * np.abs(x64 + b64)
+        assert np.all(np.abs(y64 - ref64) <= tol64) and np.all(np.abs(v64 - ref64[0]) <= tol64[0])
+
+
+# ---------------------------------------------------------------------------------------------
 # Composite helpers of kernels/scalar.py
 # ---------------------------------------------------------------------------------------------
 
@@ -428,6 +535,7 @@ def _has_avx2() -> bool:
         V.tanh_f32,
         V.sigmoid_f32,
         V.erf_f32,
+        V.gelu_f32,
         V.exp_f64,
         V.log_f64,
     ],
@@ -438,6 +546,7 @@ def _has_avx2() -> bool:
         "tanh_f32",
         "sigmoid_f32",
         "erf_f32",
+        "gelu_f32",
         "exp_f64",
         "log_f64",
     ],
@@ -454,7 +563,7 @@ def test_loops_are_vectorised(fn) -> None:
     assert len(packed) >= 4, f"only {len(packed)} packed ymm/zmm arithmetic instructions"
 
 
-# -- type dispatch (vexp, vlog, vtanh, verf, vsigmoid) ----------------------------------------
+# -- type dispatch (vexp, vlog, vtanh, verf, vsigmoid, vgelu) ---------------------------------
 
 _DISPATCH = [
     ("vexp", "exp", np.exp),
@@ -462,6 +571,7 @@ _DISPATCH = [
     ("vtanh", "tanh", np.tanh),
     ("verf", "erf", _erf64),
     ("vsigmoid", "sigmoid", lambda v: 1.0 / (1.0 + np.exp(-v))),
+    ("vgelu", "gelu", _gelu64),
 ]
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..vecmath import verf, vsigmoid, vtanh
+from ..vecmath import vgelu, vsigmoid, vtanh
 
 # Activation codes (shared with onnxjit.ops.fused_gemm / fused_conv).
 ACT_NONE = 0
@@ -51,7 +51,7 @@ def activate(v, act, p0, p1):
     # Constants in v's type: a float64 literal would promote float32 rows to the float64 math.
     t = v.dtype.type
     half, one = t(0.5), t(1.0)
-    sqrt1_2, sqrt_2_pi, k3 = t(0.7071067811865476), t(0.7978845608028654), t(0.044715)
+    sqrt_2_pi, k3 = t(0.7978845608028654), t(0.044715)
     if act == ACT_RELU:
         for j in range(n):
             if v[j] < 0:
@@ -75,8 +75,7 @@ def activate(v, act, p0, p1):
                 v[j] = p1
     elif act == ACT_GELU:
         for j in range(n):
-            x = v[j]
-            v[j] = half * x * (one + verf(x * sqrt1_2))
+            v[j] = vgelu(v[j])  # float32: vecmath.gelu_f32
     elif act == ACT_GELU_TANH:
         for j in range(n):
             x = v[j]
