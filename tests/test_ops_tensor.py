@@ -18,6 +18,7 @@ import onnxjit
 from onnxjit import types
 from onnxjit.errors import InvalidArgumentError
 from onnxjit.kernels import _jit
+from onnxjit.ops import tensor as tensor_ops
 
 F32, I64, BOOL, STR = np.float32, np.int64, np.bool_, object
 DTYPES = [F32, I64, BOOL, STR]
@@ -786,3 +787,35 @@ def test_transpose_tiled_fast_path(shape, perm, dtype, threads):
         want = np.transpose(x, perm)
         assert y.shape == want.shape and y.dtype == want.dtype
         assert np.array_equal(y, want)
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["serial", "pool"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float16, BOOL], ids=dt_id)
+def test_gather_fast_path(monkeypatch, dtype, axis, big):
+    """Gather's prepared fast path (second run on) against numpy's take, with negative
+    indices; an out-of-range index on a later run still raises the operator's error and the
+    session runs correctly afterwards."""
+    if big:
+        monkeypatch.setattr(tensor_ops, "_GATHER_PARALLEL_MIN", 1)
+    data = arr((5, 6, 7), dtype)
+    model = make_node_model(
+        "Gather",
+        {"x": data, "i": np.zeros((2, 3), np.int64)},
+        {"axis": axis},
+        opset=13,
+    )
+    opts = onnxjit.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
+    n = data.shape[axis]
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        idx = rng.integers(-n, n, size=(2, 3)).astype(np.int64)
+        (got,) = sess.run(None, {"x": data, "i": idx})
+        np.testing.assert_array_equal(got, np.take(data, idx, axis=axis))
+    bad = np.array([[0, 1, n], [0, 0, 0]], np.int64)
+    with pytest.raises(InvalidArgumentError, match=rf"indices\[0, 2\] = {n} is out of range"):
+        sess.run(None, {"x": data, "i": bad})
+    (got,) = sess.run(None, {"x": data, "i": idx})
+    np.testing.assert_array_equal(got, np.take(data, idx, axis=axis))
