@@ -12,7 +12,7 @@ helpers must. Bodies are written in single-assignment style because Numba's inli
 variable that is assigned twice.
 
 Method (all coefficients were fitted for this module: Chebyshev / Lawson near-minimax fits made
-with mpmath, see ``_fits`` in the test file's docstring for how they are checked):
+with mpmath; tests/test_vecmath.py checks each function's error over dense grids):
 
 * exp: k = round(x / ln 2) with the 1.5 * 2^p "shifter" (no float -> int conversion, so NaN
   and inf inputs cannot create poison values), r = x - k ln 2 in two parts (Cody-Waite),
@@ -719,7 +719,7 @@ def erf_f64(x):
 @njit(inline="always")
 def gelu_f32(x):
     """x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) in float32 (see the module docstring): within
-    ``GELU_F32_BUDGET``; gelu(+inf) = +inf, gelu(-inf) = +0, exactly x for x >= 13.265 and +0
+    ``GELU_F32_BUDGET``; gelu(+inf) = +inf, gelu(-inf) = NaN, exactly x for x >= 13.265 and +0
     for x <= -13.265, gelu(-0) = -0, NaN propagates. No libm call: loops vectorise."""
     a0 = abs(x)
     a = _GELU_CLAMP if a0 > _GELU_CLAMP else a0  # NaN stays NaN
@@ -733,7 +733,10 @@ def gelu_f32(x):
     sa = (_GP0 + a * (_GP1 + a * _GP2)) / (_GQ0 + a * (_GQ1 + a * (_GQ2 + a * (_GQ3 + a))))
     d = (p * s) * (_HALF_F32 + a * sa)  # Phi(-a)
     u = _ZERO_F32 if x < _ZERO_F32 else x  # max(x, 0); NaN and -0 stay
-    return u - a * d
+    y = u - a * d
+    # the formula's value at -inf, -inf * 0: NaN, as the unfused graph, float64 and
+    # onnxruntime give
+    return _NAN_F32 if x == -_INF_F32 else y
 
 
 @njit(inline="always")

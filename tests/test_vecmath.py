@@ -375,14 +375,15 @@ def test_gelu_f32_within_budget(fma: bool) -> None:
 
 @_FMA
 def test_gelu_f32_special_values(fma: bool) -> None:
-    """NaN propagates, gelu(+inf) = +inf, gelu(-inf) = 0, +-0 keep their sign, subnormal x
+    """NaN propagates, gelu(+inf) = +inf, gelu(-inf) = NaN (-inf * Phi(-inf), as the float64
+    formula and onnxruntime give), +-0 keep their sign, subnormal x
     give x / 2 (to the last subnormal), x >= 6 gives x itself (gelu(x) rounds to x there) and
     x <= -13.265 gives +0. For x < 0 there is no 1 + erf cancellation: relative error ~1e-6
     down to x = -3 and 3e-4 down to -6, where the erf composition measured 1.2e-5 and 100 %."""
     f32 = np.float32
     sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], f32)
     y = _apply(V.gelu_f32, sp, fma)
-    assert np.isnan(y[0]) and y[1] == np.inf and y[2] == 0
+    assert np.isnan(y[0]) and y[1] == np.inf and np.isnan(y[2])
     assert y[3] == 0 and not np.signbit(y[3]) and y[4] == 0 and np.signbit(y[4])
     big = np.concatenate([np.linspace(6, 20, 5001, dtype=f32), f32([1e5, 1e30, 3.4028235e38])])
     np.testing.assert_array_equal(_apply(V.gelu_f32, big, fma), big)
