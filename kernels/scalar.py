@@ -64,7 +64,6 @@ _CONSTS = {
     "TWO": 2.0,
     "THREE": 3.0,
     "SIXTH": 1.0 / 6.0,
-    "SQRT1_2": 0.7071067811865476,  # 1/sqrt(2), for erf-Gelu
     "SQRT2_PI": 0.7978845608028654,  # sqrt(2/pi), for tanh-Gelu
     "GELU_C": 0.044715,
 }
@@ -73,15 +72,15 @@ _F32_GLOBALS = {k: np.float32(v) for k, v in _CONSTS.items()}
 _F64_GLOBALS = {k: np.float64(v) for k, v in _CONSTS.items()}
 # The vectorisable transcendental functions (kernels/vecmath.py) a float body may call: plain
 # arithmetic instead of libm calls, so that loops over these helpers are SIMD-vectorised.
-_F32_GLOBALS.update(EXP=_vm.exp_f32, LOG1P=_vm.log1p_f32, TANH=_vm.tanh_f32, ERF=_vm.erf_f32)
-_F64_GLOBALS.update(EXP=_vm.exp_f64, LOG1P=_vm.log1p_f64, TANH=_vm.tanh_f64, ERF=_vm.erf_f64)
+_F32_GLOBALS.update(EXP=_vm.exp_f32, LOG1P=_vm.log1p_f32, TANH=_vm.tanh_f32)
+_F64_GLOBALS.update(EXP=_vm.exp_f64, LOG1P=_vm.log1p_f64, TANH=_vm.tanh_f64)
 
 
 def _per_precision(body):
     """Compile ``body`` twice, with float32 and float64 globals; returns (f32, f64).
 
     The globals are the typed constants (``ZERO``...) and the per-precision vecmath functions
-    (``EXP``, ``LOG1P``, ``TANH``, ``ERF``).
+    (``EXP``, ``LOG1P``, ``TANH``).
     """
     out = []
     for suffix, consts in (("f32", _F32_GLOBALS), ("f64", _F64_GLOBALS)):
@@ -98,8 +97,8 @@ def _per_precision(body):
 
 
 # Placeholders so that linters know the names; _per_precision rebinds them per precision.
-ZERO = HALF = ONE = TWO = THREE = SIXTH = SQRT1_2 = SQRT2_PI = GELU_C = None
-EXP = LOG1P = TANH = ERF = None
+ZERO = HALF = ONE = TWO = THREE = SIXTH = SQRT2_PI = GELU_C = None
+EXP = LOG1P = TANH = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,11 +372,6 @@ def _mish_f(x):
     return x * TANH(m + LOG1P(EXP(-abs(x))))
 
 
-def _gelu_f(x):
-    """Gelu, erf form: x/2 * (1 + erf(x/sqrt(2))); vectorisable in float32."""
-    return HALF * x * (ONE + ERF(x * SQRT1_2))
-
-
 def _gelu_tanh_f(x):
     """Gelu, tanh form: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))); vectorisable."""
     return HALF * x * (ONE + TANH(SQRT2_PI * (x + GELU_C * x * x * x)))
@@ -426,7 +420,8 @@ selu_f32, selu_f64 = _per_precision(_selu_f)
 celu_f32, celu_f64 = _per_precision(_celu_f)
 thresholdedrelu_f32, thresholdedrelu_f64 = _per_precision(_thresholdedrelu_f)
 mish_f32, mish_f64 = _per_precision(_mish_f)
-gelu_f32, gelu_f64 = _per_precision(_gelu_f)
+# Gelu, erf form: vecmath's (float32 without the 1 + erf cancellation, see its docstring)
+gelu_f32, gelu_f64 = _vm.gelu_f32, _vm.gelu_f64
 gelu_tanh_f32, gelu_tanh_f64 = _per_precision(_gelu_tanh_f)
 shrink_f32, shrink_f64 = _per_precision(_shrink_f)
 isinf_f32, isinf_f64 = _per_precision(_isinf_f)
