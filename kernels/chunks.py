@@ -108,10 +108,14 @@ def finish(sync, job, spin_checks):
     _wait_zero(sync, BUSY, spin_checks)
 
 
+# A spinning worker gives up its core every this many checks without a job.
+YIELD_EVERY = 64
+
+
 @njit(nogil=True)
 def worker_loop(sync, job, idx, seen, max_checks):
     """A pool worker's life between sleeps: spin for published jobs (yielding the core every
-    64 checks) and run each through its entry point, until ``max_checks`` checks pass
+    YIELD_EVERY checks) and run each through its entry point, until ``max_checks`` checks pass
     without a new job (returns the last sequence number seen) or ``sync[STOP]`` is set
     (returns -1). Runs without the GIL: the job's entry point is a C function."""
     jp = job.ctypes.data
@@ -123,7 +127,7 @@ def worker_loop(sync, job, idx, seen, max_checks):
         if s == seen or s & 1:
             pause()
             k += 1
-            if k % 64 == 63:
+            if k % YIELD_EVERY == YIELD_EVERY - 1:
                 sched_yield()
             continue
         seen = s

@@ -229,3 +229,36 @@ def test_matmul_into_takes_transposed_views_and_empty_inner_dims():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_spin_calibration_ignores_a_thread_spinning_on_the_same_cpu(monkeypatch):
+    """The workers' spin time comes from a measured rate of waiting-loop checks. Measured
+    while another thread spins on the same CPU (onnxruntime's pool right after a run), each
+    of the loop's core yields lasts a scheduler slice; the rate must still come out near the
+    quiet one, or the workers fall asleep between the kernels of every later run."""
+    from onnxjit.kernels._jit import njit
+    from onnxjit.kernels.atomics import load
+
+    @njit(nogil=True)
+    def busy(flag):
+        while load(flag, 0) == 0:  # an atomic load: re-read at every turn
+            pass
+
+    monkeypatch.setattr(pool, "_checks_per_second", None)
+    quiet = pool.spin_checks(1.0)
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    flag = np.zeros(1, np.int64)
+    busy(np.ones(1, np.int64))  # compiled before the other thread needs it
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    spinner = threading.Thread(target=busy, args=(flag,))
+    try:
+        spinner.start()  # inherits this thread's single CPU
+        monkeypatch.setattr(pool, "_checks_per_second", None)
+        contended = pool.spin_checks(1.0)
+    finally:
+        flag[0] = 1
+        spinner.join()
+        os.sched_setaffinity(0, mine)
+    assert contended > quiet / 4, (contended, quiet)
