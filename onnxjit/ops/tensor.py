@@ -1112,7 +1112,8 @@ def _transpose_plan(x: np.ndarray, p: tuple[int, ...]) -> tuple | None:
     last = max(keep)  # the input's innermost non-trivial axis: stride 1
     if keep[-1] == last:
         return None
-    in_strides = [x.strides[a] // x.dtype.itemsize for a in range(x.ndim)]
+    # element strides of a C-contiguous input, the only kind the fast path takes
+    in_strides = [math.prod(x.shape[a + 1 :]) for a in range(x.ndim)]
     out_shape = [x.shape[a] for a in keep]
     out_strides = [math.prod(out_shape[i + 1 :]) for i in range(len(keep))]
     j = keep.index(last)
@@ -1127,7 +1128,6 @@ def _transpose_plan(x: np.ndarray, p: tuple[int, ...]) -> tuple | None:
     xs += [1, in_strides[keep[-1]]]
     ys = [pick(i, out_strides, 0) for i in others] + [out_strides[j]]
     n_threads = threads.current()
-    work = x.size
     kernel = K.transpose_tiles
     args = (
         np.array(dims, np.int64),
@@ -1135,7 +1135,7 @@ def _transpose_plan(x: np.ndarray, p: tuple[int, ...]) -> tuple | None:
         np.array(ys, np.int64),
     )
     width = _UINT[x.dtype.itemsize]
-    if n_threads > 1 and work >= _jit.PARALLEL_THRESHOLD:
+    if n_threads > 1 and x.size >= _jit.PARALLEL_THRESHOLD:
         sample = (np.empty(1, width), np.empty(1, width), *args)
         kernel = pool.bind(K.transpose_tiles_par, sample, n_threads)
     return (kernel, *args, width)
@@ -1165,14 +1165,9 @@ def _prepare_gather(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) ->
     out = Slot(result.shape, x_dtype)
     kernel = K.gather_axis
     if result.size >= _GATHER_PARALLEL_MIN:
+        rows = _bits(np.empty((1, 1, 1), x_dtype))  # stands for both 3-D operands
         kernel = pool.bind(
-            K.gather_axis_par,
-            (
-                _bits(np.empty((1, 1, 1), x_dtype)),
-                np.empty(1, np.int64),
-                _bits(np.empty((1, 1, 1), x_dtype)),
-            ),
-            threads.current(),
+            K.gather_axis_par, (rows, np.empty(1, np.int64), rows), threads.current()
         )
 
     def fast(x2: Any, ind2: Any) -> Any:
