@@ -209,6 +209,10 @@ class NodeContext:
     # Values of the enclosing scopes that subgraph attributes read (name -> value); filled
     # per call for nodes that carry subgraphs.
     outer: dict[str, Any] = field(default_factory=dict)
+    # Per input: True when it is an initializer of the node's graph, the same unchanging array
+    # in every run. A fast path may key on such an input's identity; on any other it must look
+    # at the value (a caller may write new values into the array it feeds).
+    const_inputs: tuple[bool, ...] = ()
 
     def run_subgraph(self, subgraph: Any, inputs: list[Any]) -> list[Any]:
         """Run a graph attribute (bound as a ``plan.Subgraph``) on positional inputs."""

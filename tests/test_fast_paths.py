@@ -257,3 +257,38 @@ def test_output_slots_reuse_a_buffer_only_when_nothing_holds_it():
     assert not np.shares_memory(d, view)  # a view keeps its base busy
     small = Slot((4,), np.float32)  # tiny arrays are never kept
     assert small.get() is not small.get()
+
+
+def test_shape_inputs_fed_by_the_caller_are_read_every_run():
+    """Reshape and Split given their shape / sizes as graph inputs: a caller that writes new
+    values into the same array between runs gets results for the new values (a fast path
+    keyed on the array's identity would repeat the first run's shapes)."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "shape"], ["r"]),
+            helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=1),
+        ],
+        "caller_shapes",
+        [
+            helper.make_tensor_value_info("x", f, [2, 6]),
+            helper.make_tensor_value_info("shape", i64, [2]),
+            helper.make_tensor_value_info("sizes", i64, [2]),
+        ],
+        [helper.make_tensor_value_info(n, f, ["d0", "d1"]) for n in ("r", "a", "b")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    sess = onnxjit.InferenceSession(m.SerializeToString())
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {
+        "x": np.arange(12, dtype=np.float32).reshape(2, 6),
+        "shape": np.array([3, 4], np.int64),
+        "sizes": np.array([2, 4], np.int64),
+    }
+    for new_shape, new_sizes in (([3, 4], [2, 4]), ([3, 4], [2, 4]), ([4, 3], [5, 1])):
+        feeds["shape"][...] = new_shape
+        feeds["sizes"][...] = new_sizes
+        for g, w in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
