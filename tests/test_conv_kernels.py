@@ -95,6 +95,21 @@ CONV = {
     "dw_3d": ((2, 5, 6, 7), (2, 1, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1, 1, 1]}),
     "dw_3d_s2": ((2, 6, 5, 7), (4, 1, 2, 3, 3), {"group": 2, "strides": [2, 1, 2]}),
     "dw_same": ((3, 9, 8), (3, 1, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    # 3x3 depthwise of stride 1 or 2 with one pixel of padding before each axis, planes too
+    # large for the channel-block kernel (depthwise3): planes of 2 rows or columns, odd heights
+    # at stride 2 (the last output row has no third input row), no padding after the input
+    "dw3_s1_h2": ((4, 2, 40), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    "dw3_s1_w2": ((3, 40, 2), (3, 1, 3, 3), {"group": 3, "pads": [1, 1, 1, 1]}),
+    "dw3_s1_w3": ((2, 30, 3), (2, 1, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    "dw3_s2_even": ((4, 20, 22), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1] * 4}),
+    "dw3_s2_odd_h": ((3, 21, 18), (3, 1, 3, 3), {"group": 3, "strides": [2, 2], "pads": [1] * 4}),
+    "dw3_s2_h3": ((2, 3, 34), (2, 1, 3, 3), {"group": 2, "strides": [2, 2], "pads": [1] * 4}),
+    "dw3_s2_w2": ((2, 70, 2), (2, 1, 3, 3), {"group": 2, "strides": [2, 2], "pads": [1] * 4}),
+    "dw3_s2_no_end_pad": (
+        (3, 20, 36),
+        (3, 1, 3, 3),
+        {"group": 3, "strides": [2, 2], "pads": [1, 1, 0, 0]},
+    ),
     # depthwise of small planes, 16 channels across vector lanes (depthwise_tiles): whole and
     # partial blocks of channels, strides 1 and 2, padding, channel multiplier, dilations
     "dw_tiles_4x4": ((40, 4, 4), (40, 1, 3, 3), {"group": 40, "pads": [1, 1, 1, 1]}),
@@ -181,6 +196,9 @@ def _out_shape(xs, ws, attrs):
     [
         "dw_3x3",
         "dw_3x3_s2",
+        "dw3_s1_h2",
+        "dw3_s2_odd_h",
+        "dw3_s2_even",
         "dw_3x3_small",
         "dw_mult",
         "dw_3d",
@@ -232,20 +250,26 @@ def test_fused_conv_epilogue_f64(case, threading_mode):
 
 
 @pytest.mark.parametrize(
-    "case, tiles",
+    "case, kind",
     [
-        ("dw_tiles_4x4", True),
-        ("dw_tiles_s2", True),
-        ("dw_tiles_mult_dil", True),
-        ("dw_tiles_3x3_dil", True),
-        ("dw_tiles_1d", True),
-        ("dw_3x3", False),  # 19 x 17 outputs per plane: one plane at a time
-        ("dw_3d", False),
+        ("dw_tiles_4x4", "tiles"),
+        ("dw_tiles_s2", "tiles"),
+        ("dw_tiles_mult_dil", "tiles"),
+        ("dw_tiles_3x3_dil", "tiles"),
+        ("dw_tiles_1d", "tiles"),
+        ("dw_3x3", "dw3"),  # 19 x 17 outputs per plane, 3x3, stride 1, padding 1
+        ("dw3_s1_h2", "dw3"),
+        ("dw3_s2_odd_h", "dw3"),
+        ("dw3_s2_no_end_pad", "dw3"),
+        ("dw_3x3_s2", "plane"),  # odd width at stride 2
+        ("dw_3x3_dil", "plane"),
+        ("dw_3d", "plane"),
     ],
 )
-def test_depthwise_kernel_choice(case, tiles, threading_mode):
+def test_depthwise_kernel_choice(case, kind, threading_mode):
     """The cases above reach the kernel they are meant to test: small 1-D and 2-D planes the
-    channel-block kernel, larger or 3-D planes the per-plane one."""
+    channel-block kernel, larger 3x3 planes of stride 1 or 2 the flat-loop one, the rest
+    (other kernels, dilations, 3-D) the per-plane one."""
     from onnxjit.kernels.cpu import conv as kconv
     from onnxjit.ops import nn
 
@@ -258,8 +282,11 @@ def test_depthwise_kernel_choice(case, tiles, threading_mode):
         None, False, 0, 0.0, 0.0,
     )  # fmt: skip
     assert plan.kind == nn._DEPTHWISE
-    serial = kconv.depthwise_tiles if tiles else kconv.depthwise
-    par = kconv.depthwise_tiles_par if tiles else kconv.depthwise_par
+    serial, par = {
+        "tiles": (kconv.depthwise_tiles, kconv.depthwise_tiles_par),
+        "dw3": (kconv.depthwise3, kconv.depthwise3_par),
+        "plane": (kconv.depthwise, kconv.depthwise_par),
+    }[kind]
     if threading_mode == "serial" or plan.dw.__closure__ is None:
         assert plan.dw is serial
     else:  # pool.bind's launcher of the pool kernel

@@ -482,6 +482,263 @@ def depthwise_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
             )
 
 
+# -- 3x3 depthwise, stride 1 or 2, one pixel of padding (MobileNet's geometry) ---------------
+# Direct flat loops over each plane, with no padded copy of it: the taps of an output element
+# are at fixed offsets in the input (stride 1) or in its even / odd columns (stride 2), so
+# one long vectorisable loop covers all rows at once; the few elements whose taps cross a
+# row boundary or reach into the padding (first and last column, first and last row) are
+# redone with the taps that exist.
+
+
+@njit(inline="always")
+def _dw3_at(xf, xo, H, W, wm, m, bv, oh, ow, s):
+    """Output (oh, ow) of a 3x3 depthwise plane (stride ``s``, one pixel of zero padding
+    before each axis), from the taps inside the input."""
+    acc = bv
+    for kh in range(3):
+        h = oh * s - 1 + kh
+        if h >= 0 and h < H:
+            for kw in range(3):
+                c = ow * s - 1 + kw
+                if c >= 0 and c < W:
+                    acc += wm[m, kh * 3 + kw] * xf[xo + h * W + c]
+    return acc
+
+
+@njit(inline="always")
+def _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo):
+    """Stride 1: output plane (H, W) at ``yo`` from the input plane at ``xo`` (H, W >= 2)."""
+    w0, w1, w2, w3, w4 = wm[m, 0], wm[m, 1], wm[m, 2], wm[m, 3], wm[m, 4]
+    w5, w6, w7, w8 = wm[m, 5], wm[m, 6], wm[m, 7], wm[m, 8]
+    one = _u(1)
+    uW = _u(W)
+    if H >= 3:
+        # rows 1 .. H-2 as one run from (1, 1) to (H-2, W-2); the run's elements in columns
+        # 0 and W-1 read across a row boundary and are redone below
+        a0 = _u(xo)
+        a1, a2 = a0 + one, a0 + one + one
+        b0, b1, b2 = a0 + uW, a1 + uW, a2 + uW
+        c0, c1, c2 = b0 + uW, b1 + uW, b2 + uW
+        d = _u(yo) + uW + one
+        for j in range(_u((H - 2) * W - 2)):
+            yf[d + j] = (
+                bv
+                + w0 * xf[a0 + j]
+                + w1 * xf[a1 + j]
+                + w2 * xf[a2 + j]
+                + w3 * xf[b0 + j]
+                + w4 * xf[b1 + j]
+                + w5 * xf[b2 + j]
+                + w6 * xf[c0 + j]
+                + w7 * xf[c1 + j]
+                + w8 * xf[c2 + j]
+            )
+    if W >= 3:
+        # first and last rows, inner columns: two rows of taps each
+        a0 = _u(xo)
+        a1, a2 = a0 + one, a0 + one + one
+        b0, b1, b2 = a0 + uW, a1 + uW, a2 + uW
+        d = _u(yo) + one
+        for j in range(_u(W - 2)):
+            yf[d + j] = (
+                bv
+                + w3 * xf[a0 + j]
+                + w4 * xf[a1 + j]
+                + w5 * xf[a2 + j]
+                + w6 * xf[b0 + j]
+                + w7 * xf[b1 + j]
+                + w8 * xf[b2 + j]
+            )
+        a0 = _u(xo + (H - 2) * W)
+        a1, a2 = a0 + one, a0 + one + one
+        b0, b1, b2 = a0 + uW, a1 + uW, a2 + uW
+        d = _u(yo + (H - 1) * W) + one
+        for j in range(_u(W - 2)):
+            yf[d + j] = (
+                bv
+                + w0 * xf[a0 + j]
+                + w1 * xf[a1 + j]
+                + w2 * xf[a2 + j]
+                + w3 * xf[b0 + j]
+                + w4 * xf[b1 + j]
+                + w5 * xf[b2 + j]
+            )
+    # first and last columns of rows 1 .. H-2: the taps of the two columns that exist
+    r = _u(xo)
+    d = _u(yo) + uW
+    for _oh in range(1, H - 1):
+        r1, r2 = r + uW, r + uW + uW
+        yf[d] = (
+            bv
+            + w1 * xf[r]
+            + w2 * xf[r + one]
+            + w4 * xf[r1]
+            + w5 * xf[r1 + one]
+            + w7 * xf[r2]
+            + w8 * xf[r2 + one]
+        )
+        e, e1, e2 = r + uW - one - one, r1 + uW - one - one, r2 + uW - one - one
+        yf[d + uW - one] = (
+            bv
+            + w0 * xf[e]
+            + w1 * xf[e + one]
+            + w3 * xf[e1]
+            + w4 * xf[e1 + one]
+            + w6 * xf[e2]
+            + w7 * xf[e2 + one]
+        )
+        r += uW
+        d += uW
+    for oh in (0, H - 1):
+        for ow in (0, W - 1):
+            yf[yo + oh * W + ow] = _dw3_at(xf, xo, H, W, wm, m, bv, oh, ow, 1)
+
+
+@njit(inline="always")
+def _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od, wide):
+    """Stride 2: output plane ((H-1)//2 + 1, W/2) at ``yo`` from the input plane at ``xo``
+    (H >= 2, W >= 2 even). The plane's even and odd columns are split into ``ev`` and ``od``
+    (H rows of W/2 each: one flat loop, as W is even); output row oh then reads input rows
+    2oh-1 .. 2oh+1 at ``q + (kh - 1) * W/2`` with ``q = 2 oh W/2 + ow``, so all rows whose
+    three input rows exist are one run over q into ``wide`` (the odd rows of q are junk),
+    copied out row by row."""
+    w0, w1, w2, w3, w4 = wm[m, 0], wm[m, 1], wm[m, 2], wm[m, 3], wm[m, 4]
+    w5, w6, w7, w8 = wm[m, 5], wm[m, 6], wm[m, 7], wm[m, 8]
+    one = _u(1)
+    two = one + one
+    Wh = W // 2
+    OH = (H - 1) // 2 + 1
+    uWh = _u(Wh)
+    src = _u(xo)
+    for i in range(_u(H * Wh)):
+        ev[i] = xf[src + two * i]
+        od[i] = xf[src + two * i + one]
+    full = H // 2  # rows 0 .. full-1 have input row 2oh+1
+    if full >= 2:
+        q0 = _u(2 * Wh)  # row 1, column 0
+        a0, a1 = q0 - uWh - one, q0 - uWh
+        b0, b1 = q0 - one, q0
+        c0, c1 = q0 + uWh - one, q0 + uWh
+        for j in range(_u((full - 2) * 2 * Wh + Wh)):
+            wide[j] = (
+                bv
+                + w0 * od[a0 + j]
+                + w1 * ev[a1 + j]
+                + w2 * od[a1 + j]
+                + w3 * od[b0 + j]
+                + w4 * ev[b1 + j]
+                + w5 * od[b1 + j]
+                + w6 * od[c0 + j]
+                + w7 * ev[c1 + j]
+                + w8 * od[c1 + j]
+            )
+        for oh in range(1, full):
+            d = _u(yo + oh * Wh)
+            s0 = _u((oh - 1) * 2 * Wh)
+            for ow in range(one, uWh):  # column 0 read the previous row: redone below
+                yf[d + ow] = wide[s0 + ow]
+            r = (2 * oh - 1) * Wh
+            yf[d] = (
+                bv
+                + w1 * ev[r]
+                + w2 * od[r]
+                + w4 * ev[r + Wh]
+                + w5 * od[r + Wh]
+                + w7 * ev[r + 2 * Wh]
+                + w8 * od[r + 2 * Wh]
+            )
+    # row 0 (input rows 0 and 1) and, for odd H, the last row (input rows H-2 and H-1)
+    d = _u(yo)
+    for ow in range(one, uWh):
+        yf[d + ow] = (
+            bv
+            + w3 * od[ow - one]
+            + w4 * ev[ow]
+            + w5 * od[ow]
+            + w6 * od[uWh + ow - one]
+            + w7 * ev[uWh + ow]
+            + w8 * od[uWh + ow]
+        )
+    yf[yo] = _dw3_at(xf, xo, H, W, wm, m, bv, 0, 0, 2)
+    if full < OH:  # odd H: the last row has no input row 2oh+1
+        oh = OH - 1
+        d = _u(yo + oh * Wh)
+        r = _u((H - 2) * Wh)
+        for ow in range(one, uWh):
+            yf[d + ow] = (
+                bv
+                + w0 * od[r + ow - one]
+                + w1 * ev[r + ow]
+                + w2 * od[r + ow]
+                + w3 * od[r + uWh + ow - one]
+                + w4 * ev[r + uWh + ow]
+                + w5 * od[r + uWh + ow]
+            )
+        yf[yo + oh * Wh] = _dw3_at(xf, xo, H, W, wm, m, bv, oh, 0, 2)
+
+
+@njit(inline="always")
+def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide):
+    """Plane ``idx`` = (image, channel) of :func:`depthwise3` with its epilogue."""
+    bias, has_bias, res, has_res, act, p0, p1 = ep
+    n = idx // M
+    m = idx - n * M
+    t = yf.dtype.type
+    bv = t(bias[m]) if has_bias else t(0)
+    xo = (n * C + m) * H * W
+    OH, OW = (H - 1) // s + 1, (W - 1) // s + 1
+    yo = (n * M + m) * OH * OW
+    if s == 1:
+        _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo)
+    else:
+        _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od, wide)
+    v = yf[yo : yo + OH * OW]
+    if has_res:
+        rv = res[yo : yo + OH * OW]
+        for j in range(OH * OW):
+            v[j] += rv[j]
+    activate(v, act, p0, p1)
+
+
+@njit(inline="always")
+def _dw3_bufs(x, s):
+    H, W = x.shape[3], x.shape[4]
+    n = H * (W // 2) + 16 if s == 2 else 1
+    return np.empty(n, x.dtype), np.empty(n, x.dtype), np.empty(n, x.dtype)
+
+
+@njit(fma=True)
+def depthwise3(x, wm, k, st, dl, pb, y, mult, ep):
+    """:func:`depthwise` for 2-D 3x3 kernels of stride 1 or 2 with one pixel of padding
+    before each axis, no dilation and one output per channel (``wm`` (C, 9)); the caller
+    checks the geometry: H, W >= 2, W even for stride 2, and the output size the padding
+    implies (``(H - 1) // s + 1`` by ``(W - 1) // s + 1``; taps past the input read zero)."""
+    N, C, D, H, W = x.shape
+    M = y.shape[1]
+    s = st[2]
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    ev, od, wide = _dw3_bufs(x, s)
+    for idx in range(N * M):
+        _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide)
+
+
+@pjit(fma=True)
+def depthwise3_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
+    """Pool twin of :func:`depthwise3` (items: (image, channel) planes)."""
+    N, C, D, H, W = x.shape
+    M = y.shape[1]
+    s = st[2]
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    ev, od, wide = _dw3_bufs(x, s)
+    n_items = N * M
+    while True:
+        chunk_lo, chunk_hi = claim(ctl, n_items)
+        if chunk_lo >= chunk_hi:
+            break
+        for idx in range(chunk_lo, chunk_hi):
+            _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide)
+
+
 # Channels per block of the small-plane depthwise kernel: one 16-lane float32 vector.
 DW_LANES = 16
 
