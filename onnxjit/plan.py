@@ -225,7 +225,11 @@ class Program:
             for s in release:  # see _run_steps_traced
                 env[s] = None
             try:
-                result = _call(step, fn, ctx, args, kwargs)
+                # _call's first branch inline: a call frame less per step
+                quick = step.fast
+                result = MISS if quick is None else quick(*args)
+                if result is MISS:
+                    result = _call_impl(step, fn, ctx, args, kwargs)
             except OnnxJitError:
                 raise
             except Exception as exc:
@@ -303,6 +307,11 @@ def _call(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs: dic
         result = fast(*args)
         if result is not MISS:
             return result
+    return _call_impl(step, fn, ctx, args, kwargs)
+
+
+def _call_impl(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs: dict) -> Any:
+    """Run one step's implementation, then prepare its fast path for the next run."""
     result = fn(ctx, *args, **kwargs) if ctx is not None else fn(*args, **kwargs)
     prepare = step.prepare
     if prepare is not None:
