@@ -506,6 +506,25 @@ def _dw3_at(xf, xo, H, W, wm, m, bv, oh, ow, s):
 
 
 @njit(inline="always")
+def _dw3_s1_two_rows(xf, a, uW, u0, u1, u2, v0, v1, v2, bv, yf, d):
+    """Inner columns (1 .. W-2) of an output row of stride 1 with two input rows of taps:
+    ``yf[d + j]`` from rows at ``a`` (weights u) and ``a + W`` (weights v), columns j .. j+2."""
+    one = _u(1)
+    a1, a2 = a + one, a + one + one
+    b0, b1, b2 = a + uW, a1 + uW, a2 + uW
+    for j in range(uW - one - one):
+        yf[d + j] = (
+            bv
+            + u0 * xf[a + j]
+            + u1 * xf[a1 + j]
+            + u2 * xf[a2 + j]
+            + v0 * xf[b0 + j]
+            + v1 * xf[b1 + j]
+            + v2 * xf[b2 + j]
+        )
+
+
+@njit(inline="always")
 def _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo):
     """Stride 1: output plane (H, W) at ``yo`` from the input plane at ``xo`` (H, W >= 2)."""
     w0, w1, w2, w3, w4 = wm[m, 0], wm[m, 1], wm[m, 2], wm[m, 3], wm[m, 4]
@@ -535,34 +554,10 @@ def _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo):
             )
     if W >= 3:
         # first and last rows, inner columns: two rows of taps each
-        a0 = _u(xo)
-        a1, a2 = a0 + one, a0 + one + one
-        b0, b1, b2 = a0 + uW, a1 + uW, a2 + uW
-        d = _u(yo) + one
-        for j in range(_u(W - 2)):
-            yf[d + j] = (
-                bv
-                + w3 * xf[a0 + j]
-                + w4 * xf[a1 + j]
-                + w5 * xf[a2 + j]
-                + w6 * xf[b0 + j]
-                + w7 * xf[b1 + j]
-                + w8 * xf[b2 + j]
-            )
-        a0 = _u(xo + (H - 2) * W)
-        a1, a2 = a0 + one, a0 + one + one
-        b0, b1, b2 = a0 + uW, a1 + uW, a2 + uW
+        top, bottom = _u(xo), _u(xo + (H - 2) * W)
+        _dw3_s1_two_rows(xf, top, uW, w3, w4, w5, w6, w7, w8, bv, yf, _u(yo) + one)
         d = _u(yo + (H - 1) * W) + one
-        for j in range(_u(W - 2)):
-            yf[d + j] = (
-                bv
-                + w0 * xf[a0 + j]
-                + w1 * xf[a1 + j]
-                + w2 * xf[a2 + j]
-                + w3 * xf[b0 + j]
-                + w4 * xf[b1 + j]
-                + w5 * xf[b2 + j]
-            )
+        _dw3_s1_two_rows(xf, bottom, uW, w0, w1, w2, w3, w4, w5, bv, yf, d)
     # first and last columns of rows 1 .. H-2: the taps of the two columns that exist
     r = _u(xo)
     d = _u(yo) + uW
@@ -592,6 +587,24 @@ def _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo):
     for oh in (0, H - 1):
         for ow in (0, W - 1):
             yf[yo + oh * W + ow] = _dw3_at(xf, xo, H, W, wm, m, bv, oh, ow, 1)
+
+
+@njit(inline="always")
+def _dw3_s2_two_rows(ev, od, r, uWh, u0, u1, u2, v0, v1, v2, bv, yf, d):
+    """Columns 1 .. W/2-1 of an output row of stride 2 with two input rows of taps:
+    ``yf[d + ow]`` from the split rows at ``r`` (weights u) and ``r + W/2`` (weights v)."""
+    one = _u(1)
+    s = r + uWh
+    for ow in range(one, uWh):
+        yf[d + ow] = (
+            bv
+            + u0 * od[r + ow - one]
+            + u1 * ev[r + ow]
+            + u2 * od[r + ow]
+            + v0 * od[s + ow - one]
+            + v1 * ev[s + ow]
+            + v2 * od[s + ow]
+        )
 
 
 @njit(inline="always")
@@ -648,32 +661,12 @@ def _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od, wide):
                 + w8 * od[r + 2 * Wh]
             )
     # row 0 (input rows 0 and 1) and, for odd H, the last row (input rows H-2 and H-1)
-    d = _u(yo)
-    for ow in range(one, uWh):
-        yf[d + ow] = (
-            bv
-            + w3 * od[ow - one]
-            + w4 * ev[ow]
-            + w5 * od[ow]
-            + w6 * od[uWh + ow - one]
-            + w7 * ev[uWh + ow]
-            + w8 * od[uWh + ow]
-        )
+    _dw3_s2_two_rows(ev, od, _u(0), uWh, w3, w4, w5, w6, w7, w8, bv, yf, _u(yo))
     yf[yo] = _dw3_at(xf, xo, H, W, wm, m, bv, 0, 0, 2)
     if full < OH:  # odd H: the last row has no input row 2oh+1
         oh = OH - 1
-        d = _u(yo + oh * Wh)
         r = _u((H - 2) * Wh)
-        for ow in range(one, uWh):
-            yf[d + ow] = (
-                bv
-                + w0 * od[r + ow - one]
-                + w1 * ev[r + ow]
-                + w2 * od[r + ow]
-                + w3 * od[r + uWh + ow - one]
-                + w4 * ev[r + uWh + ow]
-                + w5 * od[r + uWh + ow]
-            )
+        _dw3_s2_two_rows(ev, od, r, uWh, w0, w1, w2, w3, w4, w5, bv, yf, _u(yo + oh * Wh))
         yf[yo + oh * Wh] = _dw3_at(xf, xo, H, W, wm, m, bv, oh, 0, 2)
 
 
