@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,6 +213,16 @@ class NodeContext:
     # in every run. A fast path may key on such an input's identity; on any other it must look
     # at the value (a caller may write new values into the array it feeds).
     const_inputs: tuple[bool, ...] = ()
+
+    def constant(self, i: int) -> bool:
+        """Input ``i`` is an initializer (see ``const_inputs``): a cache keyed on its identity
+        (a fast path's plan, a packed weight) stays valid from run to run."""
+        return i < len(self.const_inputs) and self.const_inputs[i]
+
+    def constant_args(self, args: tuple, positions: Iterable[int]) -> bool:
+        """Each of ``args[i]`` for ``i`` in ``positions`` is absent (None, or past the end) or
+        an initializer: what a fast path that compares them by identity must check first."""
+        return all(i >= len(args) or args[i] is None or self.constant(i) for i in positions)
 
     def run_subgraph(self, subgraph: Any, inputs: list[Any]) -> list[Any]:
         """Run a graph attribute (bound as a ``plan.Subgraph``) on positional inputs."""

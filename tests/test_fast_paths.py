@@ -292,3 +292,47 @@ def test_shape_inputs_fed_by_the_caller_are_read_every_run():
         for g, w in zip(sess.run(None, feeds), ref.run(None, feeds)):
             assert g.shape == w.shape
             np.testing.assert_array_equal(g, w)
+
+
+def _caller_weight_model(case):
+    """A model whose weights are graph inputs (see the test below)."""
+    f = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    if case == "conv":  # 3x3 over 20-wide rows: the row-blocked convolution, packed weights
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1] * 4)]
+        ins = [vi("x", f, [1, 8, 20, 20]), vi("w", f, [16, 8, 3, 3]), vi("b", f, [16])]
+    elif case == "conv_relu":  # fused into FusedConv
+        nodes = [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ]
+        ins = [vi("x", f, [1, 8, 20, 20]), vi("w", f, [16, 8, 3, 3]), vi("b", f, [16])]
+    else:  # LayerNormalization with scale and bias broadcast from one element
+        nodes = [helper.make_node("LayerNormalization", ["x", "w", "b"], ["y"], axis=-1)]
+        ins = [vi("x", f, [8, 64]), vi("w", f, [1]), vi("b", f, [1])]
+    graph = helper.make_graph(nodes, case, ins, [vi("y", f, None)])
+    graph.output[0].type.tensor_type.shape.dim.add().dim_param = "d0"
+    graph.output[0].type.tensor_type.shape.dim.add().dim_param = "d1"
+    if case != "layer_norm":
+        for name in ("d2", "d3"):
+            graph.output[0].type.tensor_type.shape.dim.add().dim_param = name
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, [tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in ins]
+
+
+@pytest.mark.parametrize("case", ["conv", "conv_relu", "layer_norm"])
+def test_weights_fed_by_the_caller_are_read_every_run(case):
+    """Weights that are graph inputs, with new values written into the same arrays between
+    runs: every run uses the values of its own feeds (no plan or packed weight kept from the
+    first run under the arrays' identity)."""
+    m, shapes = _caller_weight_model(case)
+    sess = onnxjit.InferenceSession(m.SerializeToString())
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip("xwb", shapes)}
+    for _ in range(4):
+        got, want = sess.run(None, feeds)[0], ref.run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        for name in "wb":
+            feeds[name][...] = rng.standard_normal(feeds[name].shape)

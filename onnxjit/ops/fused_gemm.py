@@ -124,7 +124,7 @@ def fused_gemm(
         if cd in _NATIVE and a2.flags.c_contiguous and K:
             # the fast path's kernel (packed weight), not a second specialisation to compile
             run = gemm_bind(1, a2.shape[0], N, K, False, 0, w.reshape(-1), False, 0, cd, alpha,
-                            0.0, ep, a2.reshape(-1), constant_b=True)  # fmt: skip
+                            0.0, ep, a2.reshape(-1), constant_b=ctx.constant(1))  # fmt: skip
             run(a2.reshape(-1), y.reshape(-1))
         else:
             matmul_into(a2, w, y, alpha=alpha, epilogue=ep)
@@ -141,6 +141,8 @@ def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     bias objects: the output shape, epilogue and kernel choice are fixed."""
     a, w = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
+    if not ctx.constant_args(args, (1, 2)):
+        return None  # the plan keys on the weight and bias objects: initializers only
     dtype = a.dtype
     if kwargs.get("trans_a") or dtype not in _NATIVE or w.dtype != dtype or a.ndim == 0:
         return None

@@ -307,6 +307,8 @@ def _plain(x: Any, shape: tuple[int, ...], dtype: np.dtype) -> bool:
 @fast_path(skip_layer_norm)
 def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     a, b = args[0], args[1]
+    if not ctx.constant_args(args, (2, 3)):
+        return None  # the fast path keys on the scale and bias objects: initializers only
     scale = args[2] if len(args) > 2 else None
     bias = args[3] if len(args) > 3 else None
     dtype = a.dtype

@@ -219,17 +219,18 @@ def packed_weight(b: np.ndarray, k: int, n: int) -> np.ndarray:
     return _packed(kblas.pack_b, b, k, n)
 
 
-def packed_rows(a: np.ndarray, m: int, k: int) -> np.ndarray:
+def packed_rows(a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:
     """The flat row-major ``m x k`` weight ``a`` as the A operand in the micro-kernel's
-    panels (:func:`onnxjit.kernels.cpu.blas.pack_a`: a convolution's weights), see
-    :func:`_packed`."""
-    return _packed(kblas.pack_a, a, m, k)
+    panels (:func:`onnxjit.kernels.cpu.blas.pack_a`: a convolution's weights); kept for the
+    next call (:func:`_packed`) only when ``constant`` (an initializer): the values of any
+    other array may change under the same identity."""
+    return _packed(kblas.pack_a, a, m, k) if constant else kblas.pack_a(a, m, k)
 
 
 def _packed(packer: Callable, w: np.ndarray, d0: int, d1: int) -> np.ndarray:
     """``packer(w, d0, d1)``, computed once per weight and kept while the array that owns
     its memory lives: every shape signature of a session binds the same weight, through a
-    new view each time."""
+    new view each time. Keyed on identity: for initializers only."""
     owner = w
     while isinstance(owner, np.ndarray) and owner.base is not None:
         owner = owner.base

@@ -513,7 +513,10 @@ class _ConvPlan:
     ``w`` is (M, C/group, *ks) in the compute dtype; ``bias`` (M,) or None; ``has_res``:
     :meth:`run` gets a residual shaped like the output (C-contiguous, compute dtype)."""
 
-    def __init__(self, x_shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1):
+    def __init__(
+        self, x_shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1,
+        constant_w=False,
+    ):  # fmt: skip
         dtype = np.dtype(dtype)
         N, C = x_shape[:2]
         M = w.shape[0]
@@ -612,7 +615,7 @@ class _ConvPlan:
             rpb = _rows_plan(N, int(osz[0] * osz[1]), int(osz[2]), n_threads)
             self.y5_shape = (N, M, *osz.tolist())
             w2 = np.ascontiguousarray(w.reshape(M, kt))
-            wp = blas.packed_rows(w2.reshape(-1), M, kt)
+            wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
             self.rows_args = (w2, wp, k3, st3, dl3, pb3)
             self.rows_tail = (M, rpb, kt)
             if n_threads > 1 and N * M * s_out * kt >= blas.PARALLEL_MACS:
@@ -924,6 +927,8 @@ def prepare_conv(
     these weight and bias objects, with a residual of the output's shape when ``has_res``;
     it returns MISS for anything else. None where there is no fast path."""
     dtype = x.dtype
+    if not ctx.constant_args((x, w, b), (1, 2)):
+        return None  # the plan keys on the weight and bias objects: initializers only
     if (
         dtype not in _NATIVE_FLOATS
         or w.dtype != dtype
@@ -944,7 +949,9 @@ def prepare_conv(
     )
     bias = None if b is None else np.ascontiguousarray(b, dtype)
     group = int(attrs.get("group", 1))
-    plan = _ConvPlan(x.shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1)
+    plan = _ConvPlan(
+        x.shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1, constant_w=True
+    )
     shape = x.shape
     y_shape = plan.y_shape
     ndarray = np.ndarray

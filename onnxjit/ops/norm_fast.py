@@ -107,6 +107,8 @@ def _prepare_layer_normalization(ctx: NodeContext, args: tuple, kwargs: dict, re
     """LayerNormalization-17 whose Mean and InvStdDev outputs nothing reads."""
     if ctx.n_outputs > 1 and any(ctx.outputs_used[1:]):
         return None
+    if not ctx.constant_args(args, (1, 2)):
+        return None  # the fast path keys on the scale and bias objects: initializers only
     bias = args[2] if len(args) > 2 else None
     return _layer_norm_fast(
         args[0], args[1], bias, kwargs["axis"], kwargs["epsilon"], ctx.n_outputs > 1
@@ -116,6 +118,8 @@ def _prepare_layer_normalization(ctx: NodeContext, args: tuple, kwargs: dict, re
 @fast_path(fused_norm.layer_norm)
 def _prepare_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     """The internal LayerNorm (scale and bias optional)."""
+    if not ctx.constant_args(args, (1, 2)):
+        return None  # the fast path keys on the scale and bias objects: initializers only
     scale = args[1] if len(args) > 1 else None
     bias = args[2] if len(args) > 2 else None
     return _layer_norm_fast(args[0], scale, bias, kwargs["axis"], kwargs["epsilon"], False)
@@ -124,6 +128,8 @@ def _prepare_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any
 @fast_path(fused_norm.gelu)
 def _prepare_gelu(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     x = args[0]
+    if not ctx.constant_args(args, (1,)):
+        return None  # the fast path keys on the bias object: initializers only
     bias = args[1] if len(args) > 1 else None
     rn = _rows_of(x, -1)
     if rn is None:
@@ -154,6 +160,8 @@ def _prepare_gelu(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> A
 @fast_path(fused_norm.rms_norm)
 def _prepare_rms_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     x = args[0]
+    if not ctx.constant_args(args, (1,)):
+        return None  # the fast path keys on the scale object: initializers only
     scale = args[1] if len(args) > 1 else None
     rn = _rows_of(x, kwargs["axis"])
     if rn is None:

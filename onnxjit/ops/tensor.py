@@ -1026,17 +1026,6 @@ def space_to_depth_28(ctx, input, *, mode="DCR", blocksize=None):
 
 
 # -- fast paths (see registry.fast_path) -----------------------------------------------------
-def _constant_rest(ctx: NodeContext | None, args: tuple) -> bool:
-    """Every argument after the first is an initializer of the node's graph or absent
-    (None): a fast path may compare them by identity. A graph input may be the same array run
-    after run with new values written into it."""
-    const = ctx.const_inputs if ctx is not None else ()
-    for i in range(1, len(args)):
-        if args[i] is not None and not (i < len(const) and const[i]):
-            return False
-    return True
-
-
 def _same_args(rest: tuple, ref: tuple) -> bool:
     """The trailing arguments are the very objects seen when preparing (constants)."""
     if len(rest) != len(ref):
@@ -1054,8 +1043,8 @@ def _prepare_view(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> A
     x = args[0]
     if type(x) is not np.ndarray or type(result) is not np.ndarray:
         return None
-    if not _constant_rest(ctx, args):
-        return None
+    if ctx is None or not ctx.constant_args(args, range(1, len(args))):
+        return None  # keyed on the trailing arguments' identity: initializers only
     in_shape, out_shape, rest = x.shape, result.shape, tuple(args[1:])
     if len(rest) == 1:
         # Reshape and (Un)Squeeze with one constant: the common case, spelt out (a call to
@@ -1268,8 +1257,8 @@ def _prepare_split(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> 
     x = args[0]
     if type(x) is not np.ndarray or not isinstance(result, tuple):
         return None
-    if not _constant_rest(ctx, args):
-        return None
+    if ctx is None or not ctx.constant_args(args, range(1, len(args))):
+        return None  # keyed on the trailing arguments' identity: initializers only
     shape, rest = x.shape, tuple(args[1:])
     axis = _norm_axis(ctx, kwargs.get("axis", 0), x.ndim)
     index = []
