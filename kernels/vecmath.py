@@ -194,6 +194,7 @@ _SQRT_HALF_BITS_F64 = 0x3FE6A09E667F3BCD
 _TINY_F32 = _f32(1.1754943508222875e-38)  # smallest normal
 _TINY_F64 = _f64(2.2250738585072014e-308)
 _TWO23 = _f32(8388608.0)
+_MINUS23_F32 = _f32(-23.0)
 _TWO52 = _f64(4503599627370496.0)
 _MAX_F32 = _f32(3.4028234663852886e38)
 _MAX_F64 = _f64(1.7976931348623157e308)
@@ -399,10 +400,9 @@ def _exp_mid_f64(x):
 
 
 @njit(inline="always")
-def exp_f32(x):
-    """e^x in float32: <= 1 ulp; inf above 88.7228, +0 below -103.972, subnormals kept."""
-    xc0 = _EXP_HI_F32 if x > _EXP_HI_F32 else x
-    xc = _EXP_LO_F32 if xc0 < _EXP_LO_F32 else xc0
+def _exp_scaled_f32(xc):
+    """e^xc for -104 <= xc <= 89 with the scale 2^k applied in two halves, so that results
+    down to the subnormal range stay exact to rounding; NaN propagates."""
     t = xc * _LOG2E_F32 + _SHIFT_F32
     kf = t - _SHIFT_F32
     k = np.int64(np.float32(t).view(np.int32)) - _SHIFT_BITS_F32
@@ -410,7 +410,23 @@ def exp_f32(x):
     k1 = k >> 1
     s1 = np.int32((k1 + 127) << 23).view(np.float32)
     s2 = np.int32((k - k1 + 127) << 23).view(np.float32)
-    y = (_exp_poly_f32(r) * s1) * s2
+    return (_exp_poly_f32(r) * s1) * s2
+
+
+@njit(inline="always")
+def _exp_neg_f32(x):
+    """:func:`exp_f32` for x <= 0 or NaN (no overflow handling: sigmoid's e^-|x|)."""
+    xc = _EXP_LO_F32 if x < _EXP_LO_F32 else x  # NaN stays NaN, and so does the result
+    y = _exp_scaled_f32(xc)
+    return _ZERO_F32 if x < _EXP_UNF_F32 else y
+
+
+@njit(inline="always")
+def exp_f32(x):
+    """e^x in float32: <= 1 ulp; inf above 88.7228, +0 below -103.972, subnormals kept."""
+    xc0 = _EXP_HI_F32 if x > _EXP_HI_F32 else x
+    xc = _EXP_LO_F32 if xc0 < _EXP_LO_F32 else xc0
+    y = _exp_scaled_f32(xc)
     y1 = _INF_F32 if x > _EXP_OVF_F32 else y
     y2 = _ZERO_F32 if x < _EXP_UNF_F32 else y1
     return x if x != x else y2
@@ -434,7 +450,10 @@ def exp_f64(x):
     return x if x != x else y2
 
 
-_EXP_NONPOS_MIN_F32 = _f32(-87.33654)  # e^x is the smallest normal float32 there
+# Inputs are clamped here: round(x log2(e)) is then at least -127, and 2^-127 built from its
+# biased exponent field (k + 127 = 0) is +0, so every x below about -87.68 gives exactly +0
+# without a compare and select.
+_EXP_NONPOS_MIN_F32 = _f32(-88.0)
 # The shifter with the exponent bias folded in: t = x log2(e) + 1.5 * 2^23 + 127 holds k + 127
 # in its low mantissa bits, and every bit of 1.5 * 2^23 sits at bit 22 or above, so shifting
 # t's bits left by 23 leaves exactly (k + 127) << 23, the bits of 2^k (one shift, no add).
@@ -443,10 +462,11 @@ _SHIFT_BIASED_F32 = _f32(12582912.0 + 127.0)
 
 @njit(inline="always")
 def exp_nonpos_f32(x):
-    """e^x in float32 for x <= 0 (softmax's shifted scores): <= 1.5 ulp down to -87.3, then
-    +0 (no subnormal results, which a softmax's sum cannot tell from 0 anyway); NaN
-    propagates. Fewer instructions than :func:`exp_f32` (no overflow handling, one scale
-    factor, the biased shifter, e^r in plain Horner form): softmax's exp pass is compute
+    """e^x in float32 for x <= 0 (softmax's shifted scores): <= 1.5 ulp down to -87.336
+    (the smallest normal result); between there and -87.68 a subnormal (the product of e^r
+    and 2^-126, correctly rounded), below that +0; NaN propagates. Fewer instructions than
+    :func:`exp_f32` (no overflow handling, one scale factor, the biased shifter, e^r in
+    plain Horner form, the zero from the scale factor itself): softmax's exp pass is compute
     bound. Positive x is outside the contract (results are wrong beyond ~88)."""
     xc = _EXP_NONPOS_MIN_F32 if x < _EXP_NONPOS_MIN_F32 else x  # NaN stays NaN
     t = xc * _LOG2E_F32 + _SHIFT_BIASED_F32
@@ -456,7 +476,7 @@ def exp_nonpos_f32(x):
     p = _ONE_F32 + r * (
         _ONE_F32 + r * (_EP0_F32 + r * (_EP1_F32 + r * (_EP2_F32 + r * (_EP3_F32 + r * _EP4_F32))))
     )
-    return _ZERO_F32 if x < _EXP_NONPOS_MIN_F32 else p * s
+    return p * s
 
 
 @njit(inline="always")
@@ -522,11 +542,15 @@ def fence(typingctx, x):
 
 @njit(inline="always")
 def _log_norm_f32(x, eadj):
-    """log(x * 2^eadj) for a positive normal finite x (eadj is an int64 exponent offset)."""
-    ix = np.int64(np.float32(x).view(np.int32))
-    ek = (ix - _SQRT_HALF_BITS_F32) >> 23
-    m = np.int32(ix - (ek << 23)).view(np.float32)  # in [sqrt(1/2), sqrt(2))
-    e = np.float32(ek + eadj)
+    """log(x * 2^eadj) for a positive normal finite x (eadj is a float32 holding a small
+    integer exponent offset)."""
+    # Integer steps are cut back to int32 one by one (Numba widens integer arithmetic to
+    # int64, which LLVM cannot narrow here): a float32 loop then vectorises in 32-bit lanes
+    # instead of splitting every vector into two halves of int64.
+    ix = np.float32(x).view(np.int32)
+    ek = np.int32(np.int32(ix - _SQRT_HALF_BITS_F32) >> 23)
+    m = np.int32(ix - np.int32(ek << 23)).view(np.float32)  # in [sqrt(1/2), sqrt(2))
+    e = np.float32(ek) + eadj
     f = m - _ONE_F32
     s = f / (_TWO_F32 + f)
     z = s * s
@@ -565,7 +589,7 @@ def log_f32(x):
     """Natural log in float32: <= 1 ulp; log(0) = -inf, log(<0) = NaN, subnormals handled."""
     tiny = x < _TINY_F32
     xs = x * _TWO23 if tiny else x
-    y = _log_norm_f32(xs, -23 if tiny else 0)
+    y = _log_norm_f32(xs, _MINUS23_F32 if tiny else _ZERO_F32)
     # x <= 0, inf and NaN: -inf, NaN, inf, NaN
     special = (-_INF_F32 if x == _ZERO_F32 else _NAN_F32) if x <= _ZERO_F32 else x + x
     return y if (x > _ZERO_F32 and x <= _MAX_F32) else special
@@ -589,7 +613,7 @@ def log1p_f32(x):
     b = u - _ONE_F32
     d = (_ONE_F32 - (u - b)) + (x - b)
     uc = u if u > _TINY_F32 else _ONE_F32  # keep the core on normal input; fixed below
-    y = _log_norm_f32(uc, 0) + d / uc
+    y = _log_norm_f32(uc, _ZERO_F32) + d / uc
     special = (-_INF_F32 if x == -_ONE_F32 else _NAN_F32) if x <= -_ONE_F32 else x + x
     y1 = x if abs(x) < _LOG1P_TINY_F32 else y
     return y1 if (x > -_ONE_F32 and x <= _MAX_F32) else special
@@ -670,7 +694,7 @@ def tanh_f64(x):
 @njit(inline="always")
 def sigmoid_f32(x):
     """1 / (1 + e^-x) in float32: <= 2 ulp; sigmoid(-inf) = 0, sigmoid(inf) = 1."""
-    e = exp_f32(-abs(x))
+    e = _exp_neg_f32(-abs(x))
     return (_ONE_F32 if x >= _ZERO_F32 else e) / (_ONE_F32 + e)
 
 

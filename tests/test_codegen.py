@@ -159,6 +159,41 @@ def test_parallel_path_agrees(monkeypatch, threads):
     assert launched == [_entry_for(e, [a, b]).module.kernel_par]
 
 
+def _heavy_chain():
+    # sigmoid(log(tanh(x + b) + 2)) * x: three vecmath helpers, enough for interleaved streams
+    x, b = E.inp(0, np.float32), E.inp(1, np.float32)
+    t = E.call("tanh", E.op("add", x, b))
+    t = E.call("sigmoid", E.call("log", E.op("add", t, E.const(2.0, np.float32))))
+    return E.op("mul", t, x)
+
+
+def test_heavy_chains_walk_their_innermost_loop_in_interleaved_streams():
+    e = _heavy_chain()
+    assert ew.interleave_streams((e,)) > 1 and ew.interleave_streams((_affine(),)) == 1
+    src = ew.generate_source((e,), ((True, True), (False, True)))
+    assert "i1_span" in src and "i1_at1" in src
+    assert "i1_span" not in ew.generate_source((_affine(),), ((True, True), (False, True)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cols", [1, 3, 4, 5, 1023, 4097])
+def test_interleaved_streams_cover_every_element(monkeypatch, threads, cols):
+    # the main loop takes len // k elements per stream and the remainder loop the rest:
+    # every length modulo k, on the serial and the pool kernel, against numpy in float64
+    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 10)
+    real = ew.run_parallel
+    monkeypatch.setattr(ew, "run_parallel", lambda k, *a, **kw: real(k, *a, threads=threads))
+    rng = np.random.default_rng(cols)
+    a = rng.standard_normal((3, cols)).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    got = ew.apply(_heavy_chain(), [a, b])
+    x, bb = a.astype(np.float64), b.astype(np.float64)
+    want = x / (1.0 + 1.0 / (np.tanh(x + bb) + 2.0))  # sigmoid(log(u)) = u / (1 + u)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+    flat = ew.apply(_heavy_chain(), [a.ravel(), np.tile(b, 3)])  # rank 1 (one flat loop)
+    np.testing.assert_allclose(flat, want.ravel(), rtol=2e-6, atol=1e-7)
+
+
 def test_multiple_outputs_share_one_loop():
     x, y = E.inp(0, np.int32), E.inp(1, np.int32)
     q = E.call("div", x, y)

@@ -486,13 +486,22 @@ def test_scalar_resolves_float_families_to_vecmath() -> None:
 
 
 def test_exp_nonpos_edges() -> None:
-    """Below -87.3 (where e^x leaves the normal range) the result is +0, NaN propagates,
-    -inf gives 0 and 0 gives exactly 1; with and without contraction."""
-    x = np.array([-87.33654, -87.34, -100.0, -1e30, -np.inf, np.nan, 0.0, -0.0], np.float32)
+    """Between -87.34 and -87.68 (e^x below the smallest normal) the result is e^x to within
+    one subnormal step; below that it is +0; NaN propagates, -inf gives 0 and 0 gives
+    exactly 1; with and without contraction."""
+    band = np.linspace(-87.6826, -87.33655, 64, dtype=np.float32)
+    low = np.array([-87.6835, -88.0, -88.1, -100.0, -1e30, -np.inf], np.float32)
+    x = np.concatenate([band, low, np.array([np.nan, 0.0, -0.0], np.float32)])
+    tiny = np.float32(2.0**-149)
     for fma in (False, True):
         y = _apply(V.exp_nonpos_f32, x, fma)
-        assert y[0] > 0 and np.all(y[1:5] == 0) and not np.any(np.signbit(y[1:5]))
-        assert np.isnan(y[5]) and y[6] == 1 and y[7] == 1
+        yb = y[: band.size]
+        want = np.exp(band.astype(np.float64))
+        assert np.all(np.abs(yb.astype(np.float64) - want) <= tiny), (band, yb, want)
+        assert np.all(yb > 0)
+        yl = y[band.size : band.size + low.size]
+        assert np.all(yl == 0) and not np.any(np.signbit(yl))
+        assert np.isnan(y[-3]) and y[-2] == 1 and y[-1] == 1
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -56,7 +56,7 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
         for j in range(n):
             row[j] = fill if crow[j] == swap else row[j]
     # a NaN makes the maximum unspecified but reaches exp below: the row is NaN either way
-    top = softmax_row_max(row)
+    top = softmax_row_max(s, r)
     total = row.dtype.type(0.0)
     for j in range(n):
         e = vexp_nonpos(row[j] - top)
