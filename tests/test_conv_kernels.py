@@ -23,6 +23,7 @@ from oracle import (
 
 import onnxjit
 from onnxjit.kernels import _jit
+from onnxjit.ops import gemm as gemm_ops
 
 F32, F64, F16 = np.float32, np.float64, np.float16
 TOL = {F32: (1e-4, 1e-5), F64: (1e-9, 1e-10), F16: (1e-2, 1e-2)}
@@ -40,8 +41,11 @@ def weights(shape, dtype=F32, seed=1):
 
 @pytest.fixture(params=["serial", "parallel"])
 def threading_mode(request, monkeypatch):
-    """Every kernel on one thread (threshold out of reach), or on the pool (threshold 1)."""
-    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 1 << 40 if request.param == "serial" else 1)
+    """Every kernel on one thread (thresholds out of reach), or on the pool (thresholds 1:
+    the elementwise one and the GEMM one the convolution products use)."""
+    serial = request.param == "serial"
+    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 1 << 40 if serial else 1)
+    monkeypatch.setattr(gemm_ops, "PARALLEL_MACS", 1 << 40 if serial else 1)
     return request.param
 
 
@@ -69,6 +73,16 @@ CONV = {
     # row-blocked convolution with the inner dimension in chunks (630 = 576 + 54)
     "run_split_k": ((70, 5, 18), (26, 70, 3, 3), {"pads": [1, 1, 1, 1]}),
     "run_split_k_s2": ((80, 7, 40), (10, 80, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    # implicit GEMM over the padded input (2-D, stride 1, dilation 1, outputs >= 7 wide;
+    # run_3x3, run_split_k and gather_3x3 above go there too): asymmetric and no padding,
+    # other kernel shapes, more channels than one block (50 = 48 + 2), the inner dimension
+    # in chunks (630 = 576 + 54)
+    "taps_asym_pads": ((3, 9, 12), (7, 3, 3, 3), {"pads": [0, 2, 1, 0]}),
+    "taps_no_pad": ((3, 9, 10), (4, 3, 3, 3), {}),
+    "taps_5x3": ((4, 10, 11), (5, 4, 5, 3), {"pads": [2, 1, 2, 1]}),
+    "taps_1x7": ((2, 6, 15), (3, 2, 1, 7), {"pads": [0, 3, 0, 3]}),
+    "taps_many_m": ((5, 8, 9), (50, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "taps_split_k": ((70, 8, 9), (13, 70, 3, 3), {"pads": [1, 1, 1, 1]}),
     "grouped": ((4, 6, 18), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
     "grouped_gather": ((6, 5, 5), (9, 2, 3, 3), {"group": 3, "strides": [2, 1]}),
     # 1x1: plain GEMM
@@ -209,6 +223,9 @@ def _out_shape(xs, ws, attrs):
         "gather_s2",
         "gather_split_k",
         "run_split_k",
+        "taps_asym_pads",
+        "taps_many_m",
+        "taps_split_k",
     ],
 )
 @pytest.mark.parametrize("act", [None, "Relu", "relu6", "Sigmoid"])
@@ -291,6 +308,53 @@ def test_depthwise_kernel_choice(case, kind, threading_mode):
         assert plan.dw is serial
     else:  # pool.bind's launcher of the pool kernel
         assert par in [cell.cell_contents for cell in plan.dw.__closure__]
+
+
+@pytest.mark.parametrize(
+    "case, taps",
+    [
+        ("run_3x3", True),
+        ("gather_3x3", True),  # 7 wide: the narrowest output that goes there
+        ("taps_1x7", True),
+        ("taps_split_k", True),
+        ("gather_big_k", False),  # 5 wide: too many dropped columns
+        ("run_s2", False),
+        ("run_dil_asym", False),
+        ("run_s3_1d", False),
+        ("grouped", False),
+    ],
+)
+def test_implicit_gemm_choice(case, taps, threading_mode):
+    """2-D stride-1 undilated convolutions of one group with outputs at least 7 wide run the
+    implicit GEMM (conv_taps), serial or on the pool; the others keep im2col."""
+    from onnxjit.kernels.cpu import conv_taps as ktaps
+    from onnxjit.ops import nn
+
+    xs, ws, attrs = CONV[case]
+    out = _out_shape((2, *xs), ws, attrs)[2:]
+    nd = len(ws) - 2
+    plan = nn._ConvPlan(
+        (2, *xs), F32, weights(ws), attrs.get("group", 1), list(ws[2:]),
+        attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd),
+        attrs.get("pads", [0] * 2 * nd)[:nd], list(out), None, False, 0, 0.0, 0.0,
+    )  # fmt: skip
+    assert (plan.kind == nn._TAPS) == taps
+    if taps:
+        if threading_mode == "serial":
+            assert plan.taps is ktaps.conv_taps
+        else:
+            assert ktaps.conv_taps_par in [c.cell_contents for c in plan.taps.__closure__]
+
+
+def test_implicit_gemm_keeps_padding_zero_between_layers():
+    # Two convolutions of one padded shape but other pads share no buffer: the second must
+    # not see the first one's interior in its border (both checked against onnxruntime).
+    x = rnd((1, 3, 9, 10), F32, 7)
+    w = weights((4, 3, 3, 3))
+    for pads in ([1, 1, 1, 1], [2, 0, 0, 2]):  # both: padded planes 11 x 12
+        model = make_node_model("Conv", {"x": x, "w": w}, {"pads": pads}, 17, const_inputs=["w"])
+        got = onnxjit.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+        assert_close(got, ort_outputs(model, {"x": x}), rtol=1e-4, atol=1e-5)
 
 
 def test_conv_residual_not_contiguous():

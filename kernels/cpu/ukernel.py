@@ -143,22 +143,25 @@ class _Vectors:
 
 
 def _define(
-    module: ir.Module, fty: ir.Type, lanes: int, nv: int, rows: int, masked: bool
+    module: ir.Module, fty: ir.Type, lanes: int, nv: int, rows: int, masked: bool, tabled: bool
 ) -> ir.Function:
-    """The micro-kernel for exactly ``rows`` rows (masked: columns limited to ``nr``)."""
+    """The micro-kernel for exactly ``rows`` rows (masked: columns limited to ``nr``;
+    tabled: row ``p`` of B starts at ``b + tab[p]``, an extra ``i64*`` argument, instead of
+    ``b + p * b_rs``)."""
     tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
-    name = f"onnxjit_ukernel_{tag}_{lanes}x{nv}_r{rows}{'_m' if masked else ''}"
+    suffix = ("_m" if masked else "") + ("_t" if tabled else "")
+    name = f"onnxjit_ukernel_{tag}_{lanes}x{nv}_r{rows}{suffix}"
     if name in module.globals:
         return module.globals[name]
     ptr = fty.as_pointer()
-    fnty = ir.FunctionType(
-        ir.VoidType(),
-        [_I64, ptr, _I64, _I64, ptr, _I64, ptr, _I64, _I64, fty, fty, _I1, _I64],
-    )
-    fn = ir.Function(module, fnty, name)
+    params = [_I64, ptr, _I64, _I64, ptr, _I64, ptr, _I64, _I64, fty, fty, _I1, _I64]
+    if tabled:
+        params.append(_I64.as_pointer())
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr, alpha, beta, load_c, mr = fn.args
+    kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr, alpha, beta, load_c, mr = fn.args[:13]
+    tab = fn.args[13] if tabled else None
     for arg in (a, b, c):
         arg.add_attribute("noalias")
     vec = _Vectors(module, fty, lanes)
@@ -178,7 +181,10 @@ def _define(
     c_rows = [builder.gep(c, [builder.mul(c_rs, ir.Constant(_I64, i))]) for i in range(rows)]
 
     def step(bld: ir.IRBuilder, kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-        brow = bld.gep(b, [bld.mul(kk, b_rs)])
+        if tab is None:
+            brow = bld.gep(b, [bld.mul(kk, b_rs)])
+        else:
+            brow = bld.gep(b, [bld.load(bld.gep(tab, [kk]))])
         bvec = [vec.load(bld, vec.at(bld, brow, v), masks[v]) for v in range(nv)]
         acol = bld.mul(kk, a_cs)
         out = []
@@ -316,34 +322,115 @@ def ukernel(
             context.cast(builder, lc, sa[15], types.boolean),
         ]  # fmt: skip
         argv[-1] = builder.trunc(argv[-1], _I1) if argv[-1].type != _I1 else argv[-1]
-        module = builder.module
-        rows = i64(mr_, sa[11])
-        # By the columns: NR (full), more than one vector (masked), at most one vector
-        # (masked, one vector wide: half the multiply-adds of a masked NR block). By the rows:
-        # kernels for a few counts, the next larger one taking the counts in between (few
-        # kernels keep compile time down; the extra rows are at a product's edge only).
-        argv.append(rows)
-        nr_v = argv[8]
-        done = builder.append_basic_block("uk_done")
-        kinds = ((nv, False), (nv, True), (1, True))
-        blocks = [builder.append_basic_block(f"uk_k{i}") for i in range(len(kinds))]
-        wide = builder.append_basic_block("uk_wide")
-        builder.cbranch(builder.icmp_signed(">", nr_v, ir.Constant(_I64, lanes)), wide, blocks[2])
-        builder.position_at_end(wide)
-        full = builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes * nv))
-        builder.cbranch(full, blocks[0], blocks[1])
-        counts = _row_counts(mr_max)
-        for blk, (vecs, masked) in zip(blocks, kinds):
-            builder.position_at_end(blk)
-            sw = builder.switch(rows, done)
-            for r in range(1, mr_max + 1):
-                kernel_rows = next(c for c in counts if c >= r)
-                case = builder.append_basic_block(f"uk_r{r}")
-                sw.add_case(ir.Constant(_I64, r), case)
-                builder.position_at_end(case)
-                builder.call(_define(module, fty, lanes, vecs, kernel_rows, masked), argv)
-                builder.branch(done)
-        builder.position_at_end(done)
+        argv.append(i64(mr_, sa[11]))  # rows
+        _dispatch(builder, fty, lanes, nv, mr_max, argv, None)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _dispatch(
+    builder: ir.IRBuilder,
+    fty: ir.Type,
+    lanes: int,
+    nv: int,
+    mr_max: int,
+    argv: list[ir.Value],
+    tab: ir.Value | None,
+) -> None:
+    """Call the kernel for ``argv`` (the arguments of :func:`_define`'s functions, rows
+    last) by its columns and rows; ``tab``: the row-offset table of a tabled call."""
+    # By the columns: NR (full), more than one vector (masked), at most one vector
+    # (masked, one vector wide: half the multiply-adds of a masked NR block). By the rows:
+    # kernels for a few counts, the next larger one taking the counts in between (few
+    # kernels keep compile time down; the extra rows are at a product's edge only).
+    module = builder.module
+    rows = argv[-1]
+    nr_v = argv[8]
+    call_args = argv if tab is None else [*argv, tab]
+    done = builder.append_basic_block("uk_done")
+    kinds = ((nv, False), (nv, True), (1, True))
+    blocks = [builder.append_basic_block(f"uk_k{i}") for i in range(len(kinds))]
+    wide = builder.append_basic_block("uk_wide")
+    builder.cbranch(builder.icmp_signed(">", nr_v, ir.Constant(_I64, lanes)), wide, blocks[2])
+    builder.position_at_end(wide)
+    full = builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes * nv))
+    builder.cbranch(full, blocks[0], blocks[1])
+    counts = _row_counts(mr_max)
+    for blk, (vecs, masked) in zip(blocks, kinds):
+        builder.position_at_end(blk)
+        sw = builder.switch(rows, done)
+        for r in range(1, mr_max + 1):
+            kernel_rows = next(c for c in counts if c >= r)
+            case = builder.append_basic_block(f"uk_r{r}")
+            sw.add_case(ir.Constant(_I64, r), case)
+            builder.position_at_end(case)
+            fn = _define(module, fty, lanes, vecs, kernel_rows, masked, tab is not None)
+            builder.call(fn, call_args)
+            builder.branch(done)
+    builder.position_at_end(done)
+
+
+@intrinsic
+def ukernel_tab(
+    typingctx, kc, a, a_off, a_rs, a_cs, b, b_off, tab, t_off, c, c_off, c_rs, mr, nr, alpha,
+    beta, load_c,
+):  # fmt: skip
+    """:func:`ukernel` with the rows of ``B`` found through a table: ``B[p, j]`` at
+    ``b_off + tab[t_off + p] + j``. An implicit-GEMM convolution reads its input in place
+    this way: row ``p`` of the product's B is one kernel tap of one input channel, a run of
+    the (padded) input shifted by the tap's offset, so no im2col matrix is built."""
+    dtype = float_arrays("ukernel_tab", a, b, c)
+    if not (isinstance(tab, types.Array) and tab.dtype == types.int64 and tab.ndim == 1):
+        raise TypeError(f"ukernel_tab's table must be a 1-D int64 array, got {tab}")
+    sig = types.void(
+        kc,
+        a,
+        a_off,
+        a_rs,
+        a_cs,
+        b,
+        b_off,
+        tab,
+        t_off,
+        c,
+        c_off,
+        c_rs,
+        mr,
+        nr,
+        alpha,
+        beta,
+        load_c,
+    )
+
+    def codegen(context, builder, sig, args):
+        (kc_, a_, aoff, ars, acs, b_, boff, tab_, toff, c_, coff, crs, mr_, nr_, al, be,
+         lc) = args  # fmt: skip
+        sa = sig.args
+        fty = context.get_value_type(dtype)
+        itemsize = 4 if dtype == types.float32 else 8
+        lanes, nv, mr_max = _geometry(context.codegen()._tm_features, itemsize)
+
+        def i64(i, val):
+            return context.cast(builder, val, sa[i], types.int64)
+
+        def base(idx, val, off_idx, off):
+            ary = context.make_array(sa[idx])(context, builder, val)
+            return builder.gep(ary.data, [i64(off_idx, off)])
+
+        lc_ = context.cast(builder, lc, sa[16], types.boolean)
+        argv = [
+            i64(0, kc_),
+            base(1, a_, 2, aoff), i64(3, ars), i64(4, acs),
+            base(5, b_, 6, boff), ir.Constant(_I64, 0),
+            base(9, c_, 10, coff), i64(11, crs),
+            i64(13, nr_),
+            context.cast(builder, al, sa[14], dtype),
+            context.cast(builder, be, sa[15], dtype),
+            builder.trunc(lc_, _I1) if lc_.type != _I1 else lc_,
+            i64(12, mr_),
+        ]  # fmt: skip
+        _dispatch(builder, fty, lanes, nv, mr_max, argv, base(7, tab_, 8, toff))
         return context.get_dummy_value()
 
     return sig, codegen

@@ -25,6 +25,7 @@ from onnxjit import pool, threads
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import conv as kconv
+from onnxjit.kernels.cpu import conv_taps as ktaps
 from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
@@ -388,6 +389,18 @@ _CONV_TK = 576
 # The BLAS Numba calls (OpenBLAS) multiplies blocks with M*N*K up to this without packing
 # the operands: conv GEMM tiles under it ran 1.2-1.5x faster than 64-wide packed tiles.
 _SMALL_GEMM = 1_000_000
+# Implicit-GEMM convolutions (2-D, stride 1, kernels/cpu/conv_taps.py): output channels per
+# block (rounded down to a multiple of MR) and padded columns per block (whole output rows).
+# On the development VM, ResNet-18's 3x3 layers at 2 threads: 64x28x28 306 -> 244-314 us,
+# 128x14x14 335 -> 255 us, 256x7x7 335 -> 270 us against the im2col row blocks; neither
+# the block shape nor the inner chunk (72 to 576 steps) moved them by more than noise.
+_TAPS_TM = 48
+_TAPS_COLS = 120
+# Narrower outputs keep the im2col path: the KW - 1 dropped columns per row are too many of
+# the product (ResNet-18's 4x4 layers of 512 channels: 380-400 -> 580-610 us).
+_TAPS_MIN_OW = 7
+# Padded-input buffers kept per thread (distinct shapes and pads).
+_KEEP_PADDED = 16
 # im2col buffers up to this size are kept for the next convolution of the same thread.
 _KEEP_COL_BYTES = 16 << 20
 
@@ -408,6 +421,23 @@ def _col_buffer(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if buf is None or buf.size < size:
         buf = bufs[dtype] = np.empty(size, dtype)
     return buf[:size].reshape(shape)
+
+
+def _padded_buffer(dtype: np.dtype, key: tuple) -> np.ndarray:
+    """This thread's zero-bordered buffer for the padded input of an implicit-GEMM
+    convolution: ``key = (shape, pad_top, pad_left)``. Only the interior is ever written
+    (``conv_taps.pad_planes``), so the border stays zero from one call to the next; the
+    pads are part of the key because another interior placement would leave data there."""
+    bufs = getattr(_scratch, "padded", None)
+    if bufs is None:
+        bufs = _scratch.padded = {}
+    full = (np.dtype(dtype), *key)
+    buf = bufs.get(full)
+    if buf is None:
+        if len(bufs) >= _KEEP_PADDED:
+            bufs.clear()
+        buf = bufs[full] = np.zeros(key[0], dtype)
+    return buf
 
 
 def _gather_table(k3, st3, dl3, pb3, osz, isz) -> np.ndarray:
@@ -489,7 +519,7 @@ def _rows_plan(n: int, rows: int, ow: int, n_threads: int) -> int:
 
 
 # What a _ConvPlan runs
-_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS = range(5)
+_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS, _TAPS = range(6)
 
 
 def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
@@ -613,6 +643,15 @@ class _ConvPlan:
             else:
                 self.dw = kernels[0]
             return
+        if (
+            group == 1
+            and len(ks) == 2
+            and all(v == 1 for v in (*st, *dl))
+            and out[1] >= _TAPS_MIN_OW
+        ):
+            # stride 1: the micro-kernel reads the padded input in place (conv_taps)
+            self._plan_taps(x_shape, w, ks, pb, out, n_threads, constant_w)
+            return
         if group == 1 and osz[2] >= _ROWS_MIN_OW:
             # im2col by blocks of output rows, each multiplied while it is in cache
             self.kind = _ROWS
@@ -658,6 +697,39 @@ class _ConvPlan:
         self.w2 = w.reshape(M, cg * K)
         if group == 1:
             self.gemm = self._bind_gemm(self.w2, M, s_out, cg * K, chunk, n_threads)
+
+    def _plan_taps(self, x_shape, w, ks, pb, out, n_threads: int, constant_w: bool) -> None:
+        """The implicit-GEMM plan of a 2-D stride-1 convolution (see conv_taps)."""
+        dtype = self.dtype
+        N, C, H, W = x_shape
+        M = w.shape[0]
+        KH, KW = ks
+        OH, OW = out
+        Hp, Wp = OH + KH - 1, OW + KW - 1
+        kt = C * KH * KW
+        self.kind = _TAPS
+        # one zero row more than the padding: the dropped columns of the last output row
+        # read up to KW - 1 elements past the padded planes
+        self.xp_key = ((N, C, Hp + 1, Wp), int(pb[0]), int(pb[1]))
+        mr = kblas.block_geometry(np.empty(1, dtype))[0]
+        tm = M if M <= _TAPS_TM else _TAPS_TM // mr * mr
+        rpb = max(1, min(OH, _TAPS_COLS // Wp))
+        w2 = np.ascontiguousarray(w.reshape(M, kt))
+        wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
+        tab = ktaps.tap_table(C, KH, KW, (Hp + 1) * Wp, Wp)
+        self.taps_args = (tab, wp, kt)
+        self.taps_tail = (tm, rpb, min(kt, _CONV_TK))
+        if n_threads > 1 and N * M * OH * OW * kt >= blas.PARALLEL_MACS:
+            sample = (
+                np.empty(self.xp_key[0], dtype),
+                *self.taps_args,
+                np.empty(self.y_shape, dtype),
+                self._dw_ep(self.empty),
+                *self.taps_tail,
+            )
+            self.taps = pool.bind(ktaps.conv_taps_par, sample, n_threads)
+        else:
+            self.taps = ktaps.conv_taps
 
     def _dw_ep(self, res: np.ndarray) -> tuple:
         bias, _mode, has_bias, has_res, act, p0, p1 = self.ep
@@ -710,6 +782,13 @@ class _ConvPlan:
             y5 = y.reshape(self.y5_shape)
             self.dw(x5, *self.dw_args, y5, self.mult, self._dw_ep(rf))
             return y.reshape(self.y_shape)
+        if kind == _TAPS:
+            shape, pt, pl = self.xp_key
+            xp = _padded_buffer(dtype, self.xp_key)
+            ktaps.pad_planes(x.reshape(x.shape[:4]), xp, pt, pl)
+            y4 = y.reshape(self.y_shape)
+            self.taps(xp, *self.taps_args, y4, self._dw_ep(rf), *self.taps_tail)
+            return y4
         if kind == _ROWS:
             y5 = y.reshape(self.y5_shape)
             self.rows(x5, *self.rows_args, y5, self._dw_ep(rf), *self.rows_tail)
