@@ -52,8 +52,10 @@ def pad_planes(x, xp, pt, pl):
 
 
 @njit(inline="always")
-def _taps_item(xpf, img, tab, wp, Kt, M, OH, OW, Wp, yf, ep, tm, rpb, tk, item, cbuf):
+def _taps_item(xpf, img, tab, wp, yshape, Wp, yf, ep, tm, rpb, tk, item, cbuf):
     bias, has_bias, res, has_res, act, p0, p1 = ep
+    M, OH, OW = yshape[1], yshape[2], yshape[3]
+    Kt = tab.shape[0]
     n_rb = (OH + rpb - 1) // rpb
     n_mt = (M + tm - 1) // tm
     n = item // (n_rb * n_mt)
@@ -98,39 +100,40 @@ def _taps_item(xpf, img, tab, wp, Kt, M, OH, OW, Wp, yf, ep, tm, rpb, tk, item, 
             activate(v, act, p0, p1)
 
 
+@njit(inline="always")
+def _taps_setup(xp, y, tm, rpb):
+    # what both kernels derive from their arguments: flat views, one image's padded size,
+    # the thread's scratch block and the item count
+    N, Wp = xp.shape[0], xp.shape[3]
+    M, OH = y.shape[1], y.shape[2]
+    img = xp.shape[1] * xp.shape[2] * Wp
+    cbuf = np.empty(tm * rpb * Wp, y.dtype)
+    n_items = N * ((OH + rpb - 1) // rpb) * ((M + tm - 1) // tm)
+    return xp.reshape(-1), y.reshape(-1), img, cbuf, n_items
+
+
 @njit(fma=True)
-def conv_taps(xp, tab, wp, Kt, y, ep, tm, rpb, tk):
+def conv_taps(xp, tab, wp, y, ep, tm, rpb, tk):
     """Convolution of the padded input ``xp`` (N, C, Hp + 1, Wp; see the module docstring:
     one more zero row than the padding needs, read by the dropped columns of the last output
     row) with weights ``wp`` (M x Kt in the panels of
-    :func:`onnxjit.kernels.cpu.blas.pack_a`) into ``y`` (N, M, OH, OW), plus the epilogue
-    ``ep = (bias, has_bias, res, has_res, act, p0, p1)`` (``res`` flat like ``y``). ``tab``:
-    :func:`tap_table`; blocks of ``tm`` channels (a multiple of MR, or all of M) and ``rpb``
-    output rows, the inner dimension in chunks of ``tk``."""
-    N = xp.shape[0]
-    M, OH, OW = y.shape[1], y.shape[2], y.shape[3]
-    Wp = xp.shape[3]
-    img = xp.shape[1] * xp.shape[2] * Wp
-    cbuf = np.empty(tm * rpb * Wp, y.dtype)
-    xpf, yf = xp.reshape(-1), y.reshape(-1)
-    n_items = N * ((OH + rpb - 1) // rpb) * ((M + tm - 1) // tm)
+    :func:`onnxjit.kernels.cpu.blas.pack_a`, ``Kt = tab.size``) into ``y`` (N, M, OH, OW),
+    plus the epilogue ``ep = (bias, has_bias, res, has_res, act, p0, p1)`` (``res`` flat like
+    ``y``). ``tab``: :func:`tap_table`; blocks of ``tm`` channels (a multiple of MR, or all
+    of M) and ``rpb`` output rows, the inner dimension in chunks of ``tk``."""
+    xpf, yf, img, cbuf, n_items = _taps_setup(xp, y, tm, rpb)
     for item in range(n_items):
-        _taps_item(xpf, img, tab, wp, Kt, M, OH, OW, Wp, yf, ep, tm, rpb, tk, item, cbuf)
+        _taps_item(xpf, img, tab, wp, y.shape, xp.shape[3], yf, ep, tm, rpb, tk, item, cbuf)
 
 
 @pjit(fma=True)
-def conv_taps_par(ctl, xp, tab, wp, Kt, y, ep, tm, rpb, tk):
+def conv_taps_par(ctl, xp, tab, wp, y, ep, tm, rpb, tk):
     """Pool twin of :func:`conv_taps` (items: image, row block, channel block)."""
-    N = xp.shape[0]
-    M, OH, OW = y.shape[1], y.shape[2], y.shape[3]
-    Wp = xp.shape[3]
-    img = xp.shape[1] * xp.shape[2] * Wp
-    cbuf = np.empty(tm * rpb * Wp, y.dtype)
-    xpf, yf = xp.reshape(-1), y.reshape(-1)
-    n_items = N * ((OH + rpb - 1) // rpb) * ((M + tm - 1) // tm)
+    xpf, yf, img, cbuf, n_items = _taps_setup(xp, y, tm, rpb)
     while True:
         chunk_lo, chunk_hi = claim(ctl, n_items)
         if chunk_lo >= chunk_hi:
             break
         for item in range(chunk_lo, chunk_hi):
-            _taps_item(xpf, img, tab, wp, Kt, M, OH, OW, Wp, yf, ep, tm, rpb, tk, item, cbuf)
+            _taps_item(xpf, img, tab, wp, y.shape, xp.shape[3], yf, ep, tm, rpb, tk, item,
+                       cbuf)  # fmt: skip

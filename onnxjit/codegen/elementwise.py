@@ -623,10 +623,14 @@ _INTERLEAVE_COST = 10.0
 _STREAMS = 4
 
 
+def _chain_cost(exprs: Sequence[Expr]) -> float:
+    """Work per output element of ``exprs`` in units of a vectorised add (_NODE_COST)."""
+    return sum(_NODE_COST.get(n.name, 1.0) for n in walk(exprs) if isinstance(n, Op))
+
+
 def interleave_streams(exprs: Sequence[Expr]) -> int:
     """How many interleaved streams the kernel for ``exprs`` walks its innermost loop in."""
-    cost = sum(_NODE_COST.get(n.name, 1.0) for n in walk(exprs) if isinstance(n, Op))
-    return _STREAMS if cost >= _INTERLEAVE_COST else 1
+    return _STREAMS if _chain_cost(exprs) >= _INTERLEAVE_COST else 1
 
 
 def work_weight(exprs: Sequence[Expr]) -> float:
@@ -634,8 +638,7 @@ def work_weight(exprs: Sequence[Expr]) -> float:
 
     A kernel runs multi-threaded when ``elements * work_weight > PARALLEL_THRESHOLD``.
     """
-    cost = sum(_NODE_COST.get(n.name, 1.0) for n in walk(exprs) if isinstance(n, Op))
-    return max(1.0, cost / _STREAM_COST)
+    return max(1.0, _chain_cost(exprs) / _STREAM_COST)
 
 
 class _Entry:

@@ -30,6 +30,7 @@ from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.kernels.cpu import pool as kpool
+from onnxjit.kernels.cpu.ukernel import geometry
 from onnxjit.ops import gemm as blas
 from onnxjit.ops.fused_norm import layer_norm_rows, softmax_last
 from onnxjit.pool import run_parallel
@@ -711,13 +712,13 @@ class _ConvPlan:
         # one zero row more than the padding: the dropped columns of the last output row
         # read up to KW - 1 elements past the padded planes
         self.xp_key = ((N, C, Hp + 1, Wp), int(pb[0]), int(pb[1]))
-        mr = kblas.block_geometry(np.empty(1, dtype))[0]
+        mr = geometry(dtype.itemsize)[0]
         tm = M if M <= _TAPS_TM else _TAPS_TM // mr * mr
         rpb = max(1, min(OH, _TAPS_COLS // Wp))
         w2 = np.ascontiguousarray(w.reshape(M, kt))
         wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
         tab = ktaps.tap_table(C, KH, KW, (Hp + 1) * Wp, Wp)
-        self.taps_args = (tab, wp, kt)
+        self.taps_args = (tab, wp)
         self.taps_tail = (tm, rpb, min(kt, _CONV_TK))
         if n_threads > 1 and N * M * OH * OW * kt >= blas.PARALLEL_MACS:
             sample = (
