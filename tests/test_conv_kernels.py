@@ -346,6 +346,28 @@ def test_implicit_gemm_choice(case, taps, threading_mode):
             assert ktaps.conv_taps_par in [c.cell_contents for c in plan.taps.__closure__]
 
 
+@pytest.mark.parametrize("cols", [32, 64])
+def test_implicit_gemm_column_blocks(cols, threading_mode, monkeypatch):
+    # Blocks of the product's columns cut output rows anywhere: with 13-wide padded rows
+    # (11 outputs each), blocks of 32 start mid-row (32 = 2 * 13 + 6) and in a row's dropped
+    # columns (64 = 4 * 13 + 12); each image's last block is partial. Residual, activation
+    # and two images, against onnxruntime.
+    from onnxjit.ops import nn
+
+    monkeypatch.setattr(nn, "_TAPS_COLS", cols)
+    xs, ws, attrs = (2, 5, 6, 11), (14, 5, 3, 3), {"pads": [1, 1, 1, 1]}
+    out = _out_shape(xs, ws, attrs)
+    model = _fused_model(xs, ws, attrs, "Relu", out)
+    feeds = {"x": rnd(xs, F32, 3), "r": rnd(out, F32, 4)}
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    assert_close(sess.run(None, feeds), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
+    plan = nn._ConvPlan(
+        xs, F32, weights(ws), 1, [3, 3], [1, 1], [1, 1], [1, 1], list(out[2:]), None, True,
+        0, 0.0, 0.0,
+    )  # fmt: skip
+    assert plan.kind == nn._TAPS and plan.taps_tail[1] == cols  # the blocks above were used
+
+
 def test_implicit_gemm_keeps_padding_zero_between_layers():
     # Two convolutions of one padded shape but other pads share no buffer: the second must
     # not see the first one's interior in its border (both checked against onnxruntime).

@@ -9,8 +9,10 @@ table of those offsets (:func:`onnxjit.kernels.cpu.ukernel.ukernel_tab`) and no 
 matrix is ever written. The price is ``KW - 1`` extra columns per output row, computed and
 dropped when the block is copied out with its epilogue (bias, residual, activation).
 
-Work items are (image, block of output rows, block of output channels); each computes its
-block into a scratch buffer of the thread, then writes the output.
+The product's columns run ``(OH - 1) * Wp + OW`` long per image. Work items are (image,
+block of columns, block of output channels); column blocks are whole micro-kernel blocks
+wide (cutting at output rows would leave a partial, masked block per row group), and each
+item computes its block into a scratch buffer of the thread, then writes the output.
 """
 
 from __future__ import annotations
@@ -42,33 +44,32 @@ def pad_planes(x, xp, pt, pl):
     """Copy ``x`` (N, C, H, W) into ``xp`` (N, C, Hp, Wp) at row ``pt``, column ``pl``;
     the rest of ``xp`` is left as it is (zeros the caller wrote once)."""
     N, C, H, W = x.shape
+    # one 2-D slice copy per plane: 1.7x faster than an element loop per row (64 x 28 x 28)
     for n in range(N):
         for c in range(C):
-            for h in range(H):
-                src = x[n, c, h]
-                dst = xp[n, c, pt + h]
-                for w in range(W):
-                    dst[pl + w] = src[w]
+            xp[n, c, pt : pt + H, pl : pl + W] = x[n, c]
 
 
 @njit(inline="always")
-def _taps_item(xpf, img, tab, wp, yshape, Wp, yf, ep, tm, rpb, tk, item, cbuf):
+def _taps_item(xpf, img, tab, wp, yshape, Wp, yf, ep, tm, cpb, tk, item, cbuf):
     bias, has_bias, res, has_res, act, p0, p1 = ep
     M, OH, OW = yshape[1], yshape[2], yshape[3]
     Kt = tab.shape[0]
-    n_rb = (OH + rpb - 1) // rpb
+    # the product's columns: output (oh, ow) is column oh * Wp + ow; the last output row
+    # needs only OW of its Wp
+    total = (OH - 1) * Wp + OW
+    n_cb = (total + cpb - 1) // cpb
     n_mt = (M + tm - 1) // tm
-    n = item // (n_rb * n_mt)
-    rem = item - n * (n_rb * n_mt)
-    rb = rem // n_mt
-    r0 = (rem - rb * n_mt) * tm
+    n = item // (n_cb * n_mt)
+    rem = item - n * (n_cb * n_mt)
+    cb = rem // n_mt
+    r0 = (rem - cb * n_mt) * tm
     rows = min(tm, M - r0)
-    r_lo = rb * rpb
-    r_hi = min(OH, r_lo + rpb)
-    cols = (r_hi - r_lo) * Wp
+    j_lo = cb * cpb
+    cols = min(cpb, total - j_lo)
     mr_max, nr_max = block_geometry(yf)
     t = yf.dtype.type
-    b_base = n * img + r_lo * Wp
+    b_base = n * img + j_lo
     for k0 in range(0, Kt, tk):
         kk = min(tk, Kt - k0)
         first = k0 == 0
@@ -81,59 +82,75 @@ def _taps_item(xpf, img, tab, wp, yshape, Wp, yf, ep, tm, rpb, tk, item, cbuf):
                 ao = ((r0 + i0) // mr_max) * Kt * mr_max + k0 * mr_max
                 ukernel_tab(kk, wp, ao, 1, mr_max, xpf, b_base + j0, tab, k0, cbuf,
                             i0 * cols + j0, cols, mr, nr, t(1), beta, not first)  # fmt: skip
+    # Copy out, dropping the KW - 1 extra columns of each output row: the block's outputs
+    # of one channel are one contiguous run of y, so the activation is one call per channel
+    # (a call per output row cost more than the copy itself on 7- to 28-wide outputs).
     S = OH * OW
+    j_hi = j_lo + cols
+    oh_lo = j_lo // Wp
+    oh_hi = (j_hi - 1) // Wp
+    y_lo = oh_lo * OW + min(j_lo - oh_lo * Wp, OW)
     for i in range(rows):
         m = r0 + i
         b = bias[m] if has_bias else t(0)
-        for oh in range(r_lo, r_hi):
-            src = i * cols + (oh - r_lo) * Wp
-            dst = (n * M + m) * S + oh * OW
-            v = yf[dst : dst + OW]
-            cv = cbuf[src : src + OW]
+        base = (n * M + m) * S
+        d = base + y_lo
+        for oh in range(oh_lo, oh_hi + 1):
+            c_lo = max(j_lo, oh * Wp)
+            c_n = min(j_hi, oh * Wp + OW) - c_lo
+            if c_n <= 0:
+                continue
+            s0 = i * cols + c_lo - j_lo
+            # slices indexed from 0: no negative-index wrap-around code in the loops
+            dst = yf[d : d + c_n]
+            src = cbuf[s0 : s0 + c_n]
             if has_res:
-                rv = res[dst : dst + OW]
-                for j in range(OW):
-                    v[j] = cv[j] + b + rv[j]
+                rv = res[d : d + c_n]
+                for j in range(c_n):
+                    dst[j] = src[j] + b + rv[j]
             else:
-                for j in range(OW):
-                    v[j] = cv[j] + b
-            activate(v, act, p0, p1)
+                for j in range(c_n):
+                    dst[j] = src[j] + b
+            d += c_n
+        activate(yf[base + y_lo : d], act, p0, p1)
 
 
 @njit(inline="always")
-def _taps_setup(xp, y, tm, rpb):
+def _taps_setup(xp, y, tm, cpb):
     # what both kernels derive from their arguments: flat views, one image's padded size,
     # the thread's scratch block and the item count
     N, Wp = xp.shape[0], xp.shape[3]
-    M, OH = y.shape[1], y.shape[2]
+    M, OH, OW = y.shape[1], y.shape[2], y.shape[3]
     img = xp.shape[1] * xp.shape[2] * Wp
-    cbuf = np.empty(tm * rpb * Wp, y.dtype)
-    n_items = N * ((OH + rpb - 1) // rpb) * ((M + tm - 1) // tm)
+    cbuf = np.empty(tm * cpb, y.dtype)
+    total = (OH - 1) * Wp + OW
+    n_items = N * ((total + cpb - 1) // cpb) * ((M + tm - 1) // tm)
     return xp.reshape(-1), y.reshape(-1), img, cbuf, n_items
 
 
 @njit(fma=True)
-def conv_taps(xp, tab, wp, y, ep, tm, rpb, tk):
-    """Convolution of the padded input ``xp`` (N, C, Hp + 1, Wp; see the module docstring:
-    one more zero row than the padding needs, read by the dropped columns of the last output
-    row) with weights ``wp`` (M x Kt in the panels of
+def conv_taps(xp, tab, wp, y, ep, tm, cpb, tk):
+    """Convolution of the padded input ``xp`` (N, C, Hp, Wp; see the module docstring) with
+    weights ``wp`` (M x Kt in the panels of
     :func:`onnxjit.kernels.cpu.blas.pack_a`, ``Kt = tab.size``) into ``y`` (N, M, OH, OW),
     plus the epilogue ``ep = (bias, has_bias, res, has_res, act, p0, p1)`` (``res`` flat like
     ``y``). ``tab``: :func:`tap_table`; blocks of ``tm`` channels (a multiple of MR, or all
-    of M) and ``rpb`` output rows, the inner dimension in chunks of ``tk``."""
-    xpf, yf, img, cbuf, n_items = _taps_setup(xp, y, tm, rpb)
+    of M) and ``cpb`` columns of the product (a multiple of NR: only the last block of an
+    image has a partial micro-kernel block; see :func:`_taps_item`), the inner dimension in
+    chunks of ``tk``."""
+    xpf, yf, img, cbuf, n_items = _taps_setup(xp, y, tm, cpb)
     for item in range(n_items):
-        _taps_item(xpf, img, tab, wp, y.shape, xp.shape[3], yf, ep, tm, rpb, tk, item, cbuf)
+        _taps_item(xpf, img, tab, wp, y.shape, xp.shape[3], yf, ep, tm, cpb, tk, item, cbuf)
 
 
 @pjit(fma=True)
-def conv_taps_par(ctl, xp, tab, wp, y, ep, tm, rpb, tk):
-    """Pool twin of :func:`conv_taps` (items: image, row block, channel block)."""
-    xpf, yf, img, cbuf, n_items = _taps_setup(xp, y, tm, rpb)
+def conv_taps_par(ctl, xp, tab, wp, y, ep, tm, cpb, tk):
+    """Pool twin of :func:`conv_taps` (items: image, column block, channel block)."""
+    xpf, yf, img, cbuf, n_items = _taps_setup(xp, y, tm, cpb)
     while True:
         chunk_lo, chunk_hi = claim(ctl, n_items)
         if chunk_lo >= chunk_hi:
             break
         for item in range(chunk_lo, chunk_hi):
-            _taps_item(xpf, img, tab, wp, y.shape, xp.shape[3], yf, ep, tm, rpb, tk, item,
+            _taps_item(xpf, img, tab, wp, y.shape, xp.shape[3], yf, ep, tm, cpb, tk, item,
                        cbuf)  # fmt: skip

@@ -391,12 +391,13 @@ _CONV_TK = 576
 # the operands: conv GEMM tiles under it ran 1.2-1.5x faster than 64-wide packed tiles.
 _SMALL_GEMM = 1_000_000
 # Implicit-GEMM convolutions (2-D, stride 1, kernels/cpu/conv_taps.py): output channels per
-# block (rounded down to a multiple of MR) and padded columns per block (whole output rows).
-# On the development VM, ResNet-18's 3x3 layers at 2 threads: 64x28x28 306 -> 244-314 us,
-# 128x14x14 335 -> 255 us, 256x7x7 335 -> 270 us against the im2col row blocks; neither
-# the block shape nor the inner chunk (72 to 576 steps) moved them by more than noise.
+# block (rounded down to a multiple of MR) and columns of the product per block (rounded down
+# to a multiple of NR). On the development VM, ResNet-18's 3x3 layers at 2 threads: 64x28x28
+# 242 -> 211 us, 128x14x14 244-250 -> 218, 256x7x7 299-319 -> 235 with column blocks and one
+# activation call per channel and block instead of blocks of whole output rows and a call per
+# row; block shapes of 24 to 48 channels and 96 to 480 columns were within noise.
 _TAPS_TM = 48
-_TAPS_COLS = 120
+_TAPS_COLS = 128
 # Narrower outputs keep the im2col path: the KW - 1 dropped columns per row are too many of
 # the product (ResNet-18's 4x4 layers of 512 channels: 380-400 -> 580-610 us).
 _TAPS_MIN_OW = 7
@@ -709,17 +710,15 @@ class _ConvPlan:
         Hp, Wp = OH + KH - 1, OW + KW - 1
         kt = C * KH * KW
         self.kind = _TAPS
-        # one zero row more than the padding: the dropped columns of the last output row
-        # read up to KW - 1 elements past the padded planes
-        self.xp_key = ((N, C, Hp + 1, Wp), int(pb[0]), int(pb[1]))
-        mr = geometry(dtype.itemsize)[0]
+        self.xp_key = ((N, C, Hp, Wp), int(pb[0]), int(pb[1]))
+        mr, nr = geometry(dtype.itemsize)
         tm = M if M <= _TAPS_TM else _TAPS_TM // mr * mr
-        rpb = max(1, min(OH, _TAPS_COLS // Wp))
+        cpb = max(nr, _TAPS_COLS // nr * nr)
         w2 = np.ascontiguousarray(w.reshape(M, kt))
         wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
-        tab = ktaps.tap_table(C, KH, KW, (Hp + 1) * Wp, Wp)
+        tab = ktaps.tap_table(C, KH, KW, Hp * Wp, Wp)
         self.taps_args = (tab, wp)
-        self.taps_tail = (tm, rpb, min(kt, _CONV_TK))
+        self.taps_tail = (tm, cpb, min(kt, _CONV_TK))
         if n_threads > 1 and N * M * OH * OW * kt >= blas.PARALLEL_MACS:
             sample = (
                 np.empty(self.xp_key[0], dtype),
