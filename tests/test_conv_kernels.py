@@ -53,8 +53,11 @@ def threading_mode(request, monkeypatch):
 CONV = {
     # im2col by runs (output rows >= 16 wide)
     "run_3x3": ((3, 18, 20), (5, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
-    "run_s2": ((2, 21, 37), (4, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
-    "run_7x7_s2": ((3, 40, 40), (4, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    "run_dil_s2": (
+        (2, 21, 37),
+        (4, 2, 3, 3),
+        {"strides": [2, 2], "dilations": [2, 2], "pads": [2, 2, 2, 2]},
+    ),
     "run_dil_asym": ((2, 9, 24), (3, 2, 3, 3), {"dilations": [2, 3], "pads": [0, 2, 1, 3]}),
     "run_s3_1d": ((3, 60), (2, 3, 5), {"strides": [3], "pads": [2, 1]}),
     # im2col by gather table (output rows < 16 wide)
@@ -72,7 +75,12 @@ CONV = {
     "gather_split_k": ((130, 6, 5), (30, 130, 3, 3), {"pads": [1, 1, 1, 1]}),
     # row-blocked convolution with the inner dimension in chunks (630 = 576 + 54)
     "run_split_k": ((70, 5, 18), (26, 70, 3, 3), {"pads": [1, 1, 1, 1]}),
-    "run_split_k_s2": ((80, 7, 40), (10, 80, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    "run_split_k_dil": (
+        (80, 7, 40),
+        (10, 80, 3, 3),
+        {"strides": [2, 2], "dilations": [1, 2], "pads": [1, 2, 1, 2]},
+    ),
+    "run_s5": ((2, 9, 90), (3, 2, 3, 3), {"strides": [5, 5], "pads": [1, 1, 1, 1]}),
     # implicit GEMM over the padded input (2-D, stride 1, dilation 1, outputs >= 7 wide;
     # run_3x3, run_split_k and gather_3x3 above go there too): asymmetric and no padding,
     # other kernel shapes, more channels than one block (50 = 48 + 2), the inner dimension
@@ -83,6 +91,15 @@ CONV = {
     "taps_1x7": ((2, 6, 15), (3, 2, 1, 7), {"pads": [0, 3, 0, 3]}),
     "taps_many_m": ((5, 8, 9), (50, 5, 3, 3), {"pads": [1, 1, 1, 1]}),
     "taps_split_k": ((70, 8, 9), (13, 70, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # strided: the product over phase planes (a ResNet stem, downsampling 3x3s with the
+    # inner dimension in chunks, strides and kernel sizes that differ per axis, an even
+    # kernel, a stride larger than the kernel)
+    "taps_7x7_s2": ((3, 40, 40), (4, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    "taps_s2": ((2, 21, 37), (4, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "taps_split_k_s2": ((80, 7, 40), (10, 80, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    "taps_s2x3": ((4, 13, 40), (5, 4, 3, 5), {"strides": [2, 3], "pads": [0, 2, 1, 1]}),
+    "taps_4x4_s2": ((3, 18, 18), (4, 3, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "taps_s4_k2": ((2, 9, 40), (3, 2, 2, 2), {"strides": [4, 4], "pads": [0, 1, 1, 0]}),
     "grouped": ((4, 6, 18), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
     "grouped_gather": ((6, 5, 5), (9, 2, 3, 3), {"group": 3, "strides": [2, 1]}),
     # 1x1: plain GEMM
@@ -226,6 +243,8 @@ def _out_shape(xs, ws, attrs):
         "taps_asym_pads",
         "taps_many_m",
         "taps_split_k",
+        "taps_7x7_s2",
+        "taps_s2x3",
     ],
 )
 @pytest.mark.parametrize("act", [None, "Relu", "relu6", "Sigmoid"])
@@ -251,10 +270,11 @@ def test_fused_conv_epilogue(case, act, with_residual, threading_mode):
         "dw_mult",
         "dw_tiles_7x7",
         "dw_tiles_s2",
-        "run_s2",
+        "taps_s2",
         "gather_dil",
         "gather_split_k",
-        "run_split_k_s2",
+        "taps_split_k_s2",
+        "run_split_k_dil",
     ],
 )
 def test_fused_conv_epilogue_f64(case, threading_mode):
@@ -318,15 +338,18 @@ def test_depthwise_kernel_choice(case, kind, threading_mode):
         ("taps_1x7", True),
         ("taps_split_k", True),
         ("gather_big_k", False),  # 5 wide: too many dropped columns
-        ("run_s2", False),
+        ("taps_7x7_s2", True),
+        ("taps_s2x3", True),
+        ("run_dil_s2", False),
+        ("run_s5", False),
         ("run_dil_asym", False),
         ("run_s3_1d", False),
         ("grouped", False),
     ],
 )
 def test_implicit_gemm_choice(case, taps, threading_mode):
-    """2-D stride-1 undilated convolutions of one group with outputs at least 7 wide run the
-    implicit GEMM (conv_taps), serial or on the pool; the others keep im2col."""
+    """2-D undilated convolutions of one group with strides up to 4 and outputs at least 7
+    wide run the implicit GEMM (conv_taps), serial or on the pool; the others keep im2col."""
     from onnxjit.kernels.cpu import conv_taps as ktaps
     from onnxjit.ops import nn
 
@@ -377,6 +400,39 @@ def test_implicit_gemm_keeps_padding_zero_between_layers():
         model = make_node_model("Conv", {"x": x, "w": w}, {"pads": pads}, 17, const_inputs=["w"])
         got = onnxjit.InferenceSession(model.SerializeToString()).run(None, {"x": x})
         assert_close(got, ort_outputs(model, {"x": x}), rtol=1e-4, atol=1e-5)
+
+
+def test_implicit_gemm_keeps_padding_zero_across_input_sizes():
+    # Padded planes of one shape and the same leading pads, filled from inputs of two sizes
+    # (9 x 10 with one pixel after, 10 x 11 with none): the smaller input's trailing padding
+    # is where the larger one has data, so the two must not share a buffer. Two convolutions
+    # of one model on one thread, the larger first, both against onnxruntime.
+    xa, xb = rnd((1, 3, 10, 11), F32, 7), rnd((1, 3, 9, 10), F32, 8)
+    w = weights((4, 3, 3, 3))
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["xa", "w"], ["ya"], pads=[1, 1, 0, 0]),
+            helper.make_node("Conv", ["xb", "w"], ["yb"], pads=[1, 1, 1, 1]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("xa", TensorProto.FLOAT, list(xa.shape)),
+            helper.make_tensor_value_info("xb", TensorProto.FLOAT, list(xb.shape)),
+        ],
+        [
+            helper.make_tensor_value_info("ya", TensorProto.FLOAT, [1, 4, 9, 10]),
+            helper.make_tensor_value_info("yb", TensorProto.FLOAT, [1, 4, 9, 10]),
+        ],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = {"xa": xa, "xb": xb}
+    opts = onnxjit.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
+    for _ in range(2):
+        assert_close(sess.run(None, feeds), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
 
 
 def test_conv_residual_not_contiguous():

@@ -401,6 +401,9 @@ _TAPS_COLS = 128
 # Narrower outputs keep the im2col path: the KW - 1 dropped columns per row are too many of
 # the product (ResNet-18's 4x4 layers of 512 channels: 380-400 -> 580-610 us).
 _TAPS_MIN_OW = 7
+# Strided convolutions up to this stride run it on phase planes (ResNet-18's 7x7 stem and
+# 3x3 downsampling layers); larger strides keep im2col.
+_TAPS_MAX_STRIDE = 4
 # Padded-input buffers kept per thread (distinct shapes and pads).
 _KEEP_PADDED = 16
 # im2col buffers up to this size are kept for the next convolution of the same thread.
@@ -427,9 +430,10 @@ def _col_buffer(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
 
 def _padded_buffer(dtype: np.dtype, key: tuple) -> np.ndarray:
     """This thread's zero-bordered buffer for the padded input of an implicit-GEMM
-    convolution: ``key = (shape, pad_top, pad_left)``. Only the interior is ever written
-    (``conv_taps.pad_planes``), so the border stays zero from one call to the next; the
-    pads are part of the key because another interior placement would leave data there."""
+    convolution: ``key = (shape, H, W, pad_top, pad_left, stride_h, stride_w)``. Only the
+    elements that hold input are ever written (``conv_taps.pad_planes``), so the padding stays
+    zero from one call to the next; the key holds everything that decides which elements
+    those are (an input of another size or placement would leave data in this one's padding)."""
     bufs = getattr(_scratch, "padded", None)
     if bufs is None:
         bufs = _scratch.padded = {}
@@ -648,11 +652,12 @@ class _ConvPlan:
         if (
             group == 1
             and len(ks) == 2
-            and all(v == 1 for v in (*st, *dl))
+            and all(v == 1 for v in dl)
+            and all(v <= _TAPS_MAX_STRIDE for v in st)
             and out[1] >= _TAPS_MIN_OW
         ):
-            # stride 1: the micro-kernel reads the padded input in place (conv_taps)
-            self._plan_taps(x_shape, w, ks, pb, out, n_threads, constant_w)
+            # the micro-kernel reads the padded input (or its phase planes) in place
+            self._plan_taps(x_shape, w, ks, st, pb, out, n_threads, constant_w)
             return
         if group == 1 and osz[2] >= _ROWS_MIN_OW:
             # im2col by blocks of output rows, each multiplied while it is in cache
@@ -700,23 +705,25 @@ class _ConvPlan:
         if group == 1:
             self.gemm = self._bind_gemm(self.w2, M, s_out, cg * K, chunk, n_threads)
 
-    def _plan_taps(self, x_shape, w, ks, pb, out, n_threads: int, constant_w: bool) -> None:
-        """The implicit-GEMM plan of a 2-D stride-1 convolution (see conv_taps)."""
+    def _plan_taps(self, x_shape, w, ks, st, pb, out, n_threads: int, constant_w: bool) -> None:
+        """The implicit-GEMM plan of a 2-D undilated convolution (see conv_taps)."""
         dtype = self.dtype
         N, C, H, W = x_shape
         M = w.shape[0]
         KH, KW = ks
+        sh, sw = st
         OH, OW = out
-        Hp, Wp = OH + KH - 1, OW + KW - 1
+        Hq, Wq = OH + (KH - 1) // sh, OW + (KW - 1) // sw
         kt = C * KH * KW
         self.kind = _TAPS
-        self.xp_key = ((N, C, Hp, Wp), int(pb[0]), int(pb[1]))
+        # the buffer's layout depends on the pads and strides as well as its shape
+        self.xp_key = ((N, C * sh * sw, Hq, Wq), H, W, int(pb[0]), int(pb[1]), sh, sw)
         mr, nr = geometry(dtype.itemsize)
         tm = M if M <= _TAPS_TM else _TAPS_TM // mr * mr
         cpb = max(nr, _TAPS_COLS // nr * nr)
         w2 = np.ascontiguousarray(w.reshape(M, kt))
         wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
-        tab = ktaps.tap_table(C, KH, KW, Hp * Wp, Wp)
+        tab = ktaps.tap_table(C, KH, KW, sh, sw, Hq * Wq, Wq)
         self.taps_args = (tab, wp)
         self.taps_tail = (tm, cpb, min(kt, _CONV_TK))
         if n_threads > 1 and N * M * OH * OW * kt >= blas.PARALLEL_MACS:
@@ -783,9 +790,9 @@ class _ConvPlan:
             self.dw(x5, *self.dw_args, y5, self.mult, self._dw_ep(rf))
             return y.reshape(self.y_shape)
         if kind == _TAPS:
-            shape, pt, pl = self.xp_key
+            _shape, _h, _w, pt, pl, sh, sw = self.xp_key
             xp = _padded_buffer(dtype, self.xp_key)
-            ktaps.pad_planes(x.reshape(x.shape[:4]), xp, pt, pl)
+            ktaps.pad_planes(x.reshape(x.shape[:4]), xp, sh, sw, pt, pl)
             y4 = y.reshape(self.y_shape)
             self.taps(xp, *self.taps_args, y4, self._dw_ep(rf), *self.taps_tail)
             return y4
