@@ -388,7 +388,7 @@ def test_implicit_gemm_column_blocks(cols, threading_mode, monkeypatch):
         xs, F32, weights(ws), 1, [3, 3], [1, 1], [1, 1], [1, 1], list(out[2:]), None, True,
         0, 0.0, 0.0,
     )  # fmt: skip
-    assert plan.kind == nn._TAPS and plan.taps_tail[1] == cols  # the blocks above were used
+    assert plan.kind == nn._TAPS and plan.taps_tail[2] == cols  # the blocks above were used
 
 
 def test_implicit_gemm_keeps_padding_zero_between_layers():

@@ -725,10 +725,13 @@ class _ConvPlan:
         wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
         tab = ktaps.tap_table(C, KH, KW, sh, sw, Hq * Wq, Wq)
         self.taps_args = (tab, wp)
-        self.taps_tail = (tm, cpb, min(kt, _CONV_TK))
+        geo = (int(sh), int(sw), int(pb[0]), int(pb[1]))
+        self.taps_tail = (geo, tm, cpb, min(kt, _CONV_TK))
         if n_threads > 1 and N * M * OH * OW * kt >= blas.PARALLEL_MACS:
             sample = (
+                np.empty(x_shape, dtype),
                 np.empty(self.xp_key[0], dtype),
+                np.zeros(2, np.int64),
                 *self.taps_args,
                 np.empty(self.y_shape, dtype),
                 self._dw_ep(self.empty),
@@ -790,11 +793,10 @@ class _ConvPlan:
             self.dw(x5, *self.dw_args, y5, self.mult, self._dw_ep(rf))
             return y.reshape(self.y_shape)
         if kind == _TAPS:
-            _shape, _h, _w, pt, pl, sh, sw = self.xp_key
             xp = _padded_buffer(dtype, self.xp_key)
-            ktaps.pad_planes(x.reshape(x.shape[:4]), xp, sh, sw, pt, pl)
             y4 = y.reshape(self.y_shape)
-            self.taps(xp, *self.taps_args, y4, self._dw_ep(rf), *self.taps_tail)
+            done = np.zeros(2, np.int64)
+            self.taps(x, xp, done, *self.taps_args, y4, self._dw_ep(rf), *self.taps_tail)
             return y4
         if kind == _ROWS:
             y5 = y.reshape(self.y5_shape)
