@@ -190,8 +190,8 @@ def conv_taps_par(ctl, x, xp, done, tab, wp, y, ep, geo, tm, cpb, tk):
     bundles the product's few large items with them.)"""
     N, C = x.shape[0], x.shape[1]
     n_pad = N * C
-    # channels in runs of about 16 KB: an atomic add on the line both threads write costs
-    # about 0.1 us, as much as copying a 28 x 28 plane
+    # channels in runs of about 4096 elements: an atomic add on the line both threads write
+    # costs about 0.1 us, as much as copying a 28 x 28 plane
     run = max(1, min(n_pad // 4, 4096 // (x.shape[2] * x.shape[3])))
     while True:
         lo = fetch_add(done, 0, run)

@@ -390,7 +390,7 @@ _CONV_TK = 576
 # The BLAS Numba calls (OpenBLAS) multiplies blocks with M*N*K up to this without packing
 # the operands: conv GEMM tiles under it ran 1.2-1.5x faster than 64-wide packed tiles.
 _SMALL_GEMM = 1_000_000
-# Implicit-GEMM convolutions (2-D, stride 1, kernels/cpu/conv_taps.py): output channels per
+# Implicit-GEMM convolutions (2-D, undilated, kernels/cpu/conv_taps.py): output channels per
 # block (rounded down to a multiple of MR) and columns of the product per block (rounded down
 # to a multiple of NR). On the development VM, ResNet-18's 3x3 layers at 2 threads: 64x28x28
 # 242 -> 211 us, 128x14x14 244-250 -> 218, 256x7x7 299-319 -> 235 with column blocks and one
@@ -398,8 +398,8 @@ _SMALL_GEMM = 1_000_000
 # row; block shapes of 24 to 48 channels and 96 to 480 columns were within noise.
 _TAPS_TM = 48
 _TAPS_COLS = 128
-# Narrower outputs keep the im2col path: the KW - 1 dropped columns per row are too many of
-# the product (ResNet-18's 4x4 layers of 512 channels: 380-400 -> 580-610 us).
+# Narrower outputs keep the im2col path: the (KW - 1) // stride dropped columns per row are too
+# many of the product (ResNet-18's 4x4 layers of 512 channels: 380-400 -> 580-610 us).
 _TAPS_MIN_OW = 7
 # Strided convolutions up to this stride run it on phase planes (ResNet-18's 7x7 stem and
 # 3x3 downsampling layers); larger strides keep im2col.
@@ -431,7 +431,7 @@ def _col_buffer(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
 def _padded_buffer(dtype: np.dtype, key: tuple) -> np.ndarray:
     """This thread's zero-bordered buffer for the padded input of an implicit-GEMM
     convolution: ``key = (shape, H, W, pad_top, pad_left, stride_h, stride_w)``. Only the
-    elements that hold input are ever written (``conv_taps.pad_planes``), so the padding stays
+    elements that hold input are ever written (``conv_taps._pad_channel``), so the padding stays
     zero from one call to the next; the key holds everything that decides which elements
     those are (an input of another size or placement would leave data in this one's padding)."""
     bufs = getattr(_scratch, "padded", None)
