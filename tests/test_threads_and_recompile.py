@@ -123,3 +123,38 @@ def test_gemms_split_over_the_pool_above_the_size_threshold(monkeypatch, batch):
     gemms = [k for k in kernels if k.startswith("gemm")]
     assert gemms == ([] if batch == 8 else ["gemm_par", "gemm_par"]), kernels
     assert set(_blas_thread_counts()) == {1}
+
+
+def test_second_run_calls_only_kernels_of_the_first():
+    # A node's first run goes through its implementation, the later ones through the fast
+    # path it prepared; both must use the same kernels, or the second run compiles (with an
+    # empty cache) what the first did not: here an embedding lookup the size of BERT's (the
+    # implementation took the pool kernel, the fast path the serial one) and a Transpose
+    # (numpy in the implementation, the tiled kernel in the fast path).
+    table = np.random.default_rng(0).standard_normal((1000, 256)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["rows"]),
+            helper.make_node("Transpose", ["rows"], ["y"], perm=[1, 0]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 128])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    opts = onnxjit.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
+    ids = np.random.default_rng(1).integers(0, 1000, 128)
+
+    def used() -> set:
+        return {(k["name"], k["signature"]) for k in sess.stats()["kernels"]}
+
+    for run in range(3):
+        got = sess.run(None, {"ids": ids})[0]
+        np.testing.assert_array_equal(got, table[ids].T)
+        if run == 0:
+            first = used()
+    assert used() == first
