@@ -18,6 +18,24 @@ from ._jit import njit
 _LINE_BYTES = 64
 
 
+def emit_prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
+    """Emit a read prefetch of the cache line holding ``ptr`` (any pointer type) into every
+    cache level (``prefetcht0``): for intrinsics and LLVM IR kernels."""
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
+    )
+    # read (0), keep in every cache level (3), data cache (1)
+    args = [
+        builder.bitcast(ptr, i8p),
+        ir.Constant(i32, 0),
+        ir.Constant(i32, 3),
+        ir.Constant(i32, 1),
+    ]
+    builder.call(fn, args)
+
+
 @intrinsic
 def _prefetch(typingctx, arr, idx):
     """Hint that ``arr.ravel()[idx]`` (C-contiguous ``arr``) is read soon (``prefetcht0``).
@@ -31,14 +49,7 @@ def _prefetch(typingctx, arr, idx):
         if aryty.layout != "C":
             return context.get_dummy_value()
         ary = context.make_array(aryty)(context, builder, args[0])
-        i8p = ir.IntType(8).as_pointer()
-        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
-        )
-        # read (0), keep in every cache level (3), data cache (1)
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        emit_prefetch(builder, builder.gep(ary.data, [args[1]]))
         return context.get_dummy_value()
 
     return sig, codegen

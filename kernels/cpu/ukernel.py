@@ -33,6 +33,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..prefetch import emit_prefetch
+
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -185,11 +187,6 @@ def _define(
         a_rows.append(builder.gep(a, [builder.mul(a_rs, r)]))
     c_rows = [builder.gep(c, [builder.mul(c_rs, ir.Constant(_I64, i))]) for i in range(rows)]
 
-    i8p = ir.IntType(8).as_pointer()
-    prefetch = cgutils.get_or_insert_function(
-        module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]), "llvm.prefetch.p0"
-    )
-
     def step(
         bld: ir.IRBuilder, kk: ir.Value, accs: list[ir.Value], ahead: bool = False
     ) -> list[ir.Value]:
@@ -198,9 +195,8 @@ def _define(
             # read from memory (a network's late layers, not in any cache) needs asked for
             # early; a prefetch never faults, so the steps past the end cost nothing. (Blocks
             # of one or two rows, matrix-vector products, read a short row of activations.)
-            ap = bld.gep(a_rows[0], [bld.mul(bld.add(kk, ir.Constant(_I64, _A_AHEAD)), a_cs)])
-            i32 = [ir.Constant(_I32, v) for v in (0, 3, 1)]  # read, all cache levels, data
-            bld.call(prefetch, [bld.bitcast(ap, i8p), *i32])
+            ahead_k = bld.add(kk, ir.Constant(_I64, _A_AHEAD))
+            emit_prefetch(bld, bld.gep(a_rows[0], [bld.mul(ahead_k, a_cs)]))
         if tab is None:
             brow = bld.gep(b, [bld.mul(kk, b_rs)])
         else:
