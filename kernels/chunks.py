@@ -51,18 +51,31 @@ STOP = 1  # non-zero: workers leave
 BUSY = 2  # workers between looking at the job buffer and leaving it
 SYNC_SIZE = 8
 
-# Chunks per thread: enough that a thread that starts late or runs slow costs little balance,
-# few enough that claiming (one atomic add) costs nothing next to a chunk.
-CHUNKS_PER_THREAD = 8
+# Guided self-scheduling: each claim takes 1/(GUIDE x threads) of what is left, so chunks start
+# large (few atomic adds, long contiguous runs) and shrink towards the end, where a thread that
+# finishes its last chunk early waits for the others. With equal chunks of 1/16 of the work (2
+# threads) that wait averaged half a chunk: a 1024 x 1024 float32 softmax on 2 threads took
+# 180-184 us with equal chunks and 165-170 us guided on the development VM.
+GUIDE = 2
+# No chunk is smaller than 1/(MAX_CHUNKS_PER_THREAD x threads) of the whole, so that claiming
+# (one atomic add on a shared cache line) stays negligible next to a chunk's work.
+MAX_CHUNKS_PER_THREAD = 32
 
 
 @njit(inline="always")
 def claim(ctl, n):
     """Claim the next chunk of ``range(n)``: ``(lo, hi)``; empty (``lo >= hi``) when none is
-    left."""
+    left. Chunks are contiguous, disjoint and cover ``range(n)``; their sizes shrink as the
+    work runs out (see GUIDE)."""
     t = ctl[THREADS]
-    per = CHUNKS_PER_THREAD * (t if t > 0 else 1)
-    step = (n + per - 1) // per
+    if t < 1:
+        t = 1
+    floor = (n + MAX_CHUNKS_PER_THREAD * t - 1) // (MAX_CHUNKS_PER_THREAD * t)
+    # Read before the add: another thread may claim in between, and then this chunk is sized
+    # from a slightly stale remainder (a little larger than guided), which costs nothing.
+    step = (n - load(ctl, NEXT)) // (GUIDE * t)
+    if step < floor:
+        step = floor
     if step < 1:
         step = 1
     lo = fetch_add(ctl, NEXT, step)

@@ -14,8 +14,8 @@ import pytest
 
 import onnxjit.threads
 from onnxjit import pool
-from onnxjit.kernels._jit import pjit
-from onnxjit.kernels.chunks import claim
+from onnxjit.kernels._jit import njit, pjit
+from onnxjit.kernels.chunks import CTL_SIZE, THREADS, claim
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.ops.gemm import Epilogue, matmul_into
@@ -62,6 +62,34 @@ def test_every_item_is_done_once_whatever_the_thread_count(threads):
     y = np.full_like(x, np.nan)
     pool.run_parallel(_square_rows, x, y, threads=threads)
     np.testing.assert_array_equal(y, _expected(x))
+
+
+@njit
+def _claims(n, threads):
+    ctl = np.zeros(CTL_SIZE, np.int64)
+    ctl[THREADS] = threads
+    out = []
+    while True:
+        lo, hi = claim(ctl, n)
+        if lo >= hi:
+            break
+        out.append((lo, hi))
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 7, 100, 1024, 100_003])
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_claimed_chunks_tile_the_range_and_shrink(n, threads):
+    chunks = _claims(n, threads)
+    # contiguous, in order, covering range(n) exactly once
+    assert chunks[0][0] == 0 and chunks[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+    sizes = [hi - lo for lo, hi in chunks]
+    # guided: no chunk larger than the one before it (the last may be cut short by n), none
+    # above 1/(2 threads) of the whole, and a bounded number of claims
+    assert all(b <= a for a, b in zip(sizes, sizes[1:]))
+    assert sizes[0] <= max(1, n // (2 * threads), -(-n // (32 * threads)))
+    assert len(chunks) <= 32 * threads + 1
 
 
 @TWO
