@@ -159,7 +159,11 @@ def default_limits() -> Limits:
 
 def begin_run(limits: Limits) -> None:
     """Start a new run total in this thread, under ``limits``."""
-    _local.budget = _Budget(limits)
+    budget = getattr(_local, "budget", None)
+    if budget is not None and budget.limits is limits:
+        budget.used = 0  # the thread's last run was under the same caps: reuse its record
+    else:
+        _local.budget = _Budget(limits)
 
 
 def current() -> Limits:

@@ -195,9 +195,10 @@ class Program:
         else:
             self._run_steps_traced(env, outer, profiler, progress)
         outputs = [env[s] for s in self.output_slots]
-        for i, v in enumerate(outputs):
-            if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:
-                outputs[i] = v.copy()
+        if self.const_roots:
+            for i, v in enumerate(outputs):
+                if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:
+                    outputs[i] = v.copy()
         return outputs
 
     def _run_steps(self, env: list[Any]) -> None:
