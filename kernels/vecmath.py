@@ -401,20 +401,6 @@ def _exp_mid_f64(x):
     return _exp_poly_f64(r) * s
 
 
-@njit(inline="always")
-def _exp_scaled_f32(xc):
-    """e^xc for -104 <= xc <= 89 with the scale 2^k applied in two halves, so that results
-    down to the subnormal range stay exact to rounding; NaN propagates."""
-    t = xc * _LOG2E_F32 + _SHIFT_F32
-    kf = t - _SHIFT_F32
-    k = np.int64(np.float32(t).view(np.int32)) - _SHIFT_BITS_F32
-    r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
-    k1 = k >> 1
-    s1 = np.int32((k1 + 127) << 23).view(np.float32)
-    s2 = np.int32((k - k1 + 127) << 23).view(np.float32)
-    return (_exp_poly_f32(r) * s1) * s2
-
-
 # For x <= 0 down to the clamp -104, k = round(x log2(e)) lies in [-150, 0]: 2^(k + 64) is a
 # normal float for all of them, so one biased shifter (bias 127 + 64, as _SHIFT_BIASED_F32)
 # builds it with one shift.
@@ -442,7 +428,14 @@ def exp_f32(x):
     """e^x in float32: <= 1 ulp; inf above 88.7228, +0 below -103.972, subnormals kept."""
     xc0 = _EXP_HI_F32 if x > _EXP_HI_F32 else x
     xc = _EXP_LO_F32 if xc0 < _EXP_LO_F32 else xc0
-    y = _exp_scaled_f32(xc)
+    t = xc * _LOG2E_F32 + _SHIFT_F32
+    kf = t - _SHIFT_F32
+    k = np.int64(np.float32(t).view(np.int32)) - _SHIFT_BITS_F32
+    r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
+    k1 = k >> 1
+    s1 = np.int32((k1 + 127) << 23).view(np.float32)
+    s2 = np.int32((k - k1 + 127) << 23).view(np.float32)
+    y = (_exp_poly_f32(r) * s1) * s2
     y1 = _INF_F32 if x > _EXP_OVF_F32 else y
     y2 = _ZERO_F32 if x < _EXP_UNF_F32 else y1
     return x if x != x else y2

@@ -287,10 +287,7 @@ class InferenceSession:
         values = self._check_feed(input_feed)
         # Remember what passed the full check, so that the next run with the same names,
         # dtypes and shapes (the common case) skips it.
-        key = self._feed_key(input_feed)
-        if key is not None:
-            index = self._input_index
-            self._accepted_feed = tuple((n, d, s, index[n]) for n, d, s in key)
+        self._accepted_feed = self._feed_key(input_feed)
         signature = tuple(
             (v.dtype.str, v.shape) if isinstance(v, np.ndarray) else type(v).__name__
             for v in values
@@ -301,7 +298,8 @@ class InferenceSession:
         return values, first
 
     def _feed_key(self, input_feed: Mapping[str, Any]) -> tuple | None:
-        """(name, dtype, shape) of each feed when all are C-contiguous numeric arrays."""
+        """(name, dtype, shape, input position) of each feed when all are C-contiguous numeric
+        arrays, for :meth:`_repeat_feed`; else None."""
         key = []
         for name, arr in input_feed.items():
             if type(arr) is not np.ndarray or not arr.flags.c_contiguous:
@@ -309,7 +307,7 @@ class InferenceSession:
             # Misaligned or byte-swapped arrays take the full check, which copies them.
             if arr.dtype.kind in "OUS" or not arr.flags.aligned or not arr.dtype.isnative:
                 return None
-            key.append((name, arr.dtype, arr.shape))
+            key.append((name, arr.dtype, arr.shape, self._input_index[name]))
         return tuple(key)
 
     def _repeat_feed(self, input_feed: Mapping[str, Any]) -> list[Any] | None:
