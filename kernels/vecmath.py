@@ -649,15 +649,19 @@ def log1p_f64(x):
 @njit(inline="always")
 def tanh_f32(x):
     """tanh in float32: <= 2 ulp; saturates to +-1, NaN propagates, tanh(-0) = -0."""
+    # Computed for a = |x| and the sign of x copied back (one bit operation where selects
+    # had negated, kept -0 and tiny arguments), e^-2a from exp_nonpos_f32 (clamps itself,
+    # one scale factor) and 2e / (1 + e) as e / (0.5 + 0.5 e): a vector loop computes both
+    # branches, so every operation counts (8-op chain at 64M elements, 2 threads,
+    # development VM, old and new alternated: 36-42 -> 33.4-33.6 ms; max error 1.27 -> 1.36 ulp)
     a = abs(x)
-    z = x * x
-    small = x + x * z * (
+    z = a * a
+    small = a + a * z * (
         _TT0_F32 + z * (_TT1_F32 + z * (_TT2_F32 + z * (_TT3_F32 + z * (_TT4_F32 + z * _TT5_F32))))
     )
-    ac = _TANH_CLAMP_F32 if a > _TANH_CLAMP_F32 else a  # NaN stays NaN
-    big = _ONE_F32 - _TWO_F32 / (_exp_mid_f32(ac + ac) + _ONE_F32)
-    y = small if a < _TANH_SMALL_F32 else (-big if x < _ZERO_F32 else big)
-    return x if a < _TINY_ARG_F32 else y
+    e = exp_nonpos_f32(-(a + a))  # NaN stays NaN
+    big = _ONE_F32 - e / (_HALF_F32 + _HALF_F32 * e)
+    return math.copysign(small if a < _TANH_SMALL_F32 else big, x)
 
 
 @njit(inline="always")
