@@ -41,7 +41,7 @@ with mpmath; tests/test_vecmath.py checks each function's error over dense grids
 * gelu (erf form, float32): not 0.5 x (1 + erf(x / sqrt 2)) but, with a = |x| clamped to 13.265
   and Phi the normal CDF, D = Phi(-a) = e^(-a^2/2) R(a) and gelu(x) = max(x, 0) - a D (that is
   x - x Phi(-x) for x >= 0 and x Phi(x) for x < 0). e^(-a^2/2) = 2^k 2^r with k = round(v),
-  v = -a^2 / (2 ln 2), r = v - k exact and 2^r a fitted polynomial; R(a) = 1/2 + a S(a) with S
+  v = -a^2 / (2 ln 2), r = v - k and 2^r a fitted polynomial; R(a) = 1/2 + a S(a) with S
   one fitted rational (the only division). About 25 vector operations against erf_f32's ~40
   plus the composition, and no 1 + erf cancellation: the error is 2 ulps of the result plus an
   absolute error under 7e-8 |x| (``GELU_F32_BUDGET``), and for x < 0 the relative error stays
@@ -289,9 +289,9 @@ _EG0, _EG1, _EG2, _EG3, _EG4, _EG5, _EG6, _EG7, _EG8 = (
 
 # gelu_f32. The clamp: |x| >= 13.265 gives v = -a^2 / (2 ln 2) = -126.93, k = -127, so 2^k built
 # from the biased shifter's bits is exactly +0 (the biased exponent field is 0) and D = 0: gelu is
-# then max(x, 0) exactly (x itself, or +0), also for +-inf. Below the clamp k >= -126.
+# then max(x, 0) exactly (x itself, or -0: the sign of the underflowed x Phi(x)), also for
+# +-inf. Below the clamp k >= -126.
 _GELU_CLAMP = _f32(13.265)
-_GELU_V = _f32(-0.7213475204444817)  # -log2(e) / 2: v = a * (a * _GELU_V)
 # Fits (float64, numpy least squares; scipy.special.erfcx as the reference):
 # * 2^r = 1 + r E(r) on |r| <= 1/2, E of degree 4: near-minimax relative error (9.1e-8) by
 #   Lawson's iteratively reweighted least squares (300 iterations, weights *= |error|, best
@@ -320,8 +320,17 @@ _GE1, _GE2, _GE3, _GE4, _GE5 = (
 # a leading multiply-add needs a register copy (0.5 cycle per 16 floats less on the test VM).
 _GS_P = (-0.3989428545301643, -0.20221286776104108, -0.037250965006335165)
 _GS_Q = (1.0, 1.1335489563898264, 0.4702959670965195, 0.07375031851455979, 4.139250414888102e-05)
-_GP0, _GP1, _GP2 = (_f32(c / _GS_Q[4]) for c in _GS_P)
-_GQ0, _GQ1, _GQ2, _GQ3 = (_f32(c / _GS_Q[4]) for c in _GS_Q[:4])
+# The kernel works in b = a C, C = sqrt(log2(e) / 2), so that the exponent -a^2 / (2 ln 2) is
+# -b^2, one multiply-add away from the shifter, and the remainder (b^2 + k, its negation) is
+# one more: the fits above in terms of b (2^-n for 2^r with n = -r flips E's odd terms; S's
+# monic denominator and a S = b S / C rescaled), in float64, then rounded to float32.
+_GELU_C64 = math.sqrt(math.log2(math.e) / 2.0)
+_GELU_C = _f32(_GELU_C64)
+_GF1, _GF2, _GF3, _GF4, _GF5 = (-_GE1, _GE2, -_GE3, _GE4, -_GE5)
+_GP0, _GP1, _GP2 = (_f32(c / _GS_Q[4] * _GELU_C64 ** (3 - i)) for i, c in enumerate(_GS_P))
+_GQ0, _GQ1, _GQ2, _GQ3 = (
+    _f32(c / _GS_Q[4] * _GELU_C64 ** (4 - i)) for i, c in enumerate(_GS_Q[:4])
+)
 _SQRT1_2_F64 = _f64(0.7071067811865476)
 
 _ZERO_F32 = _f32(0.0)
@@ -759,24 +768,22 @@ def erf_f64(x):
 @njit(inline="always")
 def gelu_f32(x):
     """x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) in float32 (see the module docstring): within
-    ``GELU_F32_BUDGET``; gelu(+inf) = +inf, gelu(-inf) = NaN, exactly x for x >= 13.265 and +0
+    ``GELU_F32_BUDGET``; gelu(+inf) = +inf, gelu(-inf) = NaN, exactly x for x >= 13.265 and -0
     for x <= -13.265, gelu(-0) = -0, NaN propagates. No libm call: loops vectorise."""
     a0 = abs(x)
     a = _GELU_CLAMP if a0 > _GELU_CLAMP else a0  # NaN stays NaN
-    ac = a * _GELU_V
-    v = a * ac  # log2 of e^(-a^2/2), in [-126.93, 0]
-    t = v + _SHIFT_BIASED_F32  # k + 127 in the low mantissa bits, k = round(v)
+    b = a * _GELU_C  # b^2 = a^2 / (2 ln 2): e^(-a^2/2) = 2^(-b^2)
+    t = _SHIFT_BIASED_F32 - b * b  # k + 127 in the low mantissa bits, k = round(-b^2)
     kf = t - _SHIFT_BIASED_F32
-    r = v - kf  # exact, |r| <= 1/2
-    p = _ONE_F32 + r * (_GE1 + r * (_GE2 + r * (_GE3 + r * (_GE4 + r * _GE5))))
+    n = b * b + kf  # -r: 2^(-b^2) = 2^k 2^r with |r| <= 1/2
+    p = _ONE_F32 + n * (_GF1 + n * (_GF2 + n * (_GF3 + n * (_GF4 + n * _GF5))))
     s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)  # 2^k (+0 at k = -127)
-    sa = (_GP0 + a * (_GP1 + a * _GP2)) / (_GQ0 + a * (_GQ1 + a * (_GQ2 + a * (_GQ3 + a))))
-    d = (p * s) * (_HALF_F32 + a * sa)  # Phi(-a)
-    u = _ZERO_F32 if x < _ZERO_F32 else x  # max(x, 0); NaN and -0 stay
-    y = u - a * d
-    # the formula's value at -inf, -inf * 0: NaN, as the unfused graph, float64 and
-    # onnxruntime give
-    return _NAN_F32 if x == -_INF_F32 else y
+    sb = (_GP0 + b * (_GP1 + b * _GP2)) / (_GQ0 + b * (_GQ1 + b * (_GQ2 + b * (_GQ3 + b))))
+    d = (p * s) * (_HALF_F32 + b * sb)  # Phi(-a)
+    # max(x, 0) as x * 0 for x < 0: -inf * 0 is the NaN the formula gives at -inf (-inf * 0)
+    # without a compare and select of its own; NaN, +-0 and +inf stay
+    u = x * _ZERO_F32 if x < _ZERO_F32 else x
+    return u - a * d
 
 
 @njit(inline="always")

@@ -353,7 +353,7 @@ def _gelu_grid() -> np.ndarray:
 @_FMA
 def test_gelu_f32_within_budget(fma: bool) -> None:
     """|gelu_f32(x) - gelu(x)| <= ulps * ulp(|gelu(x)|) + abs_x * |x| (vecmath.GELU_F32_BUDGET:
-    2 ulp + 7e-8 |x|; measured 2 ulp + 5.1e-8 |x| plain, 4.8e-8 |x| with contraction) against
+    2 ulp + 7e-8 |x|; measured 2 ulp + 4.9e-8 |x| plain, 4.2e-8 |x| with contraction) against
     float64 scipy, and never the wrong sign. The erf_f32 composition it replaces measured
     2 ulp + 3.5e-8 |x|; the rational erf (x P(x^2) / Q(x^2)) it was weighed against,
     ~2 ulp + 1.6e-7 |x| (its float32 Horner rounding alone is ~5 ulp of 0.5 erf)."""
@@ -378,7 +378,7 @@ def test_gelu_f32_special_values(fma: bool) -> None:
     """NaN propagates, gelu(+inf) = +inf, gelu(-inf) = NaN (-inf * Phi(-inf), as the float64
     formula and onnxruntime give), +-0 keep their sign, subnormal x
     give x / 2 (to the last subnormal), x >= 6 gives x itself (gelu(x) rounds to x there) and
-    x <= -13.265 gives +0. For x < 0 there is no 1 + erf cancellation: relative error ~1e-6
+    x <= -13.265 gives -0. For x < 0 there is no 1 + erf cancellation: relative error ~1e-6
     down to x = -3 and 3e-4 down to -6, where the erf composition measured 1.2e-5 and 100 %."""
     f32 = np.float32
     sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], f32)
@@ -388,7 +388,7 @@ def test_gelu_f32_special_values(fma: bool) -> None:
     big = np.concatenate([np.linspace(6, 20, 5001, dtype=f32), f32([1e5, 1e30, 3.4028235e38])])
     np.testing.assert_array_equal(_apply(V.gelu_f32, big, fma), big)
     y = _apply(V.gelu_f32, -big[big >= f32(13.265)], fma)
-    assert np.all(y == 0)
+    assert np.all(y == 0) and np.all(np.signbit(y))
     sub = _binades32(-149, -127, 200, seed=3)
     for s in (sub, -sub):
         y = _apply(V.gelu_f32, s, fma).astype(np.float64)
