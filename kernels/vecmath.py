@@ -28,7 +28,9 @@ with mpmath; tests/test_vecmath.py checks each function's error over dense grids
 * log1p: u = 1 + x rounded, the rounding error d of that sum recovered exactly (TwoSum), and
   log1p(x) = log(u) + d / u. log1p(-1) = -inf, log1p(x < -1) = NaN.
 * tanh: |x| < 0.625: x + x^3 T(x^2) with T fitted; otherwise 1 - 2 / (e^(2|x|) + 1) with the
-  sign of x, |x| clamped to 10 (float32) / 20 (float64) where tanh is +-1 after rounding.
+  sign of x, |x| clamped to 20 in float64 where tanh is +-1 after rounding. float32 computes
+  1 - e / (1/2 + e/2) with e = e^(-2|x|) (exp_nonpos_f32, which clamps the argument) and copies
+  the sign of x onto either branch's value.
 * sigmoid: e = exp(-|x|); 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0: one exp, one
   division, never an overflow; sigmoid(-inf) = 0, sigmoid(inf) = 1, subnormal results kept.
   In float32 e is carried as 2^64 e^-|x| (one scale factor 2^(k + 64), normal down to the
@@ -204,9 +206,7 @@ _MAX_F64 = _f64(1.7976931348623157e308)
 # tanh(x) = x + x^3 T(x^2) for |x| < 0.625: T fitted (degree 5 / 11).
 _TANH_SMALL_F32 = _f32(0.625)
 _TANH_SMALL_F64 = _f64(0.625)
-_TANH_CLAMP_F32 = _f32(10.0)
 # below these tanh(x) and log1p(x) round to x (also keeps the sign of -0)
-_TINY_ARG_F32 = _f32(2.0**-13)
 _TINY_ARG_F64 = _f64(2.0**-54)
 _LOG1P_TINY_F32 = _f32(2.0**-25)
 _LOG1P_TINY_F64 = _f64(2.0**-54)
