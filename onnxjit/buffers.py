@@ -1,41 +1,209 @@
-"""Output buffers that fast paths reuse from one run to the next.
+"""Intermediate buffers: reused from one node to the next by lifetime, and from run to run.
 
 A fresh NumPy array of 128 KiB or more comes from ``mmap`` and costs a page fault per 4 KiB the
 first time it is written (a 132 KiB Concat output took about 20 us on the development VM, most
-of it the allocation). A fast path keeps the array it returned last time in a :class:`Slot` and
-writes into it again when nothing else refers to it any more: the reference count says so
-exactly (CPython; an array viewed by another array is referenced by that view's base). When a
-caller still holds an output from an earlier run, or another thread is running the same node,
-the count is higher and a new array is made, so no buffer is ever handed out twice.
+of it the allocation), and every distinct intermediate a run keeps alive is memory the caches
+have to hold. So each session owns a :class:`Pool` of dead buffers:
+
+* when the executor drops a value after its last reader (``onnxjit.plan``), :meth:`Pool.give`
+  takes the array that owns its memory into the pool, but only when the reference counts say
+  nothing else can reach it: no later node, no caller, no cache and no view (a view holds its
+  base). CPython's counts are exact, so a buffer is never handed out twice;
+* when a node needs an output, :func:`empty` (or :meth:`Slot.get`) hands out a pooled buffer
+  of the same byte size before it asks NumPy for a new one. A node thus writes into the
+  buffer of a value that died a few nodes earlier, which is still in cache;
+* the outputs of the last run come back into the pool at the next run once the caller has
+  dropped them.
+
+With a fixed input signature the order of gives and takes is the same in every run, so after
+the first run each node writes into the same buffers every time and nothing is allocated: the
+pool is the signature's buffer assignment, found by the run itself rather than computed ahead
+(an op's output may be a view of its input, or a donated input, which only the run knows).
+A run with new shapes takes what fits and allocates the rest; buffers of sizes no run has asked
+for in a while are dropped (:meth:`Pool.end_run`), and the pool never holds more than its byte
+limit.
+
+Arrays under :data:`MIN_BYTES` are left to NumPy's own small-block cache.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+from typing import Any
 
 import numpy as np
 
 _getrefcount = sys.getrefcount
 _empty = np.empty
+_ndarray = np.ndarray
+_u8 = np.dtype(np.uint8)
 
 # Arrays smaller than this come from NumPy's own cache or the heap without page faults;
-# reusing them would only keep memory alive.
+# pooling them would cost more than it saves.
 MIN_BYTES = 64 << 10
+
+# A byte size that no run has asked for during this many runs is dropped from the pool.
+IDLE_RUNS = 8
+
+
+class Pool:
+    """Dead buffers of one session, by byte size (see the module docstring).
+
+    ``limit`` caps the bytes the pool holds (a buffer that would exceed it is left to be
+    freed). Thread-safe: list pops and appends are atomic, and a buffer is only given once
+    the reference counts prove no thread can reach it.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.free: dict[int, list[np.ndarray]] = {}
+        self.last_asked: dict[int, int] = {}  # byte size -> run number of its last take
+        # byte size -> buffers of that size taken in this run, and the most any run took:
+        # the pool keeps no more of a size than one run asked for (a node whose output is
+        # not from the pool, a NumPy or Numba allocation, gives one more back every run).
+        self.asked: dict[int, int] = {}
+        self.most: dict[int, int] = {}
+        self.runs = 0
+        self.limit = limit
+        self.held = 0  # bytes in the pool (approximate under concurrent runs; see end_run)
+        self.reused = 0  # buffers handed out from the pool
+        self.allocated = 0  # buffers of MIN_BYTES or more that had to be allocated
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> np.ndarray:
+        """An uninitialised C-contiguous array of ``shape`` and ``dtype`` (``nbytes`` bytes),
+        pooled when one of that size is free, else new."""
+        self.last_asked[nbytes] = self.runs
+        k = self.asked.get(nbytes, 0) + 1
+        self.asked[nbytes] = k
+        if k > self.most.get(nbytes, 0):
+            self.most[nbytes] = k
+        stack = self.free.get(nbytes)
+        if stack:
+            try:
+                root = stack.pop()
+            except IndexError:  # another thread took the last one
+                root = None
+            if root is not None:
+                self.held -= nbytes
+                self.reused += 1
+                if root.shape == shape and root.dtype == dtype:
+                    return root
+                # a flat byte view first: any C-contiguous root can be re-typed that way
+                return root.reshape(-1).view(_u8).view(dtype).reshape(shape)
+        self.allocated += 1
+        return _empty(shape, dtype)
+
+    def give(self, a: Any, held: int) -> None:
+        """Take the memory of ``a`` into the pool if nothing but the caller's ``held``
+        references can reach it; otherwise do nothing."""
+        if type(a) is not _ndarray:
+            return
+        # references: the caller's, this frame's parameter, getrefcount's argument
+        if _getrefcount(a) > held + 2:
+            return
+        root = a.base
+        if root is None:
+            root = a
+            n = a.nbytes
+        else:
+            # a view (numpy points .base at the array that owns the memory): the root may be
+            # pooled when only this view holds it (a.base, the name root, getrefcount's argument)
+            if type(root) is not _ndarray or root.base is not None or _getrefcount(root) > 3:
+                return
+            n = root.nbytes
+        if n < MIN_BYTES or not root.flags.carray or not root.flags.owndata:
+            return
+        stack = self.free.get(n)
+        if stack is None:
+            stack = self.free.setdefault(n, [])
+        if len(stack) >= self.most.get(n, 0) or self.held + n > self.limit:
+            return
+        stack.append(root)
+        self.held += n
+
+    def end_run(self) -> None:
+        """Count a run; every :data:`IDLE_RUNS` runs, drop the buffers of byte sizes no run
+        asked for since the last such check (and recount the bytes held)."""
+        self.runs += 1
+        self.asked = {}
+        if self.runs % IDLE_RUNS:
+            return
+        oldest = self.runs - IDLE_RUNS
+        for n in list(self.last_asked):
+            if self.last_asked.get(n, -1) < oldest:
+                self.free.pop(n, None)
+                self.last_asked.pop(n, None)
+                self.most.pop(n, None)
+        self.held = sum(n * len(s) for n, s in list(self.free.items()))
+
+    def stats(self) -> dict[str, int]:
+        """Buffers reused and allocated so far, and the buffers and bytes held now."""
+        return {
+            "reused": self.reused,
+            "allocated": self.allocated,
+            "pooled": sum(len(s) for s in list(self.free.values())),
+            "pooled_bytes": self.held,
+        }
+
+
+_local = threading.local()
+
+
+def current() -> Pool | None:
+    """The pool of the session running on this thread (None outside a session's run)."""
+    return getattr(_local, "pool", None)
+
+
+def activate(pool: Pool | None) -> Pool | None:
+    """Make ``pool`` this thread's current pool; returns the previous one for :func:`restore`."""
+    prev = getattr(_local, "pool", None)
+    _local.pool = pool
+    return prev
+
+
+def restore(prev: Pool | None) -> None:
+    _local.pool = prev
+
+
+def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """``np.empty(shape, dtype)`` for a node's output: from the running session's pool when
+    the array is large enough to be pooled (see the module docstring)."""
+    pool = getattr(_local, "pool", None)
+    if pool is None:
+        return _empty(shape, dtype)
+    dtype = np.dtype(dtype)
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    if n < MIN_BYTES:
+        return _empty(shape, dtype)
+    return pool.take(tuple(shape), dtype, n)
 
 
 class Slot:
-    """One reusable array of a fixed shape and dtype (see the module docstring)."""
+    """Where a fast path gets the output array of one fixed shape and dtype.
 
-    __slots__ = ("buf", "shape", "dtype", "reuse")
+    Inside a session's run (a pool is current when the slot is made) it draws from the pool.
+    Without one, or for ``scratch`` (an array the fast path uses and drops within the call,
+    which would leave the pool at every call), it keeps the array it returned last time and
+    hands it out again once nothing else refers to it (the reference count says so exactly;
+    a view holds its base)."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    __slots__ = ("buf", "shape", "dtype", "nbytes", "reuse", "pool")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, scratch: bool = False) -> None:
         self.buf: np.ndarray | None = None
-        self.shape = shape
+        self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
-        self.reuse = int(np.prod(shape)) * self.dtype.itemsize >= MIN_BYTES
+        self.nbytes = int(np.prod(shape)) * self.dtype.itemsize
+        self.reuse = self.nbytes >= MIN_BYTES
+        self.pool = current() if self.reuse and not scratch else None
 
     def get(self) -> np.ndarray:
         """An uninitialised array of the slot's shape and dtype that nobody else holds."""
+        pool = self.pool
+        if pool is not None:
+            return pool.take(self.shape, self.dtype, self.nbytes)
         b = self.buf
         # references: the slot, the local name b, getrefcount's argument
         if b is not None and _getrefcount(b) == 3:

@@ -104,12 +104,13 @@ class SessionOptions(_StrictFields):
     ``execution_mode`` (sequential only), ``enable_profiling``, ``profile_file_prefix``,
     ``log_severity_level``, ``log_verbosity_level``, ``logid``, ``use_deterministic_compute``,
     ``add_session_config_entry``/``get_session_config_entry``,
-    ``add_free_dimension_override_by_name``.
+    ``add_free_dimension_override_by_name``, and the memory switches (see
+    :mod:`onnxjit.buffers`): ``enable_mem_reuse`` (a node may write into the buffer of a value
+    that died before it) and ``enable_cpu_mem_arena`` (the session keeps dead buffers for
+    reuse; off, both are off), ``enable_mem_pattern`` (buffers also stay from one run to the
+    next, so a repeated input signature allocates nothing). All three default to on.
     """
 
-    enable_cpu_mem_arena = _NotImplementedField(True, "onnxjit has no memory arena")
-    enable_mem_pattern = _NotImplementedField(True, "onnxjit has no memory-pattern planner")
-    enable_mem_reuse = _NotImplementedField(True, "buffer reuse cannot be switched off")
     execution_order = _NotImplementedField(
         ExecutionOrder.DEFAULT, "nodes run in the graph's topological order"
     )
@@ -153,6 +154,9 @@ class SessionOptions(_StrictFields):
         self.log_verbosity_level = 0
         self.logid = ""
         self.use_deterministic_compute = False
+        self.enable_mem_reuse = True
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
         self._config: dict[str, str] = {}
         self.free_dimension_overrides: dict[str, int] = {}
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import ir
+from onnxjit import buffers, ir
 from onnxjit.errors import ExecutionError, OnnxJitError
 from onnxjit.registry import MISS, NodeContext, OpImpl, fast_path_of
 
@@ -36,6 +36,9 @@ class Step:
     variadic: bool
     n_fixed: int  # positional parameters before *args
     release: tuple[int, ...] = ()
+    # (argument position, times the value appears among the arguments) for each input read
+    # for the last time here: its buffer may go to the session's pool after the call.
+    recycle: tuple[tuple[int, int], ...] = ()
     # (name, slot) of values that this node's subgraphs read from the enclosing scopes.
     captures: tuple = ()
     # The op's fast-path preparer (registry.fast_path) and the fast path prepared for the
@@ -164,6 +167,10 @@ class Program:
                 per_step.setdefault(i, []).append(s)
         for i, step in enumerate(self.steps):
             step.release = tuple(per_step.get(i, ()))
+            slots = _padded_slots(step)
+            step.recycle = tuple(
+                (slots.index(s), slots.count(s)) for s in step.release if s in slots
+            )
 
     def run(
         self,
@@ -216,10 +223,16 @@ class Program:
                     step.release,
                     step.out_slots[0] if len(step.out_slots) == 1 else None,
                     bool(step.captures),
+                    step.recycle,
                 )
                 for step in self.steps
             ]
-        for step, fn, ctx, getter, kwargs, release, out1, captures in fast:
+        pool = buffers.current()
+        if pool is not None and not pool.most:
+            pool = None  # no node has asked the pool for a buffer: it would take none back
+        ndarray = np.ndarray
+        min_bytes = buffers.MIN_BYTES
+        for step, fn, ctx, getter, kwargs, release, out1, captures, recycle in fast:
             args = getter(env)
             if captures:
                 ctx = replace(ctx, outer={name: env[slot] for name, slot in step.captures})
@@ -241,7 +254,15 @@ class Program:
                 for slot, value in zip(step.out_slots, result):
                     if slot >= 0:
                         env[slot] = value
-            result = value = args = None
+            result = value = None
+            if recycle and pool is not None:
+                for pos, held in recycle:
+                    a = args[pos]
+                    # the cheap tests here: most released values are small
+                    if a.__class__ is ndarray and a.nbytes >= min_bytes:
+                        pool.give(a, held + 1)  # + the name a
+                a = None
+            args = None
 
     def _run_steps_traced(
         self,
@@ -250,6 +271,9 @@ class Program:
         profiler: Profiler | None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
+        pool = buffers.current()
+        if pool is not None and not pool.most:
+            pool = None  # see _run_steps
         for done, step in enumerate(self.steps, 1):
             args = tuple([env[s] if s >= 0 else None for s in _padded_slots(step)])
             t0 = time.perf_counter_ns() if profiler is not None else 0
@@ -292,6 +316,10 @@ class Program:
                     if slot >= 0:
                         env[slot] = value
             result = value = None  # hold no reference past the step (see the release above)
+            if pool is not None:
+                for pos, held in step.recycle:
+                    pool.give(args[pos], held)
+            args = None
             if progress is not None:
                 progress(done)
 

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import check, ir, jitstats, limits, passes, registry, types
+from onnxjit import buffers, check, ir, jitstats, limits, passes, registry, types
 from onnxjit import progress as progress_mod
 from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
@@ -164,6 +164,12 @@ class InferenceSession:
 
             write_optimized_model(self._model, self._options.optimized_model_filepath)
         self._program = Program(self._model.graph)
+        self._pool: buffers.Pool | None = None
+        if self._options.enable_mem_reuse and self._options.enable_cpu_mem_arena:
+            cap = self._limits.max_run_bytes or limits.physical_memory() // 2
+            self._pool = buffers.Pool(cap)
+        self._keep_buffers = bool(self._options.enable_mem_pattern)
+        self._last_outputs: list[Any] | None = None  # see _run_program
         graph = self._model.graph
         inits = set(graph.initializers)
         self._inputs = [v for v in graph.inputs if v.name not in inits]
@@ -259,11 +265,11 @@ class InferenceSession:
                 self._progress, len(self._program.steps), "onnxjit: compiling"
             )
         if profiler is None and bar is None:
-            outputs = self._program.run(feeds)
+            outputs = self._run_program(feeds, None, None)
         else:
             t0 = time.perf_counter_ns()
             try:
-                outputs = self._program.run(feeds, profiler=profiler, progress=bar)
+                outputs = self._run_program(feeds, profiler, bar)
             finally:
                 if bar is not None:
                     bar.close()
@@ -274,6 +280,34 @@ class InferenceSession:
         with self._lock:
             self._runs += 1
         return [outputs[i] for i in wanted]
+
+    def _run_program(self, feeds: list[Any], profiler: Profiler | None, bar: Any) -> list[Any]:
+        """The program's outputs for ``feeds``, with this session's buffer pool current.
+
+        The outputs of the previous run go back to the pool first, those the caller has
+        dropped (:meth:`buffers.Pool.give` checks); this run's are remembered in a list of
+        their own, so that while the caller, or the comprehension in :meth:`run`, still holds
+        one, its count stays above what ``give`` accepts."""
+        pool = self._pool
+        if pool is None:
+            return self._program.run(feeds, profiler=profiler, progress=bar)
+        last, self._last_outputs = self._last_outputs, None
+        if last and pool.most:
+            for value in last:
+                pool.give(value, 2)  # the list and the loop variable
+            value = last = None
+        prev = buffers.activate(pool)
+        try:
+            outputs = self._program.run(feeds, profiler=profiler, progress=bar)
+        finally:
+            buffers.restore(prev)
+        if self._keep_buffers:
+            self._last_outputs = list(outputs)
+            pool.end_run()
+        else:
+            pool.free.clear()
+            pool.held = 0
+        return outputs
 
     def _validate_feed(self, input_feed: Mapping[str, Any]) -> tuple[list[Any], bool]:
         """The positional inputs for ``input_feed`` after every check (see :meth:`run`), and
@@ -394,7 +428,11 @@ class InferenceSession:
           ``signature``, ``origin`` ("compiled" or "loaded"), ``seconds``, ``node`` (the
           node whose first run needed it, None for session set-up such as constant folding)
           and ``calls`` (runs of that node since, None for set-up);
-        - ``cache_dir``: the folder kernels are cached in for this process.
+        - ``cache_dir``: the folder kernels are cached in for this process;
+        - ``buffers``: the intermediate-buffer pool (:mod:`onnxjit.buffers`): ``reused``
+          (outputs written into the buffer of a dead value), ``allocated`` (outputs of 64 KiB
+          or more that needed a new buffer), ``pooled`` / ``pooled_bytes`` (dead buffers held
+          now); None when ``enable_mem_reuse`` or ``enable_cpu_mem_arena`` is off.
         """
         from onnxjit import jitcache
         from onnxjit.config import SETTINGS
@@ -408,6 +446,7 @@ class InferenceSession:
         }
         out.update(jitstats.summarize(list(self._kernel_records)))
         out["cache_dir"] = str(jitcache.cache_folder(SETTINGS.cache_dir))
+        out["buffers"] = self._pool.stats() if self._pool is not None else None
         return out
 
     def warmup(

@@ -435,9 +435,6 @@ def test_implemented_session_options():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("enable_cpu_mem_arena", False),
-        ("enable_mem_pattern", False),
-        ("enable_mem_reuse", False),
         ("execution_order", 1),
         ("use_per_session_threads", False),
         ("execution_mode", onnxjit.ExecutionMode.ORT_PARALLEL),

@@ -240,7 +240,7 @@ def _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, cdt, scale, fill,
         kernel = pool.bind(ksdpa.heads_par, sample_args, threads.current())
 
     y_slot = Slot(y_shape, cdt)
-    s_slot = Slot((nb * nh * sq, sk), cdt)
+    s_slot = Slot((nb * nh * sq, sk), cdt, scratch=True)
 
     def run(qf, kf, vf, mask, cond):
         y = y_slot.get()

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit import buffers
 from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
@@ -117,7 +118,7 @@ def fused_gemm(
         a2 = ac.reshape(-1, ac.shape[-1])
     if a2.shape[1] != K:
         raise ctx.error(f"inner dimensions differ: A {a.shape} and the weight ({K}, {N})")
-    y = np.empty((a2.shape[0], N), cd)
+    y = buffers.empty((a2.shape[0], N), cd)
     if y.size:
         code, p0, p1 = activation_args(ctx, activation, activation_params, cd)
         ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL, act=code, p0=p0, p1=p1)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from onnxjit import pool, threads
+from onnxjit import buffers, pool, threads
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
 
@@ -278,7 +278,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     :func:`matmul_into` where it can take them."""
     if a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype and a.dtype in _BLAS_TYPES:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        out = np.empty((*lead, a.shape[-2], b.shape[-1]), a.dtype)
+        out = buffers.empty((*lead, a.shape[-2], b.shape[-1]), a.dtype)
         matmul_into(a, b, out)
         return out
     return np.matmul(a, b)

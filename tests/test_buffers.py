@@ -1,0 +1,250 @@
+"""The intermediate-buffer pool (onnxjit.buffers): dead buffers are reused, live ones never.
+
+Oracles: numpy computing the same chain directly (float64 products, compared with a float32
+tolerance), and the reference counts of arrays the test itself holds."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+from onnxjit import buffers
+
+N = 256  # 256 x 256 float32: 256 KiB per value, above buffers.MIN_BYTES
+LAYERS = 10
+
+
+def _weights(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((N, N)) / np.sqrt(N)).astype(np.float32) for _ in range(LAYERS)]
+
+
+def _chain_model(ws: list[np.ndarray]) -> bytes:
+    """x -> (MatMul W_i -> Tanh) x LAYERS -> y, plus ``early``: a Reshape (a view) of the first
+    product, which later nodes also read."""
+    nodes, inits = [], []
+    prev = "x"
+    for i, w in enumerate(ws):
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"t{i}"]))
+        prev = f"t{i}"
+    inits.append(numpy_helper.from_array(np.array([N * N], np.int64), "flat"))
+    nodes.append(helper.make_node("Reshape", ["m0", "flat"], ["early"]))
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", f, [N, N])],
+        [
+            helper.make_tensor_value_info("y", f, [N, N]),
+            helper.make_tensor_value_info("early", f, [N * N]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+def _oracle(ws: list[np.ndarray], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    h = x.astype(np.float64)
+    early = None
+    for w in ws:
+        m = h @ w.astype(np.float64)
+        if early is None:
+            early = m.reshape(-1)
+        h = np.tanh(m)
+    return h, early
+
+
+def _check(got: list[np.ndarray], want: tuple[np.ndarray, np.ndarray]) -> None:
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+
+
+def _session(**options: bool) -> tuple[onnxjit.InferenceSession, list[np.ndarray]]:
+    ws = _weights()
+    so = onnxjit.SessionOptions()
+    for k, v in options.items():
+        setattr(so, k, v)
+    return onnxjit.InferenceSession(_chain_model(ws), so), ws
+
+
+def test_dead_buffers_are_reused_and_a_repeated_signature_allocates_nothing():
+    sess, ws = _session()
+    rng = np.random.default_rng(1)
+    allocated = []
+    for _ in range(5):
+        x = rng.standard_normal((N, N)).astype(np.float32)
+        _check(sess.run(None, {"x": x}), _oracle(ws, x))
+        allocated.append(sess.stats()["buffers"]["allocated"])
+    stats = sess.stats()["buffers"]
+    # MatMul + Tanh become one node per layer (the first Tanh stays apart: Reshape reads the
+    # product): LAYERS + 1 outputs of 256 KiB per run, written into dead values' buffers from
+    # the second run on (the first run sets the sizes the pool keeps)
+    assert stats["reused"] >= 4 * LAYERS, stats
+    # after the first run the same buffers come back every time
+    assert allocated[1] == allocated[-1], allocated
+    # the pool holds a few buffers, not one per value
+    assert stats["pooled_bytes"] <= 4 * N * N * 4, stats
+
+
+def test_outputs_the_caller_keeps_are_never_written_again():
+    sess, ws = _session()
+    rng = np.random.default_rng(2)
+    kept = []
+    for _ in range(4):
+        x = rng.standard_normal((N, N)).astype(np.float32)
+        got = sess.run(None, {"x": x})
+        kept.append((got, [g.copy() for g in got], x))
+    for got, copies, x in kept:
+        for g, c in zip(got, copies):
+            np.testing.assert_array_equal(g, c)  # untouched by the later runs
+        _check(got, _oracle(ws, x))
+    bases = {id(g.base if g.base is not None else g) for got, _, _ in kept for g in got}
+    assert len(bases) == 8  # no two outputs share memory
+
+
+def test_a_value_viewed_by_a_live_value_is_not_reused():
+    """``early`` views the first product, which Tanh reads and then releases: its buffer
+    must stay out of the pool while the view lives (the caller holds it after the run)."""
+    sess, ws = _session()
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((N, N)).astype(np.float32) for _ in range(3)]
+    early = [sess.run(["early"], {"x": x})[0] for x in xs]
+    for e, x in zip(early, xs):
+        np.testing.assert_allclose(e, _oracle(ws, x)[1], rtol=2e-4, atol=2e-5)
+
+
+def test_concurrent_runs_never_share_a_buffer():
+    sess, ws = _session()
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((N, N)).astype(np.float32) for _ in range(8)]
+    want = [_oracle(ws, x) for x in xs]
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for i in range(12):
+                j = (k + i) % len(xs)
+                _check(sess.run(None, {"x": xs[j]}), want[j])
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert sess.stats()["buffers"]["reused"] > 0
+
+
+@pytest.mark.parametrize("option", ["enable_mem_reuse", "enable_cpu_mem_arena"])
+def test_switching_reuse_off(option):
+    sess, ws = _session(**{option: False})
+    x = np.random.default_rng(5).standard_normal((N, N)).astype(np.float32)
+    for _ in range(2):
+        _check(sess.run(None, {"x": x}), _oracle(ws, x))
+    assert sess.stats()["buffers"] is None
+
+
+def test_without_mem_pattern_nothing_is_kept_between_runs():
+    sess, ws = _session(enable_mem_pattern=False)
+    x = np.random.default_rng(6).standard_normal((N, N)).astype(np.float32)
+    for _ in range(3):
+        _check(sess.run(None, {"x": x}), _oracle(ws, x))
+    stats = sess.stats()["buffers"]
+    assert stats["pooled"] == 0 and stats["reused"] > 0
+
+
+def _held_bytes(**options: bool) -> int:
+    """Bytes NumPy holds for the session after three more runs, less what it held after its
+    first run (weights, packed weights, compiled-kernel state)."""
+    sess, _ = _session(**options)
+    x = np.random.default_rng(7).standard_normal((N, N)).astype(np.float32)
+    sess.run(None, {"x": x})
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(3):
+            sess.run(None, {"x": x})
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_pool_holds_less_than_one_buffer_per_value():
+    """Without the pool each fast path keeps its own output buffer (LAYERS + 1 of them);
+    with it the session keeps the few that one run needs at once."""
+    value = N * N * 4
+    pooled = _held_bytes()
+    unpooled = _held_bytes(enable_mem_reuse=False)
+    assert unpooled >= (LAYERS - 2) * value, unpooled
+    assert pooled <= 3 * value, pooled
+
+
+# -- the pool itself ---------------------------------------------------------------------
+
+
+def _asked(pool: buffers.Pool, shape: tuple[int, ...], dtype: type, times: int) -> list:
+    return [pool.take(shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
+            for _ in range(times)]  # fmt: skip
+
+
+def test_give_takes_only_unreferenced_arrays():
+    pool = buffers.Pool(1 << 30)
+    a, b = _asked(pool, (128, 256), np.float32, 2)
+    keep = a  # a second name: the pool must not take it
+    pool.give(a, 1)
+    assert pool.stats()["pooled"] == 0
+    del keep
+    view = b[:3]
+    pool.give(b, 1)  # its memory is still reachable through the view
+    assert pool.stats()["pooled"] == 0
+    pool.give(a, 1)
+    assert pool.stats()["pooled"] == 1
+    again = _asked(pool, (256, 128), np.float32, 1)[0]  # same bytes, other shape
+    assert np.shares_memory(again, a) and again.shape == (256, 128)
+    assert not np.shares_memory(again, view)
+
+
+def test_pool_keeps_no_more_of_a_size_than_a_run_asked_for():
+    pool = buffers.Pool(1 << 30)
+    a = _asked(pool, (128, 256), np.float32, 1)[0]
+    extra = [np.empty((128, 256), np.float32) for _ in range(3)]
+    for arr in extra:
+        pool.give(arr, 1)
+    pool.give(a, 1)
+    assert pool.stats()["pooled"] == 1  # one take per run so far
+    small = np.empty(16, np.float32)
+    _asked(pool, (16,), np.float32, 1)
+    pool.give(small, 1)
+    assert pool.stats()["pooled"] == 1  # small arrays are left to NumPy
+
+
+def test_pool_drops_sizes_no_run_asks_for():
+    pool = buffers.Pool(1 << 30)
+    a = _asked(pool, (128, 256), np.float32, 1)[0]
+    pool.give(a, 1)
+    del a
+    for _ in range(2 * buffers.IDLE_RUNS):
+        pool.end_run()
+    assert pool.stats()["pooled"] == 0 and pool.stats()["pooled_bytes"] == 0
+
+
+def test_pool_respects_its_byte_limit():
+    pool = buffers.Pool(200 << 10)
+    a, b = _asked(pool, (128, 256), np.float32, 2)  # 128 KiB each
+    pool.give(a, 1)
+    pool.give(b, 1)
+    assert pool.stats()["pooled"] == 1
