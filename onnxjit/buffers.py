@@ -47,22 +47,29 @@ MIN_BYTES = 64 << 10
 IDLE_RUNS = 8
 
 
+class _Size:
+    """The pool's record of one byte size."""
+
+    __slots__ = ("stack", "run", "asked", "most")
+
+    def __init__(self, run: int) -> None:
+        self.stack: list[np.ndarray] = []  # free buffers of this size
+        self.run = run  # the last run that asked for one
+        self.asked = 0  # buffers asked for in that run
+        self.most = 0  # the most any run asked for
+
+
 class Pool:
     """Dead buffers of one session, by byte size (see the module docstring).
 
-    ``limit`` caps the bytes the pool holds (a buffer that would exceed it is left to be
-    freed). Thread-safe: list pops and appends are atomic, and a buffer is only given once
-    the reference counts prove no thread can reach it.
+    The pool keeps no more buffers of a size than one run asked for (a node whose output is
+    not drawn from the pool, a NumPy or Numba allocation, would otherwise add one every run),
+    and at most ``limit`` bytes in all. Thread-safe: list pops and appends are atomic, and a
+    buffer is only taken in once the reference counts prove no thread can reach it.
     """
 
     def __init__(self, limit: int) -> None:
-        self.free: dict[int, list[np.ndarray]] = {}
-        self.last_asked: dict[int, int] = {}  # byte size -> run number of its last take
-        # byte size -> buffers of that size taken in this run, and the most any run took:
-        # the pool keeps no more of a size than one run asked for (a node whose output is
-        # not from the pool, a NumPy or Numba allocation, gives one more back every run).
-        self.asked: dict[int, int] = {}
-        self.most: dict[int, int] = {}
+        self.sizes: dict[int, _Size] = {}
         self.runs = 0
         self.limit = limit
         self.held = 0  # bytes in the pool (approximate under concurrent runs; see end_run)
@@ -72,15 +79,18 @@ class Pool:
     def take(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> np.ndarray:
         """An uninitialised C-contiguous array of ``shape`` and ``dtype`` (``nbytes`` bytes),
         pooled when one of that size is free, else new."""
-        self.last_asked[nbytes] = self.runs
-        k = self.asked.get(nbytes, 0) + 1
-        self.asked[nbytes] = k
-        if k > self.most.get(nbytes, 0):
-            self.most[nbytes] = k
-        stack = self.free.get(nbytes)
-        if stack:
+        z = self.sizes.get(nbytes)
+        if z is None:
+            z = self.sizes.setdefault(nbytes, _Size(self.runs))
+        if z.run != self.runs:
+            z.run = self.runs
+            z.asked = 0
+        z.asked += 1
+        if z.asked > z.most:
+            z.most = z.asked
+        if z.stack:
             try:
-                root = stack.pop()
+                root = z.stack.pop()
             except IndexError:  # another thread took the last one
                 root = None
             if root is not None:
@@ -104,44 +114,43 @@ class Pool:
         root = a.base
         if root is None:
             root = a
-            n = a.nbytes
-        else:
-            # a view (numpy points .base at the array that owns the memory): the root may be
-            # pooled when only this view holds it (a.base, the name root, getrefcount's argument)
-            if type(root) is not _ndarray or root.base is not None or _getrefcount(root) > 3:
-                return
-            n = root.nbytes
-        if n < MIN_BYTES or not root.flags.carray or not root.flags.owndata:
+        # a view (numpy points .base at the array that owns the memory): the root may be
+        # taken when only this view holds it (a.base, the name root, getrefcount's argument)
+        elif type(root) is not _ndarray or root.base is not None or _getrefcount(root) > 3:
             return
-        stack = self.free.get(n)
-        if stack is None:
-            stack = self.free.setdefault(n, [])
-        if len(stack) >= self.most.get(n, 0) or self.held + n > self.limit:
+        n = root.nbytes
+        z = self.sizes.get(n)
+        if z is None or len(z.stack) >= z.most or self.held + n > self.limit:
             return
-        stack.append(root)
+        if not root.flags.carray or not root.flags.owndata:
+            return
+        z.stack.append(root)
         self.held += n
 
     def end_run(self) -> None:
-        """Count a run; every :data:`IDLE_RUNS` runs, drop the buffers of byte sizes no run
-        asked for since the last such check (and recount the bytes held)."""
+        """Count a run; every :data:`IDLE_RUNS` runs, forget the byte sizes no run asked for
+        since the last such check (their buffers are freed) and recount the bytes held."""
         self.runs += 1
-        self.asked = {}
         if self.runs % IDLE_RUNS:
             return
         oldest = self.runs - IDLE_RUNS
-        for n in list(self.last_asked):
-            if self.last_asked.get(n, -1) < oldest:
-                self.free.pop(n, None)
-                self.last_asked.pop(n, None)
-                self.most.pop(n, None)
-        self.held = sum(n * len(s) for n, s in list(self.free.items()))
+        for n, z in list(self.sizes.items()):
+            if z.run < oldest:
+                self.sizes.pop(n, None)
+        self.held = sum(n * len(z.stack) for n, z in list(self.sizes.items()))
+
+    def clear(self) -> None:
+        """Free every pooled buffer (the sizes asked for are remembered)."""
+        for z in list(self.sizes.values()):
+            z.stack.clear()
+        self.held = 0
 
     def stats(self) -> dict[str, int]:
         """Buffers reused and allocated so far, and the buffers and bytes held now."""
         return {
             "reused": self.reused,
             "allocated": self.allocated,
-            "pooled": sum(len(s) for s in list(self.free.values())),
+            "pooled": sum(len(z.stack) for z in list(self.sizes.values())),
             "pooled_bytes": self.held,
         }
 

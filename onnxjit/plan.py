@@ -165,11 +165,15 @@ class Program:
         for s, i in last_use.items():
             if s not in keep:
                 per_step.setdefault(i, []).append(s)
+        # the caller's feeds (a graph input) stay referenced by the caller through the run
+        fed = set(self.input_slots)
         for i, step in enumerate(self.steps):
             step.release = tuple(per_step.get(i, ()))
             slots = _padded_slots(step)
             step.recycle = tuple(
-                (slots.index(s), slots.count(s)) for s in step.release if s in slots
+                (slots.index(s), slots.count(s))
+                for s in step.release
+                if s in slots and s not in fed
             )
 
     def run(
@@ -228,7 +232,7 @@ class Program:
                 for step in self.steps
             ]
         pool = buffers.current()
-        if pool is not None and not pool.most:
+        if pool is not None and not pool.sizes:
             pool = None  # no node has asked the pool for a buffer: it would take none back
         ndarray = np.ndarray
         min_bytes = buffers.MIN_BYTES
@@ -272,7 +276,7 @@ class Program:
         progress: Callable[[int], None] | None = None,
     ) -> None:
         pool = buffers.current()
-        if pool is not None and not pool.most:
+        if pool is not None and not pool.sizes:
             pool = None  # see _run_steps
         for done, step in enumerate(self.steps, 1):
             args = tuple([env[s] if s >= 0 else None for s in _padded_slots(step)])

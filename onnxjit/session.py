@@ -265,11 +265,11 @@ class InferenceSession:
                 self._progress, len(self._program.steps), "onnxjit: compiling"
             )
         if profiler is None and bar is None:
-            outputs = self._run_program(feeds, None, None)
+            outputs = self._run_program(feeds, first, None, None)
         else:
             t0 = time.perf_counter_ns()
             try:
-                outputs = self._run_program(feeds, profiler, bar)
+                outputs = self._run_program(feeds, first, profiler, bar)
             finally:
                 if bar is not None:
                     bar.close()
@@ -281,18 +281,22 @@ class InferenceSession:
             self._runs += 1
         return [outputs[i] for i in wanted]
 
-    def _run_program(self, feeds: list[Any], profiler: Profiler | None, bar: Any) -> list[Any]:
+    def _run_program(
+        self, feeds: list[Any], first: bool, profiler: Profiler | None, bar: Any
+    ) -> list[Any]:
         """The program's outputs for ``feeds``, with this session's buffer pool current.
 
         The outputs of the previous run go back to the pool first, those the caller has
         dropped (:meth:`buffers.Pool.give` checks); this run's are remembered in a list of
         their own, so that while the caller, or the comprehension in :meth:`run`, still holds
-        one, its count stays above what ``give`` accepts."""
+        one, its count stays above what ``give`` accepts. A model that has never asked the
+        pool for a buffer (every value under 64 KiB) skips all of it, unless ``first`` (a new
+        input signature, which may have larger values)."""
         pool = self._pool
-        if pool is None:
+        if pool is None or not (pool.sizes or first):
             return self._program.run(feeds, profiler=profiler, progress=bar)
         last, self._last_outputs = self._last_outputs, None
-        if last and pool.most:
+        if last:
             for value in last:
                 pool.give(value, 2)  # the list and the loop variable
             value = last = None
@@ -305,8 +309,7 @@ class InferenceSession:
             self._last_outputs = list(outputs)
             pool.end_run()
         else:
-            pool.free.clear()
-            pool.held = 0
+            pool.clear()
         return outputs
 
     def _validate_feed(self, input_feed: Mapping[str, Any]) -> tuple[list[Any], bool]:
