@@ -128,11 +128,14 @@ class Pool:
         self.held += n
 
     def end_run(self) -> None:
-        """Count a run; every :data:`IDLE_RUNS` runs, forget the byte sizes no run asked for
-        since the last such check (their buffers are freed) and recount the bytes held."""
+        """Count a run; every :data:`IDLE_RUNS` runs, :meth:`forget_idle`."""
         self.runs += 1
-        if self.runs % IDLE_RUNS:
-            return
+        if not self.runs % IDLE_RUNS:
+            self.forget_idle()
+
+    def forget_idle(self) -> None:
+        """Forget the byte sizes no run asked for in the last :data:`IDLE_RUNS` runs (their
+        buffers are freed) and recount the bytes held."""
         oldest = self.runs - IDLE_RUNS
         for n, z in list(self.sizes.items()):
             if z.run < oldest:
@@ -155,29 +158,30 @@ class Pool:
         }
 
 
-_local = threading.local()
+# Per thread: ``pool``, the pool of the session whose run is on this thread.
+LOCAL = threading.local()
 
 
 def current() -> Pool | None:
     """The pool of the session running on this thread (None outside a session's run)."""
-    return getattr(_local, "pool", None)
+    return getattr(LOCAL, "pool", None)
 
 
 def activate(pool: Pool | None) -> Pool | None:
     """Make ``pool`` this thread's current pool; returns the previous one for :func:`restore`."""
-    prev = getattr(_local, "pool", None)
-    _local.pool = pool
+    prev = getattr(LOCAL, "pool", None)
+    LOCAL.pool = pool
     return prev
 
 
 def restore(prev: Pool | None) -> None:
-    _local.pool = prev
+    LOCAL.pool = prev
 
 
 def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """``np.empty(shape, dtype)`` for a node's output: from the running session's pool when
     the array is large enough to be pooled (see the module docstring)."""
-    pool = getattr(_local, "pool", None)
+    pool = getattr(LOCAL, "pool", None)
     if pool is None:
         return _empty(shape, dtype)
     dtype = np.dtype(dtype)

@@ -41,6 +41,8 @@ class Step:
     recycle: tuple[tuple[int, int], ...] = ()
     # (name, slot) of values that this node's subgraphs read from the enclosing scopes.
     captures: tuple = ()
+    # True when an output of this step is an output of the graph (see _call_impl).
+    makes_output: bool = False
     # The op's fast-path preparer (registry.fast_path) and the fast path prepared for the
     # arguments of the last run (None until then, or when the op has none for them).
     prepare: Callable[..., Any] | None = None
@@ -106,6 +108,9 @@ class Program:
                 self.outer_slots.setdefault(name, self._slot(name))
         self.output_slots = [self.slots[n] for n in self.output_names]
         self._compute_releases()
+        outs = set(self.output_slots)
+        for step in self.steps:
+            step.makes_output = any(s in outs for s in step.out_slots)
         self._fast: list[tuple] | None = None  # built by the first _run_steps
         self._env_template: list[Any] | None = None  # built by the first run
         self.n_slots = len(self.slots)
@@ -231,7 +236,7 @@ class Program:
                 )
                 for step in self.steps
             ]
-        pool = buffers.current()
+        pool = getattr(buffers.LOCAL, "pool", None)  # buffers.current(), inline
         if pool is not None and not pool.sizes:
             pool = None  # no node has asked the pool for a buffer: it would take none back
         ndarray = np.ndarray
@@ -349,10 +354,21 @@ def _call_impl(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs
     prepare = step.prepare
     if prepare is not None:
         step.fast = None
+        # A fast path whose output leaves the graph keeps its own output buffer (a Slot made
+        # with no pool current, reused once the caller drops it) rather than drawing from the
+        # pool: the same reuse from run to run without the pool's bookkeeping, which cost a
+        # one-node model 1-2 us per run (its records are out of cache by then).
+        local = buffers.LOCAL
+        pool = getattr(local, "pool", None) if step.makes_output else None
+        if pool is not None:
+            local.pool = None
         try:
             step.fast = prepare(ctx, args, kwargs, result)
         except Exception:  # a fast path is an optimisation: without one the node still runs
             log.debug("no fast path for %s", step.node.describe(), exc_info=True)
+        finally:
+            if pool is not None:
+                local.pool = pool
     return result
 
 

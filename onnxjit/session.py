@@ -300,14 +300,18 @@ class InferenceSession:
             for value in last:
                 pool.give(value, 2)  # the list and the loop variable
             value = last = None
-        prev = buffers.activate(pool)
+        local = buffers.LOCAL  # buffers.activate / restore, inline: this is per run
+        prev = getattr(local, "pool", None)
+        local.pool = pool
         try:
             outputs = self._program.run(feeds, profiler=profiler, progress=bar)
         finally:
-            buffers.restore(prev)
+            local.pool = prev
         if self._keep_buffers:
             self._last_outputs = list(outputs)
-            pool.end_run()
+            pool.runs += 1
+            if not pool.runs % buffers.IDLE_RUNS:
+                pool.forget_idle()
         else:
             pool.clear()
         return outputs
