@@ -2,14 +2,17 @@
 
 A :class:`Program` is built once per graph (main graph or subgraph) after the registry has bound
 each node to its implementation. Values live in a list indexed by slot; initializers are placed
-in their slots once; a value is released after its last use so memory stays bounded. Each
-distinct input shape signature is recorded with the shapes of every value it produced, which is
-what ``InferenceSession.stats()`` and later plan-level optimisations read.
+in their slots once; a value is released after its last use so memory stays bounded, and its
+buffer goes to the session's pool (:mod:`onnxjit.buffers`) when nothing else holds it. The first
+run of each input signature records the element type and shape of every value
+(:meth:`Program.run`'s ``record``, :func:`plan_summary`), which ``InferenceSession.stats()``
+reports.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import time
 from collections.abc import Callable, Sequence
@@ -187,10 +190,13 @@ class Program:
         outer: dict[str, Any] | None = None,
         profiler: Profiler | None = None,
         progress: Callable[[int], None] | None = None,
+        record: dict[str, tuple[str, tuple[int, ...]]] | None = None,
     ) -> list[Any]:
         """Run the graph on positional ``inputs`` (graph input order); return its outputs.
 
-        ``progress``, when given, is called with the number of steps done after each step."""
+        ``progress``, when given, is called with the number of steps done after each step.
+        ``record``, when given, receives ``name -> (dtype string, shape)`` for every tensor
+        value the run produced (not initializers, nor values of subgraphs)."""
         self.runs += 1
         template = self._env_template
         if template is None:
@@ -206,10 +212,10 @@ class Program:
             for name, slot in self.outer_slots.items():
                 if name in outer:
                     env[slot] = outer[name]
-        if profiler is None and not outer and progress is None:
+        if profiler is None and not outer and progress is None and record is None:
             self._run_steps(env)
         else:
-            self._run_steps_traced(env, outer, profiler, progress)
+            self._run_steps_traced(env, outer, profiler, progress, record)
         outputs = [env[s] for s in self.output_slots]
         if self.const_roots:
             for i, v in enumerate(outputs):
@@ -279,7 +285,11 @@ class Program:
         outer: dict[str, Any] | None,
         profiler: Profiler | None,
         progress: Callable[[int], None] | None = None,
+        record: dict[str, tuple[str, tuple[int, ...]]] | None = None,
     ) -> None:
+        if record is not None:
+            for v, slot in zip(self.graph.inputs, self.input_slots):
+                _record(record, v.name, env[slot])
         pool = buffers.current()
         if pool is not None and not pool.sizes:
             pool = None  # see _run_steps
@@ -324,6 +334,10 @@ class Program:
                 for slot, value in zip(step.out_slots, result):
                     if slot >= 0:
                         env[slot] = value
+            if record is not None:
+                for name, slot in zip(step.node.outputs, step.out_slots):
+                    if slot >= 0:
+                        _record(record, name, env[slot])
             result = value = None  # hold no reference past the step (see the release above)
             if pool is not None:
                 for pos, held in step.recycle:
@@ -393,6 +407,41 @@ def _arg_getter(slots: tuple[int, ...]) -> Callable[[list[Any]], Sequence[Any]]:
         (only,) = slots
         return lambda env: (env[only],)
     return operator.itemgetter(*slots)
+
+
+def _record(record: dict[str, tuple[str, tuple[int, ...]]], name: str, value: Any) -> None:
+    if isinstance(value, np.ndarray):
+        record[name] = (value.dtype.str, value.shape)
+
+
+def plan_summary(program: Program, record: dict[str, tuple[str, tuple[int, ...]]]) -> dict:
+    """What one input signature's run needs: ``values`` (tensors produced by nodes),
+    ``value_bytes`` (their total size) and ``peak_live_bytes`` (the most that are alive at
+    once: a value lives from the step that makes it to the last step that reads it, graph
+    outputs to the end), with ``shapes``: name -> ``[dtype string, shape]`` for every
+    recorded value, graph inputs included."""
+    nbytes: dict[int, int] = {}
+    for name, (dt, shape) in record.items():
+        slot = program.slots.get(name)
+        if slot is not None:
+            nbytes[slot] = int(np.dtype(dt).itemsize * math.prod(shape))
+    live: dict[int, int] = {}
+    total = peak = made = 0
+    for step in program.steps:
+        for s in step.out_slots:
+            if s >= 0 and s in nbytes:
+                live[s] = nbytes[s]
+                made += 1
+                total += nbytes[s]
+        peak = max(peak, sum(live.values()))
+        for s in step.release:
+            live.pop(s, None)
+    return {
+        "values": made,
+        "value_bytes": total,
+        "peak_live_bytes": peak,
+        "shapes": {k: [dt, list(shape)] for k, (dt, shape) in record.items()},
+    }
 
 
 def _root(a: np.ndarray) -> object:

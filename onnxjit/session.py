@@ -25,7 +25,7 @@ from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
 from onnxjit.options import RunOptions, SessionOptions
-from onnxjit.plan import Profiler, Program
+from onnxjit.plan import Profiler, Program, plan_summary
 
 log = logging.getLogger("onnxjit")
 
@@ -34,6 +34,10 @@ CPU_PROVIDER = "CPUExecutionProvider"
 # is read from (the base_dir argument does the same).
 EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 _KNOWN_PROVIDERS = (CPU_PROVIDER, "CUDAExecutionProvider")
+
+
+# Signatures whose plan summary stats() keeps (dynamic shapes would grow the list forever).
+_MAX_PLANS = 64
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,8 @@ class InferenceSession:
         self._all_outputs = list(range(len(self._outputs)))
         self._threads_setting = int(self._options.intra_op_num_threads or 0)
         self._signatures: set[tuple] = set()  # input dtypes and shapes seen by run()
+        # plan_summary of the first run of each signature, the latest _MAX_PLANS kept
+        self._plans: list[dict[str, Any]] = []
         self._progress = progress_mod.mode(self._options._config.get("onnxjit.progress"))
 
     # -- metadata ----------------------------------------------------------------------------
@@ -264,15 +270,20 @@ class InferenceSession:
             bar = progress_mod.for_first_run(
                 self._progress, len(self._program.steps), "onnxjit: compiling"
             )
-        if profiler is None and bar is None:
-            outputs = self._run_program(feeds, first, None, None)
+        record = {} if first else None
+        if profiler is None and bar is None and record is None:
+            outputs = self._run_program(feeds, first, None, None, None)
         else:
             t0 = time.perf_counter_ns()
             try:
-                outputs = self._run_program(feeds, first, profiler, bar)
+                outputs = self._run_program(feeds, first, profiler, bar, record)
             finally:
                 if bar is not None:
                     bar.close()
+            if record is not None:
+                with self._lock:
+                    self._plans.append(plan_summary(self._program, record))
+                    del self._plans[:-_MAX_PLANS]
             if profiler is not None:
                 profiler.events.append(
                     _session_event("model_run", profiler, t0, time.perf_counter_ns())
@@ -282,7 +293,12 @@ class InferenceSession:
         return [outputs[i] for i in wanted]
 
     def _run_program(
-        self, feeds: list[Any], first: bool, profiler: Profiler | None, bar: Any
+        self,
+        feeds: list[Any],
+        first: bool,
+        profiler: Profiler | None,
+        bar: Any,
+        record: dict[str, Any] | None,
     ) -> list[Any]:
         """The program's outputs for ``feeds``, with this session's buffer pool current.
 
@@ -294,7 +310,7 @@ class InferenceSession:
         input signature, which may have larger values)."""
         pool = self._pool
         if pool is None or not (pool.sizes or first):
-            return self._program.run(feeds, profiler=profiler, progress=bar)
+            return self._program.run(feeds, profiler=profiler, progress=bar, record=record)
         last, self._last_outputs = self._last_outputs, None
         if last:
             for value in last:
@@ -304,7 +320,7 @@ class InferenceSession:
         prev = getattr(local, "pool", None)
         local.pool = pool
         try:
-            outputs = self._program.run(feeds, profiler=profiler, progress=bar)
+            outputs = self._program.run(feeds, profiler=profiler, progress=bar, record=record)
         finally:
             local.pool = prev
         if self._keep_buffers:
@@ -436,6 +452,10 @@ class InferenceSession:
           node whose first run needed it, None for session set-up such as constant folding)
           and ``calls`` (runs of that node since, None for set-up);
         - ``cache_dir``: the folder kernels are cached in for this process;
+        - ``plans``: one entry per input signature (its first run; the latest 64): ``values``
+          (tensors the nodes produced), ``value_bytes`` (their total), ``peak_live_bytes``
+          (the most alive at once, by last use), ``shapes`` (name -> ``[dtype, shape]`` for
+          the graph inputs and every value);
         - ``buffers``: the intermediate-buffer pool (:mod:`onnxjit.buffers`): ``reused``
           (outputs written into the buffer of a dead value), ``allocated`` (outputs of 64 KiB
           or more that needed a new buffer), ``pooled`` / ``pooled_bytes`` (dead buffers held
@@ -453,6 +473,8 @@ class InferenceSession:
         }
         out.update(jitstats.summarize(list(self._kernel_records)))
         out["cache_dir"] = str(jitcache.cache_folder(SETTINGS.cache_dir))
+        with self._lock:
+            out["plans"] = [dict(p) for p in self._plans]
         out["buffers"] = self._pool.stats() if self._pool is not None else None
         return out
 

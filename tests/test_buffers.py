@@ -25,7 +25,7 @@ def _weights(seed: int = 0) -> list[np.ndarray]:
     return [(rng.standard_normal((N, N)) / np.sqrt(N)).astype(np.float32) for _ in range(LAYERS)]
 
 
-def _chain_model(ws: list[np.ndarray]) -> bytes:
+def _chain_model(ws: list[np.ndarray], rows: str | int = N) -> bytes:
     """x -> (MatMul W_i -> Tanh) x LAYERS -> y, plus ``early``: a Reshape (a view) of the first
     product, which later nodes also read."""
     nodes, inits = [], []
@@ -35,17 +35,19 @@ def _chain_model(ws: list[np.ndarray]) -> bytes:
         nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
         nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"t{i}"]))
         prev = f"t{i}"
-    inits.append(numpy_helper.from_array(np.array([N * N], np.int64), "flat"))
+    inits.append(numpy_helper.from_array(np.array([-1], np.int64), "flat"))
     nodes.append(helper.make_node("Reshape", ["m0", "flat"], ["early"]))
     nodes.append(helper.make_node("Identity", [prev], ["y"]))
     f = TensorProto.FLOAT
     graph = helper.make_graph(
         nodes,
         "chain",
-        [helper.make_tensor_value_info("x", f, [N, N])],
+        [helper.make_tensor_value_info("x", f, [rows, N])],
         [
-            helper.make_tensor_value_info("y", f, [N, N]),
-            helper.make_tensor_value_info("early", f, [N * N]),
+            helper.make_tensor_value_info("y", f, [rows, N]),
+            helper.make_tensor_value_info(
+                "early", f, [rows * N if isinstance(rows, int) else None]
+            ),
         ],
         inits,
     )
@@ -251,3 +253,48 @@ def test_pool_respects_its_byte_limit():
     pool.give(a, 1)
     pool.give(b, 1)
     assert pool.stats()["pooled"] == 1
+
+
+def test_each_signature_records_every_value_shape():
+    """stats()["plans"]: the first run of each input signature records every value's element
+    type and shape; checked against onnx's shape inference on the original model, and the
+    peak of live bytes against the chain worked out by hand."""
+    import onnx
+    from onnx import shape_inference
+
+    ws = _weights()
+    raw = _chain_model(ws, "rows")
+    sess = onnxjit.InferenceSession(raw)
+    x = np.random.default_rng(8).standard_normal((N, N)).astype(np.float32)
+    for _ in range(3):  # one signature: one plan
+        sess.run(None, {"x": x})
+    (plan,) = sess.stats()["plans"]
+    inferred = shape_inference.infer_shapes(onnx.load_from_string(raw), strict_mode=True)
+    declared = {}
+    for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output):
+        # the variable "rows" is N here; a dimension inference left unknown is not checked
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (N if d.dim_param == "rows" else None)
+            for d in v.type.tensor_type.shape.dim
+        ]
+        if v.type.tensor_type.HasField("shape") and None not in dims:
+            declared[v.name] = dims
+    shapes = plan["shapes"]
+    assert {"x", "y", "early"} <= set(shapes)
+    checked = 0
+    for name, (dtype, shape) in shapes.items():
+        assert np.dtype(dtype) == np.float32, name
+        if name in declared:
+            assert shape == declared[name], name
+            checked += 1
+    assert checked >= 4
+    produced = len(sess.graph_nodes())  # every node of this graph has one output
+    assert plan["values"] == produced
+    value = N * N * 4
+    assert plan["value_bytes"] == value * produced
+    # m0 lives until Reshape reads it, after the last MatMul: at every MatMul from the
+    # second on, its input, its output and m0 are alive; at Reshape m0, t9 and early; at
+    # Identity t9, early and y: never more than 3 values
+    assert plan["peak_live_bytes"] == 3 * value
+    sess.run(None, {"x": x[:128]})  # a second signature
+    assert [p["shapes"]["x"][1] for p in sess.stats()["plans"]] == [[N, N], [128, N]]
