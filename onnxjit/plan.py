@@ -190,12 +190,12 @@ class Program:
         outer: dict[str, Any] | None = None,
         profiler: Profiler | None = None,
         progress: Callable[[int], None] | None = None,
-        record: dict[str, tuple[str, tuple[int, ...]]] | None = None,
+        record: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None,
     ) -> list[Any]:
         """Run the graph on positional ``inputs`` (graph input order); return its outputs.
 
         ``progress``, when given, is called with the number of steps done after each step.
-        ``record``, when given, receives ``name -> (dtype string, shape)`` for every tensor
+        ``record``, when given, receives ``name -> (dtype, shape)`` for every tensor
         value the run produced (not initializers, nor values of subgraphs)."""
         self.runs += 1
         template = self._env_template
@@ -285,7 +285,7 @@ class Program:
         outer: dict[str, Any] | None,
         profiler: Profiler | None,
         progress: Callable[[int], None] | None = None,
-        record: dict[str, tuple[str, tuple[int, ...]]] | None = None,
+        record: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None,
     ) -> None:
         if record is not None:
             for v, slot in zip(self.graph.inputs, self.input_slots):
@@ -409,22 +409,23 @@ def _arg_getter(slots: tuple[int, ...]) -> Callable[[list[Any]], Sequence[Any]]:
     return operator.itemgetter(*slots)
 
 
-def _record(record: dict[str, tuple[str, tuple[int, ...]]], name: str, value: Any) -> None:
+def _record(record: dict[str, tuple[np.dtype, tuple[int, ...]]], name: str, value: Any) -> None:
     if isinstance(value, np.ndarray):
-        record[name] = (value.dtype.str, value.shape)
+        record[name] = (value.dtype, value.shape)
 
 
-def plan_summary(program: Program, record: dict[str, tuple[str, tuple[int, ...]]]) -> dict:
+def plan_summary(program: Program, record: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> dict:
     """What one input signature's run needs: ``values`` (tensors produced by nodes),
     ``value_bytes`` (their total size) and ``peak_live_bytes`` (the most that are alive at
     once: a value lives from the step that makes it to the last step that reads it, graph
-    outputs to the end), with ``shapes``: name -> ``[dtype string, shape]`` for every
-    recorded value, graph inputs included."""
+    outputs to the end), with ``shapes``: name -> ``[dtype name, shape]`` for every recorded
+    value, graph inputs included (the name NumPy or ml_dtypes gives: "float32",
+    "float8_e5m2")."""
     nbytes: dict[int, int] = {}
     for name, (dt, shape) in record.items():
         slot = program.slots.get(name)
         if slot is not None:
-            nbytes[slot] = int(np.dtype(dt).itemsize * math.prod(shape))
+            nbytes[slot] = int(dt.itemsize * math.prod(shape))
     live: dict[int, int] = {}
     total = peak = made = 0
     for step in program.steps:
@@ -440,7 +441,7 @@ def plan_summary(program: Program, record: dict[str, tuple[str, tuple[int, ...]]
         "values": made,
         "value_bytes": total,
         "peak_live_bytes": peak,
-        "shapes": {k: [dt, list(shape)] for k, (dt, shape) in record.items()},
+        "shapes": {k: [dt.name, list(shape)] for k, (dt, shape) in record.items()},
     }
 
 
