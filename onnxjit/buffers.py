@@ -13,15 +13,17 @@ have to hold. So each session owns a :class:`Pool` of dead buffers:
   of the same byte size before it asks NumPy for a new one. A node thus writes into the
   buffer of a value that died a few nodes earlier, which is still in cache;
 * the outputs of the last run come back into the pool at the next run once the caller has
-  dropped them.
+  dropped them; a fast path whose output leaves the graph keeps its own buffer instead
+  (:class:`Slot` made with no pool current, see ``onnxjit.plan._call_impl``), which gives the
+  same reuse without the pool's bookkeeping.
 
 With a fixed input signature the order of gives and takes is the same in every run, so after
 the first run each node writes into the same buffers every time and nothing is allocated: the
 pool is the signature's buffer assignment, found by the run itself rather than computed ahead
 (an op's output may be a view of its input, or a donated input, which only the run knows).
 A run with new shapes takes what fits and allocates the rest; buffers of sizes no run has asked
-for in a while are dropped (:meth:`Pool.end_run`), and the pool never holds more than its byte
-limit.
+for in a while are dropped (:meth:`Pool.forget_idle`), and the pool never holds more than its
+byte limit.
 
 Arrays under :data:`MIN_BYTES` are left to NumPy's own small-block cache.
 """
