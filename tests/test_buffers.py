@@ -126,26 +126,40 @@ def test_a_value_viewed_by_a_live_value_is_not_reused():
 
 
 def test_concurrent_runs_never_share_a_buffer():
-    sess, ws = _session()
+    """8 threads x 25 runs on one session, two batch sizes (values of 256 and 128 KiB, both
+    pooled) and one feed in five of the wrong element type: every good run agrees with
+    numpy, every bad one raises, and the outputs each thread kept are intact at the end."""
+    ws = _weights()
+    sess = onnxjit.InferenceSession(_chain_model(ws, "rows"))
     rng = np.random.default_rng(4)
-    xs = [rng.standard_normal((N, N)).astype(np.float32) for _ in range(8)]
+    xs = [rng.standard_normal((rows, N)).astype(np.float32) for rows in (N, N // 2) * 4]
     want = [_oracle(ws, x) for x in xs]
     errors: list[BaseException] = []
+    kept: list[tuple[list[np.ndarray], int]] = []
 
     def worker(k: int) -> None:
         try:
-            for i in range(12):
+            for i in range(25):
                 j = (k + i) % len(xs)
-                _check(sess.run(None, {"x": xs[j]}), want[j])
+                if (k + i) % 5 == 4:
+                    with pytest.raises(onnxjit.InvalidInputError):
+                        sess.run(None, {"x": xs[j].astype(np.float64)})
+                    continue
+                got = sess.run(None, {"x": xs[j]})
+                _check(got, want[j])
+                if i % 8 == 0:
+                    kept.append((got, j))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors[0]
+    for got, j in kept:
+        _check(got, want[j])
     assert sess.stats()["buffers"]["reused"] > 0
 
 
