@@ -74,7 +74,8 @@ class Pool:
         self.sizes: dict[int, _Size] = {}
         self.runs = 0
         self.limit = limit
-        self.held = 0  # bytes in the pool (approximate under concurrent runs; see end_run)
+        self.held = 0  # bytes in the pool (approximate under concurrent runs; forget_idle
+        # recounts it)
         self.reused = 0  # buffers handed out from the pool
         self.allocated = 0  # buffers of MIN_BYTES or more that had to be allocated
 
@@ -167,6 +168,14 @@ LOCAL = threading.local()
 def current() -> Pool | None:
     """The pool of the session running on this thread (None outside a session's run)."""
     return getattr(LOCAL, "pool", None)
+
+
+def recycling() -> Pool | None:
+    """The pool the executor offers dead values to in this run: the current one, unless no
+    node has asked it for a buffer yet (it would take none back: every size it keeps is one
+    some run asked for)."""
+    pool = getattr(LOCAL, "pool", None)
+    return pool if pool is not None and pool.sizes else None
 
 
 def activate(pool: Pool | None) -> Pool | None:

@@ -242,9 +242,7 @@ class Program:
                 )
                 for step in self.steps
             ]
-        pool = getattr(buffers.LOCAL, "pool", None)  # buffers.current(), inline
-        if pool is not None and not pool.sizes:
-            pool = None  # no node has asked the pool for a buffer: it would take none back
+        pool = buffers.recycling()
         ndarray = np.ndarray
         min_bytes = buffers.MIN_BYTES
         for step, fn, ctx, getter, kwargs, release, out1, captures, recycle in fast:
@@ -290,9 +288,7 @@ class Program:
         if record is not None:
             for v, slot in zip(self.graph.inputs, self.input_slots):
                 _record(record, v.name, env[slot])
-        pool = buffers.current()
-        if pool is not None and not pool.sizes:
-            pool = None  # see _run_steps
+        pool = buffers.recycling()
         for done, step in enumerate(self.steps, 1):
             args = tuple([env[s] if s >= 0 else None for s in _padded_slots(step)])
             t0 = time.perf_counter_ns() if profiler is not None else 0
@@ -426,17 +422,20 @@ def plan_summary(program: Program, record: dict[str, tuple[np.dtype, tuple[int, 
         slot = program.slots.get(name)
         if slot is not None:
             nbytes[slot] = int(dt.itemsize * math.prod(shape))
-    live: dict[int, int] = {}
-    total = peak = made = 0
+    live: set[int] = set()
+    total = peak = made = alive = 0
     for step in program.steps:
         for s in step.out_slots:
             if s >= 0 and s in nbytes:
-                live[s] = nbytes[s]
+                live.add(s)
                 made += 1
                 total += nbytes[s]
-        peak = max(peak, sum(live.values()))
+                alive += nbytes[s]
+        peak = max(peak, alive)
         for s in step.release:
-            live.pop(s, None)
+            if s in live:
+                live.remove(s)
+                alive -= nbytes[s]
     return {
         "values": made,
         "value_bytes": total,

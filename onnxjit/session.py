@@ -316,18 +316,14 @@ class InferenceSession:
             for value in last:
                 pool.give(value, 2)  # the list and the loop variable
             value = last = None
-        local = buffers.LOCAL  # buffers.activate / restore, inline: this is per run
-        prev = getattr(local, "pool", None)
-        local.pool = pool
+        prev = buffers.activate(pool)
         try:
             outputs = self._program.run(feeds, profiler=profiler, progress=bar, record=record)
         finally:
-            local.pool = prev
+            buffers.restore(prev)
         if self._keep_buffers:
             self._last_outputs = list(outputs)
-            pool.runs += 1
-            if not pool.runs % buffers.IDLE_RUNS:
-                pool.forget_idle()
+            pool.end_run()
         else:
             pool.clear()
         return outputs
