@@ -62,6 +62,7 @@ from __future__ import annotations
 import math
 import platform
 import warnings
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -78,6 +79,7 @@ from ._jit import njit
 ULP_BUDGET = {
     "exp_f32": 1.5,
     "exp_nonpos_f32": 1.5,
+    "exp_nonpos_normal_f32": 1.5,
     "log_f32": 1.5,
     "log1p_f32": 2,
     "tanh_f32": 2,
@@ -487,6 +489,21 @@ def exp_nonpos_f32(x):
     plain Horner form, the zero from the scale factor itself): softmax's exp pass is compute
     bound. Positive x is outside the contract (results are wrong beyond ~88)."""
     xc = _EXP_NONPOS_MIN_F32 if x < _EXP_NONPOS_MIN_F32 else x  # NaN stays NaN
+    return exp_nonpos_normal_f32(xc)
+
+
+# Where e^x stops being a normal float32 (rounded towards zero): at and above it the unclamped
+# exp_nonpos_normal_f32 is within its budget. Row kernels compare their smallest shifted
+# argument with it to drop the clamp (one instruction of ~15 per vector).
+EXP_NONPOS_NORMAL_MIN = -87.33654
+
+
+@njit(inline="always")
+def exp_nonpos_normal_f32(xc):
+    """e^x in float32 for ``EXP_NONPOS_NORMAL_MIN <= x <= 0`` (results normal): the same
+    values as :func:`exp_nonpos_f32` there, without its clamp. Down to -87.68 results are
+    still right (subnormal); below that they are garbage, not 0: callers check the range
+    first (the row's smallest element). NaN propagates."""
     t = xc * _LOG2E_F32 + _SHIFT_BIASED_F32
     kf = t - _SHIFT_BIASED_F32
     r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
@@ -503,23 +520,35 @@ def exp_nonpos_f64(x):
     return exp_f64(x)
 
 
+def _ieee_pick(op: str, a: Any, b: Any) -> tuple:
+    """Signature and code generator of ``llvm.<op>`` (maxnum or minnum) on two floats."""
+    if not (isinstance(a, types.Float) and a == b):
+        raise TypeError(f"{op} takes two floats of one type, got {a} and {b}")
+    sig = a(a, b)
+
+    def codegen(context, builder, sig, args):
+        lt = context.get_value_type(sig.args[0])
+        name = f"llvm.{op}.f32" if sig.args[0] == types.float32 else f"llvm.{op}.f64"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lt, [lt, lt]), name)
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
 @intrinsic
 def maxnum(typingctx, a, b):
     """IEEE maxNum of two floats of one type: the larger, and the other operand when one is
     NaN. LLVM turns ``m = maxnum(m, x[i])`` loops into vector max reductions, which it does
     not for ``max()`` or a compare-and-select (a 1M-element float32 max: 48 us against 570 us
     on the development VM). Callers that must propagate NaN check for it another way."""
-    if not (isinstance(a, types.Float) and a == b):
-        raise TypeError(f"maxnum takes two floats of one type, got {a} and {b}")
-    sig = a(a, b)
+    return _ieee_pick("maxnum", a, b)
 
-    def codegen(context, builder, sig, args):
-        lt = context.get_value_type(sig.args[0])
-        name = "llvm.maxnum.f32" if sig.args[0] == types.float32 else "llvm.maxnum.f64"
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lt, [lt, lt]), name)
-        return builder.call(fn, args)
 
-    return sig, codegen
+@intrinsic
+def minnum(typingctx, a, b):
+    """IEEE minNum of two floats of one type: the smaller, and the other operand when one is
+    NaN (see :func:`maxnum`)."""
+    return _ieee_pick("minnum", a, b)
 
 
 _FENCE_OK = platform.machine().lower() in ("x86_64", "amd64")
@@ -810,6 +839,12 @@ def vexp_nonpos(x):
     return math.exp(x)
 
 
+def vexp_nonpos_normal(x):
+    """e^x for ``EXP_NONPOS_NORMAL_MIN <= x <= 0`` (see the dispatch note above and
+    :func:`exp_nonpos_normal_f32`; float64 takes :func:`exp_f64`)."""
+    return math.exp(x)
+
+
 def vlog(x):
     """Natural logarithm (see the dispatch note above)."""
     return math.log(x)
@@ -866,6 +901,7 @@ def _register(generic, f32, f64) -> None:
 
 _register(vexp, exp_f32, exp_f64)
 _register(vexp_nonpos, exp_nonpos_f32, exp_nonpos_f64)
+_register(vexp_nonpos_normal, exp_nonpos_normal_f32, exp_nonpos_f64)
 _register(vlog, log_f32, log_f64)
 _register(vtanh, tanh_f32, tanh_f64)
 _register(verf, erf_f32, erf_f64)

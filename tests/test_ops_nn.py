@@ -696,6 +696,36 @@ def test_softmax_nan_and_inf_rows(parallel, op, dtype):
             np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_softmax_rows_around_exp_underflow(dtype):
+    """Rows whose smallest shifted score sits on either side of where e^x stops being a
+    normal float32 (about -87.34): the kernel drops its exp clamp for rows entirely above
+    that bound, so rows just above, just below, far below and with -inf check both of its
+    exp loops (values and zeros) against float64 numpy."""
+    rng = np.random.default_rng(5)
+    spreads = [10.0, 87.3, 87.33, 87.34, 87.4, 87.7, 88.0, 100.0, 300.0, np.inf]
+    x = rng.uniform(-3, 3, (len(spreads), 67)).astype(dtype)
+    for i, spread in enumerate(spreads):
+        top = x[i].max()
+        x[i, 7] = top - dtype(spread)  # in the vector body
+        x[i, 66] = top - dtype(spread / 2)  # in the tail
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    model = make_node_model("Softmax", {"x": x}, {"axis": -1}, opset=13)
+    for threads in (1, 2):
+        opts = onnxjit.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
+        for _ in range(2):  # the operator, then its prepared fast path
+            (got,) = sess.run(None, {"x": x})
+            # e^x below the smallest normal may come out subnormal or 0 (exp_nonpos_f32's
+            # contract): those terms are held to an absolute bound of that size
+            tiny = np.finfo(dtype).tiny
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=tiny)
+            assert (got[want >= 2 * tiny] > 0).all()
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("axis", [1, -1])
 def test_softmax_parallel(parallel, op, axis):

@@ -177,13 +177,14 @@ _ERF_WIN = [1.0, 3.92, 2.0, 1e-4, 0.0]
 def _nonpos_exp_grid() -> np.ndarray:
     """x <= 0 down to where e^x is the smallest normal float32 (exp_nonpos_f32's contract)."""
     x = -_grid32(-149, 7, [-w for w in _EXP_WIN if w < 0] + [0.0, 0.34657359], False)
-    return x[(x <= 0) & (x >= np.float32(-87.33654))]
+    return x[(x <= 0) & (x >= np.float32(V.EXP_NONPOS_NORMAL_MIN))]
 
 
 F32_CASES = {
     # name: (function, oracle, grid)
     "exp_f32": (V.exp_f32, np.exp, lambda: _grid32(-149, 7, _EXP_WIN, True)),
     "exp_nonpos_f32": (V.exp_nonpos_f32, np.exp, lambda: _nonpos_exp_grid()),
+    "exp_nonpos_normal_f32": (V.exp_nonpos_normal_f32, np.exp, lambda: _nonpos_exp_grid()),
     "log_f32": (V.log_f32, np.log, lambda: _grid32(-149, 127, _LOG_WIN, False)),
     "log1p_f32": (
         V.log1p_f32,

@@ -14,7 +14,17 @@ import numpy as np
 from .._jit import njit, pjit
 from ..chunks import claim
 from ..prefetch import prefetch_all
-from ..vecmath import fence, maxnum, vexp, vexp_nonpos, vgelu, vtanh
+from ..vecmath import (
+    EXP_NONPOS_NORMAL_MIN,
+    fence,
+    maxnum,
+    minnum,
+    vexp,
+    vexp_nonpos,
+    vexp_nonpos_normal,
+    vgelu,
+    vtanh,
+)
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
 # signed zeros keep their IEEE meaning.
@@ -77,27 +87,54 @@ def softmax_par(ctl, x, y, log):
 
 
 @njit(fastmath={"nnan", "nsz", "reassoc"})
-def softmax_row_max(x, r):
-    """The largest element of row ``r`` of the 2-D array ``x`` (rows non-empty), for softmax
-    only: with NaN in the row the result is unspecified, and the row still comes out NaN
-    (the NaN reaches the sum). Under ``nnan`` LLVM reduces with plain vector max
-    instructions (one per vector, where maxnum's NaN semantics take three). Compiled on its
-    own so that the no-NaN assumption stays inside this loop. It takes the array and the row
-    index rather than a row view: a view passed to a call costs a reference count increment
-    and decrement per row (calls into Numba's runtime)."""
+def softmax_row_range(x, r):
+    """The largest and the smallest element of row ``r`` of the 2-D array ``x`` (rows
+    non-empty), for softmax only: with NaN in the row both are unspecified, and the row still
+    comes out NaN (the NaN reaches the sum). Under ``nnan`` LLVM reduces with plain vector
+    max and min instructions (one per vector each, where maxnum's NaN semantics take three).
+    Compiled on its own so that the no-NaN assumption stays inside this loop. It takes the
+    array and the row index rather than a row view: a view passed to a call costs a reference
+    count increment and decrement per row (calls into Numba's runtime). The minimum rides
+    along in the pass that first loads the row, where it costs next to nothing, and spares the
+    exp pass its clamp (see exp_sum)."""
     mx = x[r, 0]
+    mn = x[r, 0]
     for j in range(x.shape[1]):
         mx = maxnum(mx, x[r, j])
-    return mx
+        mn = minnum(mn, x[r, j])
+    return mx, mn
+
+
+@njit(inline="always")
+def exp_sum(src, dst, r, top, lowest):
+    """Write ``e^(src[r, j] - top)`` into ``dst[r, j]`` for the whole row and return the
+    sum (``src`` may be ``dst``). ``top`` is the row's maximum, ``lowest`` its minimum: when
+    every shifted argument has a normal exp the unclamped exp runs (14 vector instructions
+    per 16 float32 instead of 15: 1024-wide rows in cache, 250 ns a row instead of 263),
+    else the clamped one, which also turns -inf (masked scores) into 0."""
+    n = src.shape[1]
+    total = src.dtype.type(0.0)
+    if lowest - top >= src.dtype.type(EXP_NONPOS_NORMAL_MIN):
+        for j in range(n):
+            e = vexp_nonpos_normal(src[r, j] - top)
+            dst[r, j] = e
+            total += e
+    else:
+        for j in range(n):
+            e = vexp_nonpos(src[r, j] - top)
+            dst[r, j] = e
+            total += e
+    return total
 
 
 @njit(inline="always")
 def _softmax_row(x, y, r, log):
-    # One row of a (R, n) array, softmax over the row: max, exp with the sum in the same pass,
-    # then scale; the row stays in cache. The max ignores NaN semantics (softmax_row_max):
-    # a NaN still reaches exp and turns the row to NaN, as an unfused softmax does; the sum
-    # vectorises by reassociation. Elements are indexed as x[r, j] (no row views: see
-    # softmax_row_max); 1024-wide float32 rows in cache: 258 ns a row instead of 278.
+    # One row of a (R, n) array, softmax over the row: max and min, exp with the sum in the
+    # same pass, then scale; the row stays in cache. The max ignores NaN semantics
+    # (softmax_row_range): a NaN still reaches exp and turns the row to NaN, as an unfused
+    # softmax does; the sum vectorises by reassociation. Elements are indexed as x[r, j] (no
+    # row views: see softmax_row_range); 1024-wide float32 rows in cache: 258 ns a row
+    # instead of 278.
     n = x.shape[1]
     if n == 0:
         return
@@ -107,12 +144,8 @@ def _softmax_row(x, y, r, log):
         # float32, with exp_nonpos_f32's select-free underflow: 164-175 us a run instead
         # of 183-195 on the development VM)
         prefetch_all(x[r + 1])
-    mx = softmax_row_max(x, r)
-    total = x.dtype.type(0.0)
-    for j in range(n):
-        e = vexp_nonpos(x[r, j] - mx)
-        y[r, j] = e
-        total += e
+    mx, mn = softmax_row_range(x, r)
+    total = exp_sum(x, y, r, mx, mn)
     if log:
         lse = mx + math.log(total)
         for j in range(n):

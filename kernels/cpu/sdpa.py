@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..vecmath import fence, vexp_nonpos
+from ..vecmath import fence
 from .blas import gemm_block
-from .nn import softmax_row_max
+from .nn import exp_sum, softmax_row_range
 
 
 @njit(inline="always")
@@ -56,12 +56,8 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
         for j in range(n):
             row[j] = fill if crow[j] == swap else row[j]
     # a NaN makes the maximum unspecified but reaches exp below: the row is NaN either way
-    top = softmax_row_max(s, r)
-    total = row.dtype.type(0.0)
-    for j in range(n):
-        e = vexp_nonpos(row[j] - top)
-        row[j] = e
-        total += e
+    top, lowest = softmax_row_range(s, r)
+    total = exp_sum(s, s, r, top, lowest)
     inv = fence(row.dtype.type(1.0) / total)  # keeps the multiply (see vecmath.fence)
     if nan_zero:
         for j in range(n):
