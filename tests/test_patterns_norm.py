@@ -263,10 +263,44 @@ def test_skip_layernorm_parallel_and_broadcast_residual():
     model = b.model([("a", shape), ("r", shape)], [(y, "y", list(shape))], 17)
     feeds = {"a": _feed(shape, F32, 1), "r": _feed(shape, F32, 2)}
     run_all(model, feeds, F32, "layernorm_fusion", ["SkipLayerNorm"])
-    # A residual of shape (1, n) broadcasts: the fused node adds with numpy first.
+    # A residual of shape (1, n) broadcasts: the fused node's kernel adds that row to each row.
     model = b.model([("a", shape), ("r", (1, 128))], [(y, "y", list(shape))], 17)
     feeds["r"] = _feed((1, 128), F32, 3)
     run_all(model, feeds, F32, "layernorm_fusion", ["SkipLayerNorm"])
+
+
+@pytest.mark.parametrize("row_shape", [(64,), (1, 64), (1, 1, 64)])
+@pytest.mark.parametrize("row_first", [False, True])
+@pytest.mark.parametrize("sum_used", [False, True])
+@pytest.mark.parametrize("rows", [5, _jit.PARALLEL_THRESHOLD // 64 + 3])
+def test_skip_layernorm_with_one_row_added_to_every_row(row_shape, row_first, sum_used, rows):
+    """A BERT embedding adds its token-type row to every position before the LayerNorm:
+    the fused node's kernel adds that row itself (either operand order, any leading 1s),
+    at the first run and in the prepared fast path of later runs, serial and parallel."""
+    shape = (1, rows, 64)
+    b = Builder(F32)
+    s = b.op("Add", "row", "a") if row_first else b.op("Add", "a", "row")
+    y = layernorm(b, s, [-1], 17, gamma=np.linspace(0.5, 1.5, 64), beta=np.linspace(-1, 1, 64))
+    outs = [(y, "y", list(shape))]
+    if sum_used:
+        outs.append((b.op("Mul", s, b.const(2.0)), "s2", list(shape)))
+    model = b.model([("a", shape), ("row", row_shape)], outs, 17)
+    feeds = {"a": _feed(shape, F32, 1), "row": _feed(row_shape, F32, 2)}
+    want = ort_outputs(model, feeds)
+    sess = onnxjit.InferenceSession(model)
+    assert "SkipLayerNorm" in [n.op_type for n in sess.graph_nodes()]
+    rtol, atol = TOL[F32]
+    for _ in range(3):
+        for g, w in zip(sess.run(None, feeds), want):
+            assert g.shape == w.shape
+            assert_close(g, w, rtol, atol, "fused")
+    prepared = {st.node.op_type for st in sess._program.steps if st.fast is not None}
+    assert "SkipLayerNorm" in prepared
+    # a non-contiguous feed misses the fast path (the operator runs instead), same values
+    wide = np.repeat(feeds["a"], 2, axis=2)[:, :, ::2]
+    assert not wide.flags.c_contiguous
+    for g, w in zip(sess.run(None, {"a": wide, "row": feeds["row"]}), want):
+        assert_close(g, w, rtol, atol, "non-contiguous")
 
 
 def test_skip_not_fused_when_sum_is_read_before_the_norm_ends():

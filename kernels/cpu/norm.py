@@ -200,9 +200,11 @@ def layer_norm_rows_par(ctl, x, scale, bias, eps, y, mean, inv):
 
 @njit(inline="always")
 def _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r):
+    # b is (R, n) like a, or (1, n): one row added to every row (BERT's token-type embedding)
     n = a.shape[1]
+    rb = r if b.shape[0] > 1 else 0
     for j in range(n):
-        y[r, j] = a[r, j] + b[r, j]
+        y[r, j] = a[r, j] + b[rb, j]
     if write_sum:
         for j in range(n):
             s[r, j] = y[r, j]
@@ -211,8 +213,9 @@ def _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r):
 
 @njit(fastmath=_REASSOC)
 def skip_layer_norm_rows(a, b, scale, bias, eps, y, s, write_sum, mean, inv):
-    """``s = a + b`` (both (R, n)) then :func:`layer_norm_rows` of ``s`` into ``y``, one row at
-    a time while the row is in L1. The sum is also stored into ``s`` when ``write_sum``."""
+    """``s = a + b`` (``a`` (R, n), ``b`` (R, n) or one row (1, n) added to every row) then
+    :func:`layer_norm_rows` of ``s`` into ``y``, one row at a time while the row is in L1. The
+    sum is also stored into ``s`` when ``write_sum``."""
     for r in range(a.shape[0]):
         _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r)
 

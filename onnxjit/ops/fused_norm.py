@@ -172,12 +172,13 @@ def skip_layer_norm(
     norm_shape = shape[ax:]
     sc = _param(scale, norm_shape, cd, 1.0)
     bi = _param(bias, norm_shape, cd, 0.0)
-    if a.shape != b.shape or sc is None or bi is None or math.prod(shape) == 0:
+    pair = _skip_order(a, b, k)
+    if pair is None or sc is None or bi is None or math.prod(shape) == 0:
         s = a + b
         y = layer_norm(ctx, s, scale, bias, axis=axis, epsilon=epsilon)
         return (y, s) if ctx.n_outputs > 1 else y
-    a2 = _rows(a, k, cd)
-    b2 = _rows(b, k, cd)
+    a2 = _rows(pair[0], k, cd)
+    b2 = _rows(pair[1], k, cd)  # (rows, n), or (1, n) for a row added to every row
     y2 = np.empty_like(a2)
     s2 = np.empty_like(a2) if want_sum else y2
     rows = a2.shape[0]
@@ -203,6 +204,26 @@ def skip_layer_norm(
         return y
     s = s2.reshape(shape).astype(dtype, copy=False) if want_sum else a + b
     return y, s
+
+
+def _skip_order(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """SkipLayerNorm's operands ``(full, other)`` for the row kernel, normalised over the
+    last ``k`` dims: ``full`` has the sum's shape; ``other`` has it too, or is one row of the
+    normalised dims broadcast over the rest (a BERT embedding adds its token-type row so:
+    the kernel adds that row to every row). None for any other broadcast (numpy's path).
+    Addition commutes exactly, so the order does not change the sum."""
+    if a.shape == b.shape:
+        return a, b
+    for full, other in ((a, b), (b, a)):
+        lead = other.ndim - k
+        if (
+            lead >= 0
+            and other.ndim <= full.ndim
+            and other.shape[lead:] == full.shape[full.ndim - k :]
+            and all(d == 1 for d in other.shape[:lead])
+        ):
+            return full, other
+    return None
 
 
 @internal_op("RMSNorm")
@@ -312,21 +333,27 @@ def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result
     scale = args[2] if len(args) > 2 else None
     bias = args[3] if len(args) > 3 else None
     dtype = a.dtype
-    if dtype not in _NATIVE or a.shape != b.shape or b.dtype != dtype or a.size == 0:
+    if dtype not in _NATIVE or b.dtype != dtype or a.size == 0 or b.size == 0:
         return None
-    shape = a.shape
-    ax = _check_axis(ctx, kwargs["axis"], len(shape))
+    rank = max(a.ndim, b.ndim)
+    ax = _check_axis(ctx, kwargs["axis"], rank)
+    pair = _skip_order(a, b, rank - ax)
+    if pair is None:
+        return None
+    swapped = pair[0] is b and a.shape != b.shape  # the node's first operand is the row
+    shape, other_shape = pair[0].shape, pair[1].shape
     norm_shape = shape[ax:]
     sc = _param(scale, norm_shape, dtype, 1.0)
     bi = _param(bias, norm_shape, dtype, 0.0)
     if sc is None or bi is None:
         return None
     n = math.prod(norm_shape)
-    rows = a.size // n
+    rows = math.prod(shape) // n
+    rows_b = math.prod(other_shape) // n
     eps = float(kwargs["epsilon"])
     want_sum = ctx.n_outputs > 1 and ctx.outputs_used[1]
     two = ctx.n_outputs > 1
-    a2 = a.reshape(rows, n)
+    a2 = pair[0].reshape(rows, n)
     scratch = np.empty(rows, dtype)
     go = _bound(
         knorm.skip_layer_norm_rows,
@@ -338,10 +365,11 @@ def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result
     y_slot = Slot(shape, dtype)
     s_slot = Slot(shape, dtype)
 
-    def fast(a2: Any, b2: Any, s3: Any = None, b3: Any = None) -> Any:
+    def fast(x1: Any, x2: Any, s3: Any = None, b3: Any = None) -> Any:
+        full, other = (x2, x1) if swapped else (x1, x2)
         if (
-            not _plain(a2, shape, dtype)
-            or not _plain(b2, shape, dtype)
+            not _plain(full, shape, dtype)
+            or not _plain(other, other_shape, dtype)
             or s3 is not scale
             or b3 is not bias
         ):
@@ -349,10 +377,10 @@ def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result
         y = y_slot.get()
         y2 = y.reshape(rows, n)
         s = s_slot.get() if want_sum else y
-        go(a2.reshape(rows, n), b2.reshape(rows, n), sc, bi, eps, y2, s.reshape(rows, n),
+        go(full.reshape(rows, n), other.reshape(rows_b, n), sc, bi, eps, y2, s.reshape(rows, n),
            want_sum, empty(rows, dtype), empty(rows, dtype))  # fmt: skip
         if not two:
             return y
-        return y, (s if want_sum else a2 + b2)
+        return y, (s if want_sum else x1 + x2)
 
     return fast
