@@ -269,15 +269,17 @@ def test_skip_layernorm_parallel_and_broadcast_residual():
     run_all(model, feeds, F32, "layernorm_fusion", ["SkipLayerNorm"])
 
 
-@pytest.mark.parametrize("row_shape", [(64,), (1, 64), (1, 1, 64)])
+@pytest.mark.parametrize("row_shape", [(64,), (1, 64), (1, 1, 64), ("rows", 64)])
 @pytest.mark.parametrize("row_first", [False, True])
 @pytest.mark.parametrize("sum_used", [False, True])
 @pytest.mark.parametrize("rows", [5, _jit.PARALLEL_THRESHOLD // 64 + 3])
 def test_skip_layernorm_with_one_row_added_to_every_row(row_shape, row_first, sum_used, rows):
-    """A BERT embedding adds its token-type row to every position before the LayerNorm:
-    the fused node's kernel adds that row itself (either operand order, any leading 1s),
-    at the first run and in the prepared fast path of later runs, serial and parallel."""
+    """A BERT embedding adds its token-type row to every position before the LayerNorm,
+    and a torch export its (S, n) position table to the (1, S, n) embeddings: the fused
+    node's kernel adds either itself (either operand order, any leading 1s), at the first
+    run and in the prepared fast path of later runs, serial and parallel."""
     shape = (1, rows, 64)
+    row_shape = tuple(rows if d == "rows" else d for d in row_shape)
     b = Builder(F32)
     s = b.op("Add", "row", "a") if row_first else b.op("Add", "a", "row")
     y = layernorm(b, s, [-1], 17, gamma=np.linspace(0.5, 1.5, 64), beta=np.linspace(-1, 1, 64))

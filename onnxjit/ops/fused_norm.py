@@ -208,19 +208,20 @@ def skip_layer_norm(
 
 def _skip_order(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
     """SkipLayerNorm's operands ``(full, other)`` for the row kernel, normalised over the
-    last ``k`` dims: ``full`` has the sum's shape; ``other`` has it too, or is one row of the
+    last ``k`` dims: ``full`` has the sum's shape; ``other`` has it too up to leading 1s
+    (torch exports a (S, n) position table added to (1, S, n)), or is one row of the
     normalised dims broadcast over the rest (a BERT embedding adds its token-type row so:
     the kernel adds that row to every row). None for any other broadcast (numpy's path).
     Addition commutes exactly, so the order does not change the sum."""
     if a.shape == b.shape:
         return a, b
     for full, other in ((a, b), (b, a)):
-        lead = other.ndim - k
-        if (
-            lead >= 0
-            and other.ndim <= full.ndim
-            and other.shape[lead:] == full.shape[full.ndim - k :]
-            and all(d == 1 for d in other.shape[:lead])
+        lead = full.ndim - k
+        if other.ndim > full.ndim or lead < 0:
+            continue
+        padded = (1,) * (full.ndim - other.ndim) + other.shape
+        if padded == full.shape or (
+            padded[lead:] == full.shape[lead:] and all(d == 1 for d in padded[:lead])
         ):
             return full, other
     return None
