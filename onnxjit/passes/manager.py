@@ -74,7 +74,8 @@ PASSES: tuple[PassSpec, ...] = (
         EXTENDED,
         "patterns_norm:fuse_layernorm",
         "LayerNormalization and RMSNorm written with primitive ops; a residual Add into either "
-        "LayerNormalization form -> SkipLayerNorm",
+        "LayerNormalization form -> SkipLayerNorm (one pass; the added operand may also be a "
+        "single row, as BERT's token-type embedding, or lack leading 1s)",
     ),
     PassSpec("gelu_fusion", EXTENDED, "patterns_norm:fuse_gelu", "Gelu (erf and tanh forms)"),
     PassSpec("softmax_fusion", EXTENDED, "patterns_norm:fuse_softmax", "exp(x-max)/sum forms"),
