@@ -368,17 +368,13 @@ def _call_impl(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs
         # with no pool current, reused once the caller drops it) rather than drawing from the
         # pool: the same reuse from run to run without the pool's bookkeeping, which cost a
         # one-node model 1-2 us per run (its records are out of cache by then).
-        local = buffers.LOCAL
-        pool = getattr(local, "pool", None) if step.makes_output else None
-        if pool is not None:
-            local.pool = None
+        prev = buffers.activate(None) if step.makes_output else buffers.current()
         try:
             step.fast = prepare(ctx, args, kwargs, result)
         except Exception:  # a fast path is an optimisation: without one the node still runs
             log.debug("no fast path for %s", step.node.describe(), exc_info=True)
         finally:
-            if pool is not None:
-                local.pool = pool
+            buffers.restore(prev)
     return result
 
 

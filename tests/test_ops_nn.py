@@ -665,6 +665,25 @@ def test_softmax_large_values():
     check_node("LogSoftmax", {"x": x}, opset=13, oracle="ort", **tol(F32))
 
 
+def _softmax64(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of 2-D ``x`` in float64 numpy (the oracle)."""
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _last_axis_runs(op: str, x: np.ndarray):
+    """The output of ``op`` over the last axis of ``x`` on 1 and on 2 threads, each at the
+    first run (the operator) and the second (its prepared fast path)."""
+    model = make_node_model(op, {"x": x}, {"axis": -1}, opset=13)
+    for threads in (1, 2):
+        opts = onnxjit.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
+        for _ in range(2):
+            yield sess.run(None, {"x": x})[0]
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_softmax_nan_and_inf_rows(parallel, op, dtype):
@@ -678,22 +697,14 @@ def test_softmax_nan_and_inf_rows(parallel, op, dtype):
     x[4, :] = -np.inf
     x[5, 3] = x[5, 30] = -np.inf
     x[6, :] = np.nan
-    x64 = x.astype(np.float64)
     with np.errstate(all="ignore"):
-        e = np.exp(x64 - x64.max(axis=1, keepdims=True))
-        want = e / e.sum(axis=1, keepdims=True)
+        want = _softmax64(x)
         if op == "LogSoftmax":
             want = np.log(want)
-    model = make_node_model(op, {"x": x}, {"axis": -1}, opset=13)
-    for threads in (1, 2):
-        opts = onnxjit.SessionOptions()
-        opts.intra_op_num_threads = threads
-        sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
-        for _ in range(2):  # the operator, then its prepared fast path
-            (got,) = sess.run(None, {"x": x})
-            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-            ok = ~np.isnan(want)
-            np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-7)
+    for got in _last_axis_runs(op, x):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -709,21 +720,13 @@ def test_softmax_rows_around_exp_underflow(dtype):
         top = x[i].max()
         x[i, 7] = top - dtype(spread)  # in the vector body
         x[i, 66] = top - dtype(spread / 2)  # in the tail
-    x64 = x.astype(np.float64)
-    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
-    want = e / e.sum(axis=1, keepdims=True)
-    model = make_node_model("Softmax", {"x": x}, {"axis": -1}, opset=13)
-    for threads in (1, 2):
-        opts = onnxjit.SessionOptions()
-        opts.intra_op_num_threads = threads
-        sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
-        for _ in range(2):  # the operator, then its prepared fast path
-            (got,) = sess.run(None, {"x": x})
-            # e^x below the smallest normal may come out subnormal or 0 (exp_nonpos_f32's
-            # contract): those terms are held to an absolute bound of that size
-            tiny = np.finfo(dtype).tiny
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=tiny)
-            assert (got[want >= 2 * tiny] > 0).all()
+    want = _softmax64(x)
+    # e^x below the smallest normal may come out subnormal or 0 (exp_nonpos_f32's contract):
+    # those terms are held to an absolute bound of that size
+    tiny = np.finfo(dtype).tiny
+    for got in _last_axis_runs("Softmax", x):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=tiny)
+        assert (got[want >= 2 * tiny] > 0).all()
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])

@@ -578,7 +578,8 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
             fns.append(self.function("kernel_par", True))
         else:
             fns.append(_assign("kernel_par", _name("kernel")))
-        if self.streams_output():
+        stream = self.streams_output()
+        if stream:
             fns.extend(self._stream_function())
         imports: list[ast.stmt] = [
             ast.Import(names=[ast.alias(name="numpy", asname="np")]),
@@ -591,7 +592,7 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
                 level=0,
             ),
         ]
-        if self.streams_output():
+        if stream:
             names = ("span_of", "stream_block", "stream_fence", "stream_head")
             imports.append(
                 ast.ImportFrom(

@@ -341,7 +341,7 @@ def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result
     pair = _skip_order(a, b, rank - ax)
     if pair is None:
         return None
-    swapped = pair[0] is b and a.shape != b.shape  # the node's first operand is the row
+    swapped = pair[0] is not a  # the node's second operand has the sum's shape
     shape, other_shape = pair[0].shape, pair[1].shape
     norm_shape = shape[ax:]
     sc = _param(scale, norm_shape, dtype, 1.0)
