@@ -336,3 +336,71 @@ def test_weights_fed_by_the_caller_are_read_every_run(case):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         for name in "wb":
             feeds[name][...] = rng.standard_normal(feeds[name].shape)
+
+
+def _product_model(c_shape, trans_b, dtype):
+    """MatMul by a weight, then Gemm (transB, alpha, beta) with a C of ``c_shape`` (None:
+    no C): the unfused products of a session below the extended optimisation level."""
+    rng = np.random.default_rng(5)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    k, h, n = 24, 40, 36
+    w1 = rng.standard_normal((k, h)).astype(dtype)
+    w2 = rng.standard_normal((n, h) if trans_b else (h, n)).astype(dtype)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
+    gemm_in = ["h", "w2"]
+    if c_shape is not None:
+        inits.append(numpy_helper.from_array(rng.standard_normal(c_shape).astype(dtype), "c"))
+        gemm_in.append("c")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Gemm", gemm_in, ["y"], transB=int(trans_b), alpha=0.75, beta=1.5),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "products",
+        [helper.make_tensor_value_info("x", elem, ["batch", k])],
+        [helper.make_tensor_value_info("y", elem, ["batch", n])],
+        inits,
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize(
+    ("c_shape", "trans_b", "dtype"),
+    [
+        (None, True, np.float32),
+        ((36,), True, np.float32),
+        ((1, 36), False, np.float64),
+        ((), False, np.float32),
+        ((3, 36), True, np.float32),  # a full C (batch 3 only): the operator, no fast path
+    ],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unfused_products_take_a_fast_path(c_shape, trans_b, dtype, threads):
+    """With graph optimisation at basic (no FusedGemm), MatMul by an initializer and Gemm
+    with an initializer B and a row or scalar C are prepared like FusedGemm, and agree with
+    onnxruntime while the batch changes and earlier outputs are kept."""
+    m = _product_model(c_shape, trans_b, dtype)
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.graph_optimization_level = onnxjit.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = onnxjit.InferenceSession(m.SerializeToString(), so)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(6)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    kept = []
+    full_c = c_shape == (3, 36)
+    for batch in (3, 3, 3) if full_c else (3, 3, 1, 3, 700, 700):
+        x = rng.standard_normal((batch, 24)).astype(dtype)
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=tol, atol=tol)
+        kept.append((x, got))
+    for x, got in kept:
+        np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=tol, atol=tol)
+    prepared = {st.node.op_type for st in sess._program.steps if st.fast is not None}
+    if full_c:
+        assert prepared == {"MatMul"}, prepared
+    else:
+        assert prepared == {"MatMul", "Gemm"}, prepared

@@ -11,7 +11,6 @@ The activation helpers here are shared with ``FusedConv``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.ops import nn
 from onnxjit.ops.gemm import Epilogue, empty_array, matmul_into
 from onnxjit.ops.gemm import bind as gemm_bind
 from onnxjit.pool import run_parallel
@@ -136,6 +136,46 @@ def fused_gemm(
     return y if cd == dtype else y.astype(dtype)
 
 
+def _product_runner(
+    a: np.ndarray, w: np.ndarray, out_shape: tuple[int, ...], alpha: float, ep: Epilogue
+) -> Any:
+    """``run(a2) -> y``: ``alpha * a2 @ w`` plus the epilogue ``ep`` into a new array of
+    ``out_shape``, for any ``a2`` shaped, typed and laid out like ``a`` (float32/float64,
+    C-contiguous, rows = all but its last dim); ``w`` is an initializer (K, N) of the same
+    dtype, packed once. Every decision for these sizes is made here, once."""
+    K, N = w.shape
+    M = a.size // K
+    dtype = a.dtype
+    run = gemm_bind(1, M, N, K, False, 0, w.reshape(-1), False, 0, dtype, alpha, 0.0, ep,
+                    a.reshape(-1), constant_b=True)  # fmt: skip
+    out = Slot(out_shape, dtype)
+
+    def product(a2: np.ndarray) -> np.ndarray:
+        y = out.get()
+        run(a2.reshape(-1), y.reshape(-1))
+        return y
+
+    return product
+
+
+def _same_layout(a2: Any, shape: tuple[int, ...], dtype: np.dtype) -> bool:
+    return (
+        type(a2) is np.ndarray and a2.shape == shape and a2.dtype == dtype and a2.flags.c_contiguous
+    )
+
+
+def _plain_operand(a: Any) -> bool:
+    """``a`` can be the A of a prepared product: a float32/float64 C-contiguous array of
+    rank >= 1 with no zero-size dimension."""
+    return (
+        type(a) is np.ndarray
+        and a.dtype in _NATIVE
+        and a.ndim >= 1
+        and a.size > 0
+        and a.flags.c_contiguous
+    )
+
+
 @fast_path(fused_gemm)
 def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     """FusedGemm for one shape of A (float32/float64, no trans_a), with the same weight and
@@ -145,12 +185,11 @@ def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     if not ctx.constant_args(args, (1, 2)):
         return None  # the plan keys on the weight and bias objects: initializers only
     dtype = a.dtype
-    if kwargs.get("trans_a") or dtype not in _NATIVE or w.dtype != dtype or a.ndim == 0:
+    if kwargs.get("trans_a") or not _plain_operand(a) or w.dtype != dtype:
         return None
     K, N = w.shape
     shape = a.shape
-    M = math.prod(shape[:-1])
-    if K == 0 or M == 0 or N == 0 or not a.flags.c_contiguous:
+    if K == 0 or N == 0:
         return None
     out_shape = shape[:-1] + (N,)
     out_rank = kwargs.get("out_rank") or 0
@@ -158,22 +197,71 @@ def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
         out_shape = (1,) * (out_rank - len(out_shape)) + out_shape
     code, p0, p1 = activation_args(ctx, kwargs["activation"], kwargs["activation_params"], dtype)
     ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL, act=code, p0=p0, p1=p1)
-    run = gemm_bind(1, M, N, K, False, 0, w.reshape(-1), False, 0, dtype, kwargs["alpha"], 0.0,
-                    ep, a.reshape(-1), constant_b=True)  # fmt: skip
-    out = Slot(out_shape, dtype)
+    product = _product_runner(a, w, out_shape, kwargs["alpha"], ep)
 
     def fast(a2: Any, w2: Any, b2: Any = None) -> Any:
-        if (
-            w2 is not w
-            or b2 is not bias
-            or type(a2) is not np.ndarray
-            or a2.shape != shape
-            or a2.dtype != dtype
-            or not a2.flags.c_contiguous
-        ):
+        if w2 is not w or b2 is not bias or not _same_layout(a2, shape, dtype):
             return MISS
-        y = out.get()
-        run(a2.reshape(-1), y.reshape(-1))
-        return y
+        return product(a2)
+
+    return fast
+
+
+@fast_path(nn.matmul)
+def _prepare_matmul(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """MatMul by an initializer 2-D B (float32/float64, what graph optimisation would turn
+    into FusedGemm; this serves sessions below that level): the same prepared product."""
+    a, b = args
+    if not ctx.constant(1) or not _plain_operand(a) or type(b) is not np.ndarray:
+        return None
+    if b.ndim != 2 or b.dtype != a.dtype or not b.flags.c_contiguous or 0 in b.shape:
+        return None
+    if a.shape[-1] != b.shape[0]:
+        return None
+    shape, dtype = a.shape, a.dtype
+    product = _product_runner(a, b, shape[:-1] + (b.shape[1],), 1.0, Epilogue())
+
+    def fast(a2: Any, b2: Any) -> Any:
+        if b2 is not b or not _same_layout(a2, shape, dtype):
+            return MISS
+        return product(a2)
+
+    return fast
+
+
+@fast_path(nn.gemm)
+def _prepare_plain_gemm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
+    """Gemm-7+ of a 2-D A (not transposed) by an initializer B, with C absent or an
+    initializer that is a scalar or one row of N (a fully connected layer): ``beta * C``
+    becomes the epilogue's bias, computed once. Other C shapes keep the operator."""
+    a, b = args[0], args[1]
+    c = args[2] if len(args) > 2 else None
+    if not ctx.constant_args(args, (1, 2)) or kwargs.get("transA", 0) or not _plain_operand(a):
+        return None
+    if a.ndim != 2 or type(b) is not np.ndarray or b.ndim != 2 or b.dtype != a.dtype:
+        return None
+    w = b.T if kwargs.get("transB", 0) else b
+    K, N = w.shape
+    if a.shape[1] != K or N == 0:
+        return None
+    dtype = a.dtype
+    bias = None
+    beta = kwargs.get("beta", 1.0)
+    if c is not None and beta != 0:
+        if type(c) is not np.ndarray or c.dtype != dtype or c.size not in (1, N):
+            return None
+        if c.size == N and c.shape[-1] != N:  # (N, 1) with N == M would be per row
+            return None
+        bias = np.ascontiguousarray(np.broadcast_to(c.reshape(-1) * dtype.type(beta), (N,)))
+    ep = Epilogue(bias=bias, bias_mode=kblas.BIAS_COL)
+    # the weight as (K, N) rows (transB: one transposed copy; the packing copies it anyway)
+    wk = np.ascontiguousarray(w)
+    product = _product_runner(a, wk, (a.shape[0], N), kwargs.get("alpha", 1.0), ep)
+    shape = a.shape
+
+    def fast(a2: Any, b2: Any, c2: Any = None) -> Any:
+        if b2 is not b or c2 is not c or not _same_layout(a2, shape, dtype):
+            return MISS
+        return product(a2)
 
     return fast
