@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx.defs
 
 from onnxjit.errors import InvalidArgumentError, UnsupportedOperatorError
@@ -157,6 +158,13 @@ def fast_path(*impls: Callable[..., Any]):
         return prepare
 
     return deco
+
+
+def plain_array(x: Any, shape: tuple[int, ...], dtype: Any) -> bool:
+    """``x`` is a C-contiguous NumPy array (not a subclass) of exactly ``shape`` and
+    ``dtype``: the test a fast path prepared for one array makes on the next argument before
+    it reuses what it worked out (anything else is a :data:`MISS`)."""
+    return type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous
 
 
 def fast_path_of(impl: Callable[..., Any]) -> Callable[..., Any] | None:

@@ -25,7 +25,7 @@ from onnxjit.ops import nn
 from onnxjit.ops.gemm import Epilogue, empty_array, matmul_into
 from onnxjit.ops.gemm import bind as gemm_bind
 from onnxjit.pool import run_parallel
-from onnxjit.registry import MISS, NodeContext, fast_path, internal_op
+from onnxjit.registry import MISS, NodeContext, fast_path, internal_op, plain_array
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -158,12 +158,6 @@ def _product_runner(
     return product
 
 
-def _same_layout(a2: Any, shape: tuple[int, ...], dtype: np.dtype) -> bool:
-    return (
-        type(a2) is np.ndarray and a2.shape == shape and a2.dtype == dtype and a2.flags.c_contiguous
-    )
-
-
 def _plain_operand(a: Any) -> bool:
     """``a`` can be the A of a prepared product: a float32/float64 C-contiguous array of
     rank >= 1 with no zero-size dimension."""
@@ -200,7 +194,7 @@ def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     product = _product_runner(a, w, out_shape, kwargs["alpha"], ep)
 
     def fast(a2: Any, w2: Any, b2: Any = None) -> Any:
-        if w2 is not w or b2 is not bias or not _same_layout(a2, shape, dtype):
+        if w2 is not w or b2 is not bias or not plain_array(a2, shape, dtype):
             return MISS
         return product(a2)
 
@@ -222,7 +216,7 @@ def _prepare_matmul(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) ->
     product = _product_runner(a, b, shape[:-1] + (b.shape[1],), 1.0, Epilogue())
 
     def fast(a2: Any, b2: Any) -> Any:
-        if b2 is not b or not _same_layout(a2, shape, dtype):
+        if b2 is not b or not plain_array(a2, shape, dtype):
             return MISS
         return product(a2)
 
@@ -260,7 +254,7 @@ def _prepare_plain_gemm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any
     shape = a.shape
 
     def fast(a2: Any, b2: Any, c2: Any = None) -> Any:
-        if b2 is not b or c2 is not c or not _same_layout(a2, shape, dtype):
+        if b2 is not b or c2 is not c or not plain_array(a2, shape, dtype):
             return MISS
         return product(a2)
 

@@ -27,7 +27,7 @@ from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.pool import run_parallel
-from onnxjit.registry import MISS, NodeContext, fast_path, internal_op
+from onnxjit.registry import MISS, NodeContext, fast_path, internal_op, plain_array
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -322,10 +322,6 @@ def _bound(serial: Any, parallel: Any, work: int, sample: tuple) -> Any:
     return serial
 
 
-def _plain(x: Any, shape: tuple[int, ...], dtype: np.dtype) -> bool:
-    return type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous
-
-
 @fast_path(skip_layer_norm)
 def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     a, b = args[0], args[1]
@@ -369,8 +365,8 @@ def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result
     def fast(x1: Any, x2: Any, s3: Any = None, b3: Any = None) -> Any:
         full, other = (x2, x1) if swapped else (x1, x2)
         if (
-            not _plain(full, shape, dtype)
-            or not _plain(other, other_shape, dtype)
+            not plain_array(full, shape, dtype)
+            or not plain_array(other, other_shape, dtype)
             or s3 is not scale
             or b3 is not bias
         ):

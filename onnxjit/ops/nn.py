@@ -34,7 +34,7 @@ from onnxjit.kernels.cpu.ukernel import geometry
 from onnxjit.ops import gemm as blas
 from onnxjit.ops.fused_norm import layer_norm_rows, softmax_last
 from onnxjit.pool import run_parallel
-from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op
+from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op, plain_array
 
 # Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value
 # so that the registry's default lint sees equality.
@@ -1055,14 +1055,7 @@ def prepare_conv(
     run = plan.run
 
     def fast(x2: Any, w2: Any, b2: Any = None, r2: Any = None) -> Any:
-        if (
-            w2 is not w
-            or b2 is not b
-            or type(x2) is not ndarray
-            or x2.shape != shape
-            or x2.dtype != dtype
-            or not x2.flags.c_contiguous
-        ):
+        if w2 is not w or b2 is not b or not plain_array(x2, shape, dtype):
             return MISS
         if r2 is not None:
             if not has_res or type(r2) is not ndarray or r2.shape != y_shape or r2.dtype != dtype:
@@ -1403,15 +1396,9 @@ def _prepare_max_pool(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) 
     else:
         kernel = kpool.max_pool_values
     pair = isinstance(result, tuple)
-    ndarray = np.ndarray
 
     def fast(x2: Any) -> Any:
-        if (
-            type(x2) is not ndarray
-            or x2.shape != shape
-            or x2.dtype != dtype
-            or not x2.flags.c_contiguous
-        ):
+        if not plain_array(x2, shape, dtype):
             return MISS
         y = np.empty(y4_shape, dtype)  # as a convolution's output (see _ConvPlan.run)
         kernel(x2.reshape(x4_shape), y, *geo)
@@ -1585,15 +1572,9 @@ def _prepare_global_average_pool(ctx: NodeContext, args: tuple, kwargs: dict, re
         kernel = pool.bind(kpool.global_mean_par, sample, threads.current())
     else:
         kernel = kpool.global_mean
-    ndarray = np.ndarray
 
     def fast(x2: Any) -> Any:
-        if (
-            type(x2) is not ndarray
-            or x2.shape != shape
-            or x2.dtype != dtype
-            or not x2.flags.c_contiguous
-        ):
+        if not plain_array(x2, shape, dtype):
             return MISS
         y = np.empty(x2_shape[0], dtype)
         kernel(x2.reshape(x2_shape), y)

@@ -20,8 +20,8 @@ from onnxjit.buffers import Slot
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.ops import fused_norm, nn
-from onnxjit.ops.fused_norm import _bound, _param, _plain
-from onnxjit.registry import MISS, NodeContext, fast_path
+from onnxjit.ops.fused_norm import _bound, _param
+from onnxjit.registry import MISS, NodeContext, fast_path, plain_array
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -54,7 +54,7 @@ def _prepare_softmax(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -
     y_slot = Slot(shape, dtype)
 
     def fast(x3: Any) -> Any:
-        if not _plain(x3, shape, dtype):
+        if not plain_array(x3, shape, dtype):
             return MISS
         y = y_slot.get()
         go(x3.reshape(rows, n), y.reshape(rows, n), log)
@@ -92,7 +92,7 @@ def _layer_norm_fast(
     y_slot = Slot(shape, dtype)
 
     def fast(x3: Any, s3: Any = None, b3: Any = None) -> Any:
-        if not _plain(x3, shape, dtype) or s3 is not scale or b3 is not bias:
+        if not plain_array(x3, shape, dtype) or s3 is not scale or b3 is not bias:
             return MISS
         y = y_slot.get()
         go(x3.reshape(rows, n), sc, bi, eps, y.reshape(rows, n), empty(rows, dtype),
@@ -148,7 +148,7 @@ def _prepare_gelu(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> A
     y_slot = Slot(shape, dtype)
 
     def fast(x3: Any, b3: Any = None) -> Any:
-        if not _plain(x3, shape, dtype) or b3 is not bias:
+        if not plain_array(x3, shape, dtype) or b3 is not bias:
             return MISS
         y = y_slot.get()
         go(x3.reshape(rows, n), bi, y.reshape(rows, n), tanh_form)
@@ -184,7 +184,7 @@ def _prepare_rms_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) 
     y_slot = Slot(shape, dtype)
 
     def fast(x3: Any, s3: Any = None) -> Any:
-        if not _plain(x3, shape, dtype) or s3 is not scale:
+        if not plain_array(x3, shape, dtype) or s3 is not scale:
             return MISS
         y = y_slot.get()
         go(x3.reshape(rows, n), sc, eps, y.reshape(rows, n), empty(rows, dtype))

@@ -26,7 +26,7 @@ from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import tensor as K
 from onnxjit.pool import run_parallel
-from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op
+from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op, plain_array
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _REDUCTIONS = {
@@ -1093,12 +1093,7 @@ def _prepare_transpose(ctx: NodeContext, args: tuple, kwargs: dict, result: Any)
         go, dims, xs, ys, width = tiles
 
         def fast_tiles(x2: Any) -> Any:
-            if (
-                type(x2) is not np.ndarray
-                or x2.shape != shape
-                or x2.dtype != dtype
-                or not x2.flags.c_contiguous
-            ):
+            if not plain_array(x2, shape, dtype):
                 return MISS
             y = out.get()
             go(x2.reshape(-1).view(width), y.reshape(-1).view(width), dims, xs, ys)
@@ -1205,13 +1200,10 @@ def _prepare_gather(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) ->
 
     def fast(x2: Any, ind2: Any) -> Any:
         if (
-            type(x2) is not np.ndarray
+            not plain_array(x2, x_shape, x_dtype)
             or type(ind2) is not np.ndarray
-            or x2.shape != x_shape
-            or x2.dtype != x_dtype
             or ind2.shape != i_shape
             or ind2.dtype != i_dtype
-            or not x2.flags.c_contiguous
         ):
             return MISS
         wrapped, bad = K.wrap_indices(_index_array(ind2).reshape(-1), n)
