@@ -193,6 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cold-repeats", type=int, default=5, help="fresh processes per cold figure (5)"
     )
     ap.add_argument("--no-ratio", action="store_true", help="skip the ratio runs (with --cold)")
+    ap.add_argument(
+        "--level",
+        choices=harness.LEVELS,
+        default="all",
+        help="graph optimisation level of both engines (default all, as onnxruntime's)",
+    )
     args = ap.parse_args(argv)
 
     ids = [w.strip().upper() for w in args.only.split(",") if w.strip()] or workload_ids()
@@ -234,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             case = cases.pop(0)
             _log(f"{w} {case.name} ...")
             t0 = time.perf_counter()
-            res = harness.measure_case(case, roofs, rounds=args.rounds, block_ms=args.block_ms)
+            res = harness.measure_case(
+                case, roofs, rounds=args.rounds, block_ms=args.block_ms, level=args.level
+            )
             res.extra["wall_s"] = time.perf_counter() - t0
             results.append(res)
             _log(

@@ -199,13 +199,27 @@ def compile_counter() -> CompileCounter:
 
 
 # -- sessions --------------------------------------------------------------------------------
-def make_sessions(case: Case, threads: int = THREADS) -> tuple[Any, Any, dict[str, float]]:
-    """(onnxjit session, onnxruntime session, creation seconds of each)."""
+# --level: graph optimisation level, set the same in both engines
+LEVELS = ("disabled", "basic", "extended", "all")
+
+
+def make_sessions(
+    case: Case, threads: int = THREADS, level: str = "all"
+) -> tuple[Any, Any, dict[str, float]]:
+    """(onnxjit session, onnxruntime session, creation seconds of each), both at the graph
+    optimisation ``level`` (one of LEVELS)."""
     import onnxruntime as ort
 
     import onnxjit
 
+    name = {
+        "disabled": "ORT_DISABLE_ALL",
+        "basic": "ORT_ENABLE_BASIC",
+        "extended": "ORT_ENABLE_EXTENDED",
+        "all": "ORT_ENABLE_ALL",
+    }[level]
     so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, name)
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -216,6 +230,7 @@ def make_sessions(case: Case, threads: int = THREADS) -> tuple[Any, Any, dict[st
     t1 = time.perf_counter()
     jo = onnxjit.SessionOptions()
     jo.intra_op_num_threads = threads
+    jo.graph_optimization_level = getattr(onnxjit.GraphOptimizationLevel, name)
     jit_sess = onnxjit.InferenceSession(case.model, jo)
     t2 = time.perf_counter()
     return jit_sess, ort_sess, {"ort_create_s": t1 - t0, "jit_create_s": t2 - t1}
@@ -352,11 +367,13 @@ def measure_case(
     seed: int = 0,
     log: Callable[[str], None] | None = None,
     sessions: tuple[Any, Any] | None = None,
+    level: str = "all",
 ) -> Result:
     """Run the ratio protocol on one case (see the module docstring).
 
     ``sessions`` = (onnxjit session, onnxruntime session) built by :func:`make_sessions` reuses
-    them; by default they are built here (and their creation time recorded).
+    them; by default they are built here, at graph optimisation ``level`` (and their
+    creation time recorded).
     """
     res = Result(case.workload, case.name)
     counter = compile_counter()
@@ -364,7 +381,7 @@ def measure_case(
     try:
         before = counter.snapshot()
         if sessions is None:
-            jit, ort_sess, extra = make_sessions(case)
+            jit, ort_sess, extra = make_sessions(case, level=level)
             res.extra.update(extra)
         else:
             jit, ort_sess = sessions

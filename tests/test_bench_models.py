@@ -261,3 +261,21 @@ def test_quick_cases_t2_c1_c2():
 def test_quick_cases_t1():
     # slow on a cold export cache (the TorchScript export of the hidden-256 model)
     _check_case_list(transformer.cases_t1(True), "T1")
+
+
+@pytest.mark.parametrize("level", ["disabled", "basic", "extended", "all"])
+def test_bench_sessions_share_the_optimisation_level(level):
+    """``python -m bench --level``: both engines get the same graph optimisation level (the
+    names map onto onnxruntime's enum and onnxjit's, whose values agree), and the unfused
+    model still matches."""
+    from bench import harness
+    from bench.workloads import mlp
+
+    case = mlp.build("gemm", 1)
+    jit, ort_sess, _ = harness.make_sessions(case, threads=1, level=level)
+    got = int(ort_sess.get_session_options().graph_optimization_level)
+    assert int(jit._options.graph_optimization_level) == got
+    assert got == {"disabled": 0, "basic": 1, "extended": 2, "all": 99}[level]
+    np.testing.assert_allclose(
+        jit.run(None, case.feeds)[0], ort_sess.run(None, case.feeds)[0], rtol=1e-4, atol=1e-4
+    )
