@@ -14,7 +14,7 @@ import pytest
 
 from onnxjit.kernels._jit import njit
 from onnxjit.kernels.cpu import blas as kblas
-from onnxjit.kernels.cpu.ukernel import geometry, ukernel
+from onnxjit.kernels.cpu.ukernel import geometry, ukernel, ukernel_tab
 
 DTYPES = [np.float32, np.float64]
 
@@ -58,6 +58,47 @@ def test_ukernel_every_block_shape(dtype):
             for i in range(mr):
                 mask[3 + i * ldc : 3 + i * ldc + nr] = False
             assert np.isnan(c[mask]).all(), (mr, nr)
+
+
+@njit
+def _call_ukernel_tab(kc, a, a_off, b, b_off, tab, t_off, c, c_off, c_rs, mr, nr, alpha, beta, lc):
+    ukernel_tab(kc, a, a_off, b, b_off, tab, t_off, c, c_off, c_rs, mr, nr, alpha, beta, lc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ukernel_tab_every_block_shape(dtype):
+    """The tabled kernel, A in zero-padded panels (pack_a) and B's rows anywhere in a flat
+    array through a table (overlapping, out of order): every (mr, nr) it takes, from the
+    second panel of A, with and without beta * C; nothing outside the block is written."""
+    mr_max, nr_max = geometry(np.dtype(dtype).itemsize)
+    lanes = nr_max // 2
+    rng = np.random.default_rng(2)
+    kc, m = 29, 2 * mr_max + 1
+    am = rng.standard_normal((m, kc)).astype(dtype)
+    ap = kblas.pack_a(am.ravel(), m, kc)
+    flat = rng.standard_normal(kc * 3 + nr_max + 10).astype(dtype)
+    tab = np.concatenate([[0, 2], rng.permutation(3 * kc)[: kc - 2]]).astype(np.int64) + 1
+    ldc = nr_max + 3
+    cols = sorted({1, 2, lanes - 1, lanes, lanes + 1, nr_max - 1, nr_max})
+    bm = np.stack([flat[4 + t : 4 + t + nr_max] for t in tab]).astype(np.float64)
+    for mr in range(1, mr_max + 1):
+        for nr in cols:
+            for lc in (False, True):
+                c = rng.standard_normal((mr_max + 1) * ldc).astype(dtype)
+                c[:2] = np.nan
+                before = c.copy()
+                # panel 1: rows mr_max .. mr_max + mr - 1 of am
+                _call_ukernel_tab(kc, ap, kc * mr_max, flat, 4, tab, 0, c, 2, ldc, mr, nr,
+                                  dtype(1.5), dtype(0.5), lc)  # fmt: skip
+                want = 1.5 * am[mr_max : mr_max + mr].astype(np.float64) @ bm[:, :nr]
+                if lc:
+                    want = want + 0.5 * before[2 : 2 + mr * ldc].reshape(mr, ldc)[:, :nr]
+                got = c[2 : 2 + mr * ldc].reshape(mr, ldc)[:, :nr]
+                np.testing.assert_allclose(got, want, rtol=0, atol=_tol(dtype, kc) * 4)
+                mask = np.ones_like(c, bool)
+                for i in range(mr):
+                    mask[2 + i * ldc : 2 + i * ldc + nr] = False
+                np.testing.assert_array_equal(c[mask], before[mask])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
