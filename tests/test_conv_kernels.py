@@ -507,12 +507,32 @@ def test_maxpool_nan_propagates(indices, threading_mode):
     model = make_node_model("MaxPool", {"x": x}, attrs, 12, n_outputs=2 if indices else 1)
     want = _maxpool_numpy(x, [3, 3], [2, 2], [1, 1, 1, 1])
     declare_outputs_like(model, [want, np.zeros(want.shape, np.int64)][: 2 if indices else 1])
-    got = onnxjit.InferenceSession(model.SerializeToString()).run(None, {"x": x})
-    assert_close(got[0], want, rtol=0, atol=0)
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    for _ in range(2):  # the operator, then the prepared path (without Indices)
+        got = sess.run(None, {"x": x})
+        assert_close(got[0], want, rtol=0, atol=0)
     if indices:
         flat = x.reshape(-1)
         assert np.array_equal(np.isnan(flat[got[1]]), np.isnan(want))
         assert_close(flat[got[1]], want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["stem", "2x2", "s1_asym", "ceil", "s3", "same", "dil"])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_maxpool_prepared_path(case, dtype, threading_mode):
+    """Runs after the first take the prepared path (max_pool_values, geometry fixed once);
+    exact against onnxruntime, with other inputs of the same shape and earlier outputs
+    kept."""
+    xs, attrs = MAXPOOL[case]
+    xa, xb = rnd((2, *xs), dtype, 1), rnd((2, *xs), dtype, 2)
+    model = make_node_model("MaxPool", {"x": xa}, attrs, 12)
+    want = [ort_outputs(model, {"x": x}) for x in (xa, xb)]
+    declare_outputs_like(model, want[0])
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    kept = [sess.run(None, {"x": x}) for x in (xa, xb, xa, xb)]
+    for got, w in zip(kept, want * 2):
+        assert_close(got, w, rtol=0, atol=0)
+    assert [st.fast is not None for st in sess._program.steps] == [True]
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 7, 9), (1, 64, 4, 4), (1, 3, 300), (1, 2, 3, 40, 50)])
