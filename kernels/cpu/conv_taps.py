@@ -29,7 +29,7 @@ from .._jit import njit, pjit
 from ..atomics import fetch_add, load, pause
 from ..chunks import claim
 from .blas import block_geometry
-from .epilogue import ACT_NONE, ACT_RELU, activate
+from .epilogue import activate
 from .ukernel import ukernel_tab
 
 
@@ -111,8 +111,8 @@ def _taps_item(xpf, img, tab, wp, yshape, Wp, yf, ep, tm, cpb, tk, item, cbuf):
                 mr = min(mr_max, rows - i0)
                 # A in the panels of pack_a: r0 + i0 is a multiple of MR (tm is)
                 ao = ((r0 + i0) // mr_max) * Kt * mr_max + k0 * mr_max
-                ukernel_tab(kk, wp, ao, xpf, b_base + j0, tab, k0, cbuf, i0 * cols + j0, cols,
-                            mr, nr, t(1), beta, not first)  # fmt: skip
+                ukernel_tab(kk, wp, ao, xpf, b_base + j0, tab, k0, cbuf,
+                            i0 * cols + j0, cols, mr, nr, t(1), beta, not first)  # fmt: skip
     # Copy out, dropping the KW - 1 extra columns of each output row: the block's outputs
     # of one channel are one contiguous run of y, so the activation is one call per channel
     # (a call per output row cost more than the copy itself on 7- to 28-wide outputs).
@@ -121,9 +121,6 @@ def _taps_item(xpf, img, tab, wp, yshape, Wp, yf, ep, tm, cpb, tk, item, cbuf):
     oh_lo = j_lo // Wp
     oh_hi = (j_hi - 1) // Wp
     y_lo = oh_lo * OW + min(j_lo - oh_lo * Wp, OW)
-    # ReLU (and no activation) in the copy itself, the others after it, one call per channel
-    relu = act == ACT_RELU
-    inline = relu or act == ACT_NONE
     for i in range(rows):
         m = r0 + i
         b = bias[m] if has_bias else t(0)
@@ -136,33 +133,17 @@ def _taps_item(xpf, img, tab, wp, yshape, Wp, yf, ep, tm, cpb, tk, item, cbuf):
                 continue
             s0 = i * cols + c_lo - j_lo
             # slices indexed from 0: no negative-index wrap-around code in the loops
-            dst, src = yf[d : d + c_n], cbuf[s0 : s0 + c_n]
-            _copy_run(dst, src, b, res[d : d + c_n], has_res, relu, t(0))
+            dst = yf[d : d + c_n]
+            src = cbuf[s0 : s0 + c_n]
+            if has_res:
+                rv = res[d : d + c_n]
+                for j in range(c_n):
+                    dst[j] = src[j] + b + rv[j]
+            else:
+                for j in range(c_n):
+                    dst[j] = src[j] + b
             d += c_n
-        if not inline:
-            activate(yf[base + y_lo : d], act, p0, p1)
-
-
-@njit(inline="always")
-def _copy_run(dst, src, b, rv, has_res, relu, z):
-    # dst = src + b (+ rv), then max(., 0) when relu (NaN kept, as activate keeps it): one
-    # pass instead of a copy and an activation pass (ResNet-18's 64x28x28 layer on one
-    # thread: the copy-out took about 7 % of the layer)
-    if has_res:
-        if relu:
-            for j in range(dst.shape[0]):
-                v = src[j] + b + rv[j]
-                dst[j] = z if v < z else v
-        else:
-            for j in range(dst.shape[0]):
-                dst[j] = src[j] + b + rv[j]
-    elif relu:
-        for j in range(dst.shape[0]):
-            v = src[j] + b
-            dst[j] = z if v < z else v
-    else:
-        for j in range(dst.shape[0]):
-            dst[j] = src[j] + b
+        activate(yf[base + y_lo : d], act, p0, p1)
 
 
 @njit(inline="always")
