@@ -77,8 +77,14 @@ def _pad_channel(x, xp, n, c, geo):
             for i in range(i_hi - i_lo):
                 drow = dst[i_lo + i]
                 srow = src[h0 + i * sh]
-                for j in range(j_hi - j_lo):
-                    drow[j_lo + j] = srow[w0 + j * sw]
+                if sw == 2:
+                    # a literal stride: LLVM loads whole vectors and de-interleaves them
+                    # (a runtime stride leaves the loop scalar)
+                    for j in range(j_hi - j_lo):
+                        drow[j_lo + j] = srow[w0 + 2 * j]
+                else:
+                    for j in range(j_hi - j_lo):
+                        drow[j_lo + j] = srow[w0 + j * sw]
 
 
 @njit(inline="always")
