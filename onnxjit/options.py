@@ -90,6 +90,8 @@ ONNXJIT_CONFIG_KEYS = {
     "onnxjit.max_tensor_bytes": "cap on one data-sized tensor (see onnxjit.limits)",
     "onnxjit.max_run_bytes": "cap on the data-sized tensors of one run (see onnxjit.limits)",
     "onnxjit.progress": "compile progress bar: auto, on or off (see onnxjit.progress)",
+    "onnxjit.conv_winograd": "1 (default): 3x3 stride-1 convolutions of 16+ channels run the "
+    "Winograd F(2x2, 3x3) algorithm; 0: the direct form only",
     "session.model_external_initializers_file_folder_path": "folder of external data for a "
     "model given as bytes",
 }

@@ -15,7 +15,7 @@ import logging
 import math
 import operator
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,9 +55,11 @@ class Step:
 class Subgraph:
     """A graph attribute bound for execution; ops run it with ``ctx.run_subgraph``."""
 
-    def __init__(self, graph: ir.Graph, scope: frozenset[str]):
+    def __init__(
+        self, graph: ir.Graph, scope: frozenset[str], settings: Mapping[str, str] | None = None
+    ):
         self.graph = graph
-        self.program = Program(graph, scope)
+        self.program = Program(graph, scope, settings)
 
     @property
     def input_names(self) -> list[str]:
@@ -83,8 +85,15 @@ class Program:
     values are passed to :meth:`run` in ``outer``.
     """
 
-    def __init__(self, graph: ir.Graph, scope: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        graph: ir.Graph,
+        scope: frozenset[str] = frozenset(),
+        settings: Mapping[str, str] | None = None,
+    ):
         self.graph = graph
+        # the session's config entries, for kernel choices (NodeContext.settings)
+        self.settings = dict(settings or {})
         self.slots: dict[str, int] = {}
         self.const_values: list[tuple[int, Any]] = []
         for name, value in graph.initializers.items():
@@ -133,11 +142,11 @@ class Program:
         captures: list[str] = []
         for key, value in node.attrs.items():
             if isinstance(value, ir.Graph):
-                sub = Subgraph(value, frozenset(scope))
+                sub = Subgraph(value, frozenset(scope), self.settings)
                 captures.extend(sub.program.outer_slots)
                 value = sub
             elif isinstance(value, list) and value and isinstance(value[0], ir.Graph):
-                subs = [Subgraph(g, frozenset(scope)) for g in value]
+                subs = [Subgraph(g, frozenset(scope), self.settings) for g in value]
                 for sub in subs:
                     captures.extend(sub.program.outer_slots)
                 value = subs
@@ -150,6 +159,7 @@ class Program:
                 n_outputs=len(node.outputs),
                 outputs_used=tuple(bool(o) for o in node.outputs),
                 const_inputs=tuple(bool(n) and n in self.graph.initializers for n in node.inputs),
+                settings=self.settings,
             )
         in_slots = tuple(self._slot(n) if n else -1 for n in node.inputs)
         out_slots = tuple(self._slot(n) if n else -1 for n in node.outputs)

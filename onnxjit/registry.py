@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,6 +221,14 @@ class NodeContext:
     # in every run. A fast path may key on such an input's identity; on any other it must look
     # at the value (a caller may write new values into the array it feeds).
     const_inputs: tuple[bool, ...] = ()
+    # The session's config entries (SessionOptions.add_session_config_entry) that kernels
+    # choices read, e.g. "onnxjit.conv_winograd".
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def winograd(self) -> bool:
+        """Winograd convolutions allowed (config entry ``onnxjit.conv_winograd``, default on)."""
+        return self.settings.get("onnxjit.conv_winograd", "1") != "0"
 
     def constant(self, i: int) -> bool:
         """Input ``i`` is an initializer (see ``const_inputs``): a cache keyed on its identity

@@ -22,7 +22,7 @@ import onnx
 from onnxjit import buffers, check, ir, jitstats, limits, passes, registry, types
 from onnxjit import progress as progress_mod
 from onnxjit import threads as threads_mod
-from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
+from onnxjit.errors import InvalidArgumentError, InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
 from onnxjit.options import RunOptions, SessionOptions
 from onnxjit.plan import Profiler, Program, plan_summary
@@ -158,6 +158,12 @@ class InferenceSession:
                 "onnxjit cannot run this model:\n  - " + "\n  - ".join(problems)
             )
         disabled = set(disabled_optimizers or ())
+        wino = self._options._config.get("onnxjit.conv_winograd", "1")
+        if wino not in ("0", "1"):
+            raise InvalidArgumentError(
+                f"session config entry 'onnxjit.conv_winograd' is {wino!r}: expected '1' "
+                "(Winograd convolutions allowed, the default) or '0' (direct form only)"
+            )
         entry = self._options._config.get("onnxjit.disabled_optimizers", "")
         disabled.update(x.strip() for x in entry.split(",") if x.strip())
         self._pass_report = passes.optimize(
@@ -167,7 +173,7 @@ class InferenceSession:
             from onnxjit.export import write_optimized_model
 
             write_optimized_model(self._model, self._options.optimized_model_filepath)
-        self._program = Program(self._model.graph)
+        self._program = Program(self._model.graph, settings=self._options._config)
         self._pool: buffers.Pool | None = None
         if self._options.enable_mem_reuse and self._options.enable_cpu_mem_arena:
             cap = self._limits.max_run_bytes or limits.physical_memory() // 2

@@ -95,6 +95,17 @@ CONV = {
     # inner dimension in chunks, strides and kernel sizes that differ per axis, an even
     # kernel, a stride larger than the kernel)
     "taps_7x7_s2": ((3, 40, 40), (4, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    # Winograd F(2x2, 3x3) (3x3, stride 1, 16+ channels, outputs 8+ wide; run_split_k and
+    # taps_split_k above go there too): odd sizes (a partial last tile row and column),
+    # output channels past whole micro-kernel panels (13, 50 = 4 * 12 + 2), asymmetric and
+    # no padding, padding of two (rows of padding only), the inner dimension in chunks
+    # (600 = 576 + 24), many tile rows (40 high)
+    "wino_odd": ((16, 9, 11), (13, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "wino_asym": ((20, 10, 12), (50, 20, 3, 3), {"pads": [0, 2, 1, 0]}),
+    "wino_no_pad": ((17, 12, 10), (8, 17, 3, 3), {}),
+    "wino_pad2": ((16, 8, 9), (5, 16, 3, 3), {"pads": [2, 2, 2, 2]}),
+    "wino_split_k": ((600, 8, 8), (7, 600, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "wino_tall": ((16, 40, 9), (12, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     "taps_s2": ((2, 21, 37), (4, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     "taps_split_k_s2": ((80, 7, 40), (10, 80, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
     "taps_s2x3": ((4, 13, 40), (5, 4, 3, 5), {"strides": [2, 3], "pads": [0, 2, 1, 1]}),
@@ -245,6 +256,9 @@ def _out_shape(xs, ws, attrs):
         "taps_split_k",
         "taps_7x7_s2",
         "taps_s2x3",
+        "wino_odd",
+        "wino_asym",
+        "wino_pad2",
     ],
 )
 @pytest.mark.parametrize("act", [None, "Relu", "relu6", "Sigmoid"])
@@ -331,26 +345,31 @@ def test_depthwise_kernel_choice(case, kind, threading_mode):
 
 
 @pytest.mark.parametrize(
-    "case, taps",
+    "case, kind",
     [
-        ("run_3x3", True),
-        ("gather_3x3", True),  # 7 wide: the narrowest output that goes there
-        ("taps_1x7", True),
-        ("taps_split_k", True),
-        ("gather_big_k", False),  # 5 wide: too many dropped columns
-        ("taps_7x7_s2", True),
-        ("taps_s2x3", True),
-        ("run_dil_s2", False),
-        ("run_s5", False),
-        ("run_dil_asym", False),
-        ("run_s3_1d", False),
-        ("grouped", False),
+        ("run_3x3", "taps"),
+        ("gather_3x3", "taps"),  # 7 wide: the narrowest output that goes there
+        ("taps_1x7", "taps"),
+        ("taps_split_k", "wino"),  # 3x3, stride 1, 70 channels, 9 wide
+        ("wino_no_pad", "wino"),  # 8 wide: the narrowest output Winograd takes
+        ("gather_big_k", "other"),  # 5 wide: too many dropped columns
+        ("taps_7x7_s2", "taps"),
+        ("taps_s2x3", "taps"),
+        ("run_dil_s2", "other"),
+        ("run_s5", "other"),
+        ("run_dil_asym", "other"),
+        ("run_s3_1d", "other"),
+        ("grouped", "other"),
     ],
 )
-def test_implicit_gemm_choice(case, taps, threading_mode):
-    """2-D undilated convolutions of one group with strides up to 4 and outputs at least 7
-    wide run the implicit GEMM (conv_taps), serial or on the pool; the others keep im2col."""
+@pytest.mark.parametrize("winograd", [True, False])
+def test_implicit_gemm_choice(case, kind, winograd, threading_mode):
+    """3x3 stride-1 convolutions of 16+ channels with outputs 8+ wide run Winograd (unless
+    it is switched off); other 2-D undilated convolutions of one group with strides up to 4
+    and outputs at least 7 wide run the implicit GEMM (conv_taps), serial or on the pool;
+    the others keep im2col."""
     from onnxjit.kernels.cpu import conv_taps as ktaps
+    from onnxjit.kernels.cpu import conv_winograd as kwino
     from onnxjit.ops import nn
 
     xs, ws, attrs = CONV[case]
@@ -360,13 +379,21 @@ def test_implicit_gemm_choice(case, taps, threading_mode):
         (2, *xs), F32, weights(ws), attrs.get("group", 1), list(ws[2:]),
         attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd),
         attrs.get("pads", [0] * 2 * nd)[:nd], list(out), None, False, 0, 0.0, 0.0,
+        winograd=winograd,
     )  # fmt: skip
-    assert (plan.kind == nn._TAPS) == taps
-    if taps:
+    if kind == "wino" and not winograd:
+        kind = "taps"  # every Winograd case is also a taps case
+    assert plan.kind == {"taps": nn._TAPS, "wino": nn._WINOGRAD}.get(kind, plan.kind)
+    assert plan.kind not in (nn._TAPS, nn._WINOGRAD) or kind != "other"
+    fn, serial, par = {
+        nn._TAPS: ("taps", ktaps.conv_taps, ktaps.conv_taps_par),
+        nn._WINOGRAD: ("wino", kwino.conv_winograd, kwino.conv_winograd_par),
+    }.get(plan.kind, (None, None, None))
+    if fn is not None:
         if threading_mode == "serial":
-            assert plan.taps is ktaps.conv_taps
+            assert getattr(plan, fn) is serial
         else:
-            assert ktaps.conv_taps_par in [c.cell_contents for c in plan.taps.__closure__]
+            assert par in [c.cell_contents for c in getattr(plan, fn).__closure__]
 
 
 @pytest.mark.parametrize("cols", [32, 64])

@@ -227,6 +227,13 @@ def packed_rows(a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:
     return _packed(kblas.pack_a, a, m, k) if constant else kblas.pack_a(a, m, k)
 
 
+def packed_with(packer: Callable, w: np.ndarray, d0: int, d1: int, constant: bool) -> np.ndarray:
+    """``packer(w, d0, d1)``: a weight in the layout a kernel wants, kept for the next call
+    (:func:`_packed`) only when ``constant`` (as :func:`packed_rows`). ``packer`` is named
+    uniquely (its name is part of the key)."""
+    return _packed(packer, w, d0, d1) if constant else packer(w, d0, d1)
+
+
 def _packed(packer: Callable, w: np.ndarray, d0: int, d1: int) -> np.ndarray:
     """``packer(w, d0, d1)``, computed once per weight and kept while the array that owns
     its memory lives: every shape signature of a session binds the same weight, through a

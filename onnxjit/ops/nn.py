@@ -26,6 +26,7 @@ from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import conv as kconv
 from onnxjit.kernels.cpu import conv_taps as ktaps
+from onnxjit.kernels.cpu import conv_winograd as kwino
 from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
@@ -404,6 +405,14 @@ _TAPS_MIN_OW = 7
 # Strided convolutions up to this stride run it on phase planes (ResNet-18's 7x7 stem and
 # 3x3 downsampling layers); larger strides keep im2col.
 _TAPS_MAX_STRIDE = 4
+# Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions (kernels/cpu/conv_winograd.py) with
+# outputs at least this wide and at least this many input channels.
+_WINO_MIN_OW = 8
+_WINO_MIN_C = 16
+# Columns of the products per work item (whole rows of tiles, see _wino_blocks), and the
+# most bytes of product blocks per thread (output channels per item are cut to fit).
+_WINO_COLS = 128
+_WINO_MBUF_BYTES = 1 << 20
 # Padded-input buffers kept per thread (distinct shapes and pads).
 _KEEP_PADDED = 16
 # im2col buffers up to this size are kept for the next convolution of the same thread.
@@ -444,6 +453,33 @@ def _padded_buffer(dtype: np.dtype, key: tuple) -> np.ndarray:
             bufs.clear()
         buf = bufs[full] = np.zeros(key[0], dtype)
     return buf
+
+
+def _wino_blocks(n: int, th: int, tw1: int, nr: int, n_threads: int) -> int:
+    """Rows of tiles per work item of a Winograd convolution (``n`` images of ``th`` rows of
+    ``tw1`` product columns each), so that the busiest thread has the least to do: an item
+    costs about its columns rounded up to whole micro-kernel blocks of ``nr`` (the
+    products), half its actual columns (the transforms) and a fixed part (16 columns),
+    items go to threads largest first. On the development VM, 2 threads, ResNet-18's layers
+    at 112 pixels: 64x28x28 136 us with two items of 7 tile rows against 147-160 with four
+    to eight smaller ones, 128x14x14 135 against 154-161."""
+    best, best_cost = 1, math.inf
+    for rows in range(max(1, min(th, _WINO_COLS // tw1)), 0, -1):
+        sizes = [min(rows, th - r) * tw1 for r in range(0, th, rows)] * n
+        loads = [0.0] * max(1, n_threads)
+        for cols in sorted(sizes, reverse=True):
+            i = loads.index(min(loads))
+            loads[i] += -(-cols // nr) * nr + 0.5 * cols + 16
+        cost = max(loads)
+        if cost < best_cost:
+            best, best_cost = rows, cost
+    return best
+
+
+def _wino_weights(w: np.ndarray, m: int, c: int) -> np.ndarray:
+    """The Winograd-transformed weights of the flat (m, c, 3, 3) ``w`` in the micro-kernel's
+    panels (:func:`onnxjit.kernels.cpu.conv_winograd.weights`)."""
+    return kwino.weights(w.reshape(m, c, 3, 3), geometry(w.itemsize)[0])
 
 
 def _gather_table(k3, st3, dl3, pb3, osz, isz) -> np.ndarray:
@@ -525,7 +561,7 @@ def _rows_plan(n: int, rows: int, ow: int, n_threads: int) -> int:
 
 
 # What a _ConvPlan runs
-_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS, _TAPS = range(6)
+_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS, _TAPS, _WINOGRAD = range(7)
 
 
 def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
@@ -552,11 +588,13 @@ class _ConvPlan:
     build one per call.
 
     ``w`` is (M, C/group, *ks) in the compute dtype; ``bias`` (M,) or None; ``has_res``:
-    :meth:`run` gets a residual shaped like the output (C-contiguous, compute dtype)."""
+    :meth:`run` gets a residual shaped like the output (C-contiguous, compute dtype);
+    ``winograd``: 3x3 stride-1 convolutions of at least ``_WINO_MIN_C`` channels and outputs
+    at least ``_WINO_MIN_OW`` wide may run Winograd F(2x2, 3x3) (conv_winograd)."""
 
     def __init__(
         self, x_shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1,
-        constant_w=False,
+        constant_w=False, winograd=True,
     ):  # fmt: skip
         dtype = np.dtype(dtype)
         N, C = x_shape[:2]
@@ -651,6 +689,16 @@ class _ConvPlan:
             return
         if (
             group == 1
+            and tuple(ks) == (3, 3)
+            and all(v == 1 for v in (*st, *dl))
+            and out[1] >= _WINO_MIN_OW
+            and C >= _WINO_MIN_C
+            and winograd
+        ):
+            self._plan_winograd(x_shape, w, pb, out, n_threads, constant_w)
+            return
+        if (
+            group == 1
             and len(ks) == 2
             and all(v == 1 for v in dl)
             and all(v <= _TAPS_MAX_STRIDE for v in st)
@@ -741,6 +789,34 @@ class _ConvPlan:
         else:
             self.taps = ktaps.conv_taps
 
+    def _plan_winograd(self, x_shape, w, pb, out, n_threads: int, constant_w: bool) -> None:
+        """The Winograd F(2x2, 3x3) plan of a 3x3 stride-1 convolution (see conv_winograd)."""
+        dtype = self.dtype
+        N, C = x_shape[:2]
+        M = w.shape[0]
+        OH, OW = out
+        TH, TW1 = (OH + 1) // 2, (OW + 1) // 2 + 1
+        self.kind = _WINOGRAD
+        mr, nr = geometry(dtype.itemsize)
+        tile_rows = _wino_blocks(N, TH, TW1, nr, n_threads)
+        per_row = 16 * tile_rows * TW1 * dtype.itemsize
+        tm = min(M, max(mr, _WINO_MBUF_BYTES // per_row // mr * mr))
+        w4 = np.ascontiguousarray(w)
+        up = blas.packed_with(_wino_weights, w4.reshape(-1), M, C, constant_w)
+        self.wino_args = (up,)
+        self.wino_tail = ((int(pb[0]), int(pb[1])), tm, tile_rows, min(C, _CONV_TK))
+        if n_threads > 1 and N * M * OH * OW * C * 4 >= blas.PARALLEL_MACS:
+            sample = (
+                np.empty(x_shape, dtype),
+                up,
+                np.empty(self.y_shape, dtype),
+                self._dw_ep(self.empty),
+                *self.wino_tail,
+            )
+            self.wino = pool.bind(kwino.conv_winograd_par, sample, n_threads)
+        else:
+            self.wino = kwino.conv_winograd
+
     def _dw_ep(self, res: np.ndarray) -> tuple:
         bias, _mode, has_bias, has_res, act, p0, p1 = self.ep
         return (bias, has_bias, res, has_res, act, p0, p1)
@@ -796,6 +872,10 @@ class _ConvPlan:
             y5 = y.reshape(self.y5_shape)
             self.dw(x5, *self.dw_args, y5, self.mult, self._dw_ep(rf))
             return y.reshape(self.y_shape)
+        if kind == _WINOGRAD:
+            y4 = y.reshape(self.y_shape)
+            self.wino(x, *self.wino_args, y4, self._dw_ep(rf), *self.wino_tail)
+            return y4
         if kind == _TAPS:
             xp = _padded_buffer(dtype, self.xp_key)
             y4 = y.reshape(self.y_shape)
@@ -841,10 +921,12 @@ def _conv_core(
     pb: list[int],
     out: list[int],
     ep: ConvEpilogue | None = None,
+    winograd: bool = True,
 ) -> np.ndarray:
     """Convolution of float32/float64 ``x`` (N, C, *sp) with ``w`` (M, C/group, *ks), then
     the epilogue ``ep`` (bias per channel, residual, activation) when given: a fresh
-    C-contiguous (N, M, *out) array (see :class:`_ConvPlan`).
+    C-contiguous (N, M, *out) array (see :class:`_ConvPlan`; ``winograd`` False keeps 3x3
+    convolutions in the direct form).
 
     Each GEMM writes its (M/group, S) block of the output straight into place (``W[M, C*K] @
     col[C*K, S]`` is NCHW per image), so no transpose or copy follows it, and applies the
@@ -856,7 +938,7 @@ def _conv_core(
     res = ep.residual
     plan = _ConvPlan(
         x.shape, x.dtype, w, group, ks, st, dl, pb, out, ep.bias, res is not None, ep.act,
-        ep.p0, ep.p1,
+        ep.p0, ep.p1, winograd=winograd,
     )  # fmt: skip
     if res is not None:
         res = np.ascontiguousarray(res.reshape(plan.y_shape), x.dtype)
@@ -946,7 +1028,7 @@ def conv_compute(
     pb, _pe, out, st, dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
     xc = _compute(x)
     wc = _compute(w).astype(xc.dtype, copy=False)
-    return _conv_core(xc, wc, group, ks, st, dl, pb, out, epilogue)
+    return _conv_core(xc, wc, group, ks, st, dl, pb, out, epilogue, ctx.winograd)
 
 
 def conv_output_shape(
@@ -1047,8 +1129,9 @@ def prepare_conv(
     bias = None if b is None else np.ascontiguousarray(b, dtype)
     group = int(attrs.get("group", 1))
     plan = _ConvPlan(
-        x.shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1, constant_w=True
-    )
+        x.shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1,
+        constant_w=True, winograd=ctx.winograd,
+    )  # fmt: skip
     shape = x.shape
     y_shape = plan.y_shape
     ndarray = np.ndarray
@@ -1111,7 +1194,9 @@ def conv_integer(
                 f"channel ({w.shape[0]})"
             )
         wf -= wzp.reshape(-1, *([1] * (w.ndim - 1))) if wzp.size > 1 else wzp.reshape(())
-    y = _conv_core(xf, wf, group, ks, st, dl, pb, out)
+    # the direct form: its float64 sums of integer products are exact (so is Winograd's
+    # with these magnitudes, but that is one more argument to make)
+    y = _conv_core(xf, wf, group, ks, st, dl, pb, out, winograd=False)
     return np.rint(y).astype(np.int32)
 
 
