@@ -1,0 +1,95 @@
+"""Data movement that LLVM's loop vectoriser leaves scalar, written as explicit vector IR.
+
+:func:`deinterleave2` splits a run of pairs into its even and odd elements: what a stride-2
+convolution or pooling does to each input row to build its phase planes. Written as a Numba
+loop (two stride-2 loads per step) LLVM vectorises it only for rows of more than twice the
+vector width times its interleave count; the rows of CNN layers (28 to 56 pairs at 56 to 112
+pixels) then ran element by element, about one cycle per element. Here each step loads two
+vectors, shuffles them apart and stores one vector to each destination, and the last partial
+step is masked, so any length runs in vectors.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .ukernel import _I32, _I64, _geometry, _Vectors, float_arrays
+
+
+def _define_deinterleave(module: ir.Module, fty: ir.Type, lanes: int) -> ir.Function:
+    """``void f(src*, dst_a*, dst_b*, n)``: ``dst_a[i] = src[2 i]``, ``dst_b[i] = src[2 i +
+    1]`` for ``i < n``."""
+    tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
+    name = f"onnxjit_deinterleave2_{tag}_{lanes}"
+    if name in module.globals:
+        return module.globals[name]
+    ptr = fty.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr, ptr, _I64]), name)
+    fn.linkage = "internal"
+    src, da, db, n = fn.args
+    for arg in (src, da, db):
+        arg.add_attribute("noalias")
+    one = _Vectors(module, fty, lanes)
+    two = _Vectors(module, fty, 2 * lanes)
+    even = ir.Constant(ir.VectorType(_I32, lanes), [2 * i for i in range(lanes)])
+    odd = ir.Constant(ir.VectorType(_I32, lanes), [2 * i + 1 for i in range(lanes)])
+    undef = ir.Constant(two.vty, ir.Undefined)
+
+    def step(builder: ir.IRBuilder, i: ir.Value, pairs: ir.Value | None) -> None:
+        # one vector of pairs from element pair i; pairs: how many remain (masked), or None
+        p = builder.bitcast(builder.gep(src, [builder.shl(i, ir.Constant(_I64, 1))]), two.vptr)
+        m2 = (
+            None
+            if pairs is None
+            else two.masks(builder, builder.shl(pairs, ir.Constant(_I64, 1)), 1)[0]
+        )
+        m1 = None if pairs is None else one.masks(builder, pairs, 1)[0]
+        v = two.load(builder, p, m2)
+        for dst, sel in ((da, even), (db, odd)):
+            part = builder.shuffle_vector(v, undef, sel)
+            one.store(builder, part, builder.bitcast(builder.gep(dst, [i]), one.vptr), m1)
+
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    full = builder.and_(n, ir.Constant(_I64, -lanes))
+    with cgutils.for_range_slice(builder, ir.Constant(_I64, 0), full, ir.Constant(_I64, lanes)) as (
+        i,
+        _,
+    ):
+        step(builder, i, None)
+    rest = builder.sub(n, full)
+    with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(_I64, 0))):
+        step(builder, full, rest)
+    builder.ret_void()
+    return fn
+
+
+@intrinsic
+def deinterleave2(typingctx, src, s_off, dst, a_off, b_off, n):
+    """``dst[a_off + i] = src[s_off + 2 i]`` and ``dst[b_off + i] = src[s_off + 2 i + 1]`` for
+    ``0 <= i < n`` (1-D arrays of one float type, element offsets; the two runs of ``dst``
+    must not overlap each other or ``src``'s). Nothing outside those elements is read or
+    written (the last partial vector is masked). No bounds checks: callers keep the offsets
+    in range."""
+    dtype = float_arrays("deinterleave2", src, dst)
+    sig = types.void(src, s_off, dst, a_off, b_off, n)
+
+    def codegen(context, builder, sig, args):
+        s_, soff, d_, aoff, boff, n_ = args
+        sa = sig.args
+        fty = context.get_value_type(dtype)
+        itemsize = 4 if dtype == types.float32 else 8
+        lanes = _geometry(context.codegen()._tm_features, itemsize)[0]
+
+        def at(idx, val, off_idx, off):
+            ary = context.make_array(sa[idx])(context, builder, val)
+            return builder.gep(ary.data, [context.cast(builder, off, sa[off_idx], types.int64)])
+
+        fn = _define_deinterleave(builder.module, fty, lanes)
+        count = context.cast(builder, n_, sa[5], types.int64)
+        builder.call(fn, [at(0, s_, 1, soff), at(2, d_, 3, aoff), at(2, d_, 4, boff), count])
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -1,0 +1,32 @@
+"""kernels/cpu/shuffle.py: vector data movement, against numpy slicing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxjit.kernels._jit import njit
+from onnxjit.kernels.cpu.shuffle import deinterleave2
+
+
+@njit
+def _split(src, s_off, dst, a_off, b_off, n):
+    deinterleave2(src, s_off, dst, a_off, b_off, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 5, 7, 8, 9, 15, 16, 17, 28, 31, 32, 33, 56, 100])
+def test_deinterleave2(dtype, n):
+    # whole vectors and a masked last one (16 float32 or 8 float64 pairs per vector with
+    # AVX-512, half that without), odd offsets; the elements around both runs of dst and
+    # past the pairs of src stay untouched (sentinels; src's next element is a NaN that
+    # must not be read into anything)
+    src = np.random.default_rng(n).standard_normal(2 * n + 8).astype(dtype)
+    src[3 + 2 * n] = np.nan
+    dst = np.full(3 * n + 40, -7.0, dtype)
+    a_off, b_off = 5, 5 + n + 11
+    _split(src, 3, dst, a_off, b_off, n)
+    want = np.full_like(dst, -7.0)
+    want[a_off : a_off + n] = src[3 : 3 + 2 * n : 2]
+    want[b_off : b_off + n] = src[4 : 4 + 2 * n : 2]
+    np.testing.assert_array_equal(dst, want)
