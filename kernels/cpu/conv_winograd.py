@@ -21,8 +21,8 @@ block, kept for the next item when that has the same tile rows: items of one blo
 are consecutive, so a claimed run of them reuses it), multiplies, and transforms back with
 the epilogue (bias, residual, activation), writing one contiguous run of every output
 channel it covers. No thread reads what another wrote (a shared ``V`` filled by both
-threads and read across them ran 1.15x faster on two threads than on one). Both transforms
-are single vector loops over a flat tile index (see :func:`_transform_channel`).
+threads and read across them ran only about 1.2x faster on two threads than on one). Both
+transforms are single vector loops over a flat tile index (see :func:`_transform_channel`).
 """
 
 from __future__ import annotations
