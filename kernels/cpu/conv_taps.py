@@ -30,6 +30,7 @@ from ..atomics import fetch_add, load, pause
 from ..chunks import claim
 from .blas import block_geometry
 from .epilogue import activate
+from .shuffle import deinterleave2
 from .ukernel import ukernel_tab
 
 
@@ -63,6 +64,9 @@ def _pad_channel(x, xp, n, c, geo):
         # one 2-D slice copy: 1.7x faster than an element loop per row
         xp[n, c, pt : pt + H, pl : pl + W] = x[n, c]
         return
+    if sw == 2:
+        _pad_channel_w2(x, xp, n, c, geo)
+        return
     src = x[n, c]
     for a in range(sh):
         # phase rows i whose padded row i * sh + a is input row h = i * sh + a - pt in [0, H)
@@ -77,14 +81,41 @@ def _pad_channel(x, xp, n, c, geo):
             for i in range(i_hi - i_lo):
                 drow = dst[i_lo + i]
                 srow = src[h0 + i * sh]
-                if sw == 2:
-                    # a literal stride: LLVM loads whole vectors and de-interleaves them
-                    # (a runtime stride leaves the loop scalar)
-                    for j in range(j_hi - j_lo):
-                        drow[j_lo + j] = srow[w0 + 2 * j]
-                else:
-                    for j in range(j_hi - j_lo):
-                        drow[j_lo + j] = srow[w0 + j * sw]
+                for j in range(j_hi - j_lo):
+                    drow[j_lo + j] = srow[w0 + j * sw]
+
+
+@njit(inline="always")
+def _pad_channel_w2(x, xp, n, c, geo):
+    # _pad_channel for a column stride of 2: each input row goes to both column phases at
+    # once, in vectors (shuffle.deinterleave2). Input column 2 m lands in phase pl % 2 at
+    # m + pl // 2, column 2 m + 1 in the other at m + (pl + 1) // 2; columns no output reads
+    # (past Wq) are not copied.
+    sh, _sw, pt, pl = geo
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    P, Hq, Wq = xp.shape[1], xp.shape[2], xp.shape[3]
+    xf = x.reshape(-1)
+    xpf = xp.reshape(-1)
+    be = pl % 2
+    je, jo = pl // 2, (pl + 1) // 2
+    n_even = max(0, min((W + 1) // 2, Wq - je))
+    n_odd = max(0, min(W // 2, Wq - jo))
+    pairs = min(n_even, n_odd)
+    for a in range(sh):
+        i_lo = max(0, (pt - a + sh - 1) // sh)
+        i_hi = min(Hq, (H + pt - a + sh - 1) // sh)
+        base = n * P + (c * sh + a) * 2
+        pe = (base + be) * Hq * Wq + je
+        po = (base + 1 - be) * Hq * Wq + jo
+        for i in range(i_lo, i_hi):
+            src = ((n * C + c) * H + i * sh + a - pt) * W
+            de = pe + i * Wq
+            do = po + i * Wq
+            deinterleave2(xf, src, xpf, de, do, pairs)
+            for m in range(pairs, n_even):
+                xpf[de + m] = xf[src + 2 * m]
+            for m in range(pairs, n_odd):
+                xpf[do + m] = xf[src + 2 * m + 1]
 
 
 @njit(inline="always")
