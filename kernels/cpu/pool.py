@@ -151,7 +151,7 @@ def _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide):
     rows of ``Wq`` columns taking the maximum over the taps at their fixed offsets (the junk
     columns past ``OW`` are dropped when the rows are copied out)."""
     Dp, Hq, Wq, toff, cols = g
-    _dw_fill(xf, b * D, D, H, W, st, pb, g, bf, -np.inf)
+    _dw_fill(xf, b * D, D, H, W, st, pb, g, bf)
     OD, OH, OW = osz[0], osz[1], osz[2]
     K = toff.shape[0]
     n_wide = _u(OH * Wq)
@@ -186,7 +186,7 @@ def max_pool_values(x, y, k, st, dl, pb):
     osz = y.shape[1:]
     x5 = x.reshape(B, 1, D, H, W)
     g = _dw_geom(x5, k, st, dl, pb, osz)
-    bf, wide = _dw_bufs(x5, g, st, osz)
+    bf, wide = _dw_bufs(x5, g, st, osz, -np.inf)
     xf = x.reshape(-1)
     yf = y.reshape(-1)
     for b in range(B):
@@ -200,7 +200,7 @@ def max_pool_values_par(ctl, x, y, k, st, dl, pb):
     osz = y.shape[1:]
     x5 = x.reshape(B, 1, D, H, W)
     g = _dw_geom(x5, k, st, dl, pb, osz)
-    bf, wide = _dw_bufs(x5, g, st, osz)
+    bf, wide = _dw_bufs(x5, g, st, osz, -np.inf)
     xf = x.reshape(-1)
     yf = y.reshape(-1)
     while True:
