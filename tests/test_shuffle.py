@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from onnxjit.kernels._jit import njit
-from onnxjit.kernels.cpu.shuffle import deinterleave2
+from onnxjit.kernels.cpu.shuffle import deinterleave2, split_row
 
 
 @njit
@@ -29,4 +29,22 @@ def test_deinterleave2(dtype, n):
     want = np.full_like(dst, -7.0)
     want[a_off : a_off + n] = src[3 : 3 + 2 * n : 2]
     want[b_off : b_off + n] = src[4 : 4 + 2 * n : 2]
+    np.testing.assert_array_equal(dst, want)
+
+
+@njit
+def _split_row(src, s_off, dst, a_off, b_off, n_a, n_b):
+    split_row(src, s_off, dst, a_off, b_off, n_a, n_b)
+
+
+@pytest.mark.parametrize("n_a, n_b", [(0, 0), (1, 0), (14, 14), (15, 14), (14, 15), (29, 27)])
+def test_split_row(n_a, n_b):
+    # two column phases of unequal lengths (a row's odd last element, columns no output
+    # reads): each run exactly as long as asked, nothing around them touched
+    src = np.random.default_rng(n_a * 31 + n_b).standard_normal(64).astype(np.float32)
+    dst = np.full(100, -7.0, np.float32)
+    _split_row(src, 1, dst, 3, 50, n_a, n_b)
+    want = np.full_like(dst, -7.0)
+    want[3 : 3 + n_a] = src[1 : 1 + 2 * n_a : 2]
+    want[50 : 50 + n_b] = src[2 : 2 + 2 * n_b : 2]
     np.testing.assert_array_equal(dst, want)

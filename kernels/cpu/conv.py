@@ -14,7 +14,7 @@ from .._jit import njit, pjit
 from ..chunks import claim
 from .blas import A_PACKED, block_geometry, gemm_block
 from .epilogue import ACT_NONE, activate
-from .shuffle import deinterleave2
+from .shuffle import split_row
 
 
 @njit(inline="always")
@@ -327,18 +327,12 @@ def _dw_fill(xf, plane, D, H, W, st, pb, g, bf):
                 for m in range(_u(cols[0, 2])):
                     bf[dst + m] = xf[s0 + m]
             elif sw == 2:
-                # both phases at once, in vectors (shuffle.deinterleave2: as a loop of
+                # both phases at once, in vectors (shuffle.split_row: as a loop of
                 # stride-2 loads LLVM left rows of 28 pairs scalar; ResNet-18's MaxPool, 64
                 # planes of 56 x 56: 48 -> 13 us for this copy on one thread)
                 da = _u((row + qa * Hq) * Wq + cols[qa, 1])
                 db = _u((row + qb * Hq) * Wq + cols[qb, 1])
-                ca, cb = cols[qa, 2], cols[qb, 2]
-                both = _u(min(ca, cb))
-                deinterleave2(xf, src, bf, da, db, both)
-                for m in range(both, _u(ca)):
-                    bf[da + m] = xf[src + _u(2) * m]
-                for m in range(both, _u(cb)):
-                    bf[db + m] = xf[src + _u(2) * m + _u(1)]
+                split_row(xf, src, bf, da, db, cols[qa, 2], cols[qb, 2])
             else:
                 for qw in range(sw):
                     dst = _u((row + qw * Hq) * Wq + cols[qw, 1])

@@ -30,7 +30,7 @@ from ..atomics import fetch_add, load, pause
 from ..chunks import claim
 from .blas import block_geometry
 from .epilogue import activate
-from .shuffle import deinterleave2
+from .shuffle import split_row
 from .ukernel import ukernel_tab
 
 
@@ -88,7 +88,7 @@ def _pad_channel(x, xp, n, c, geo):
 @njit(inline="always")
 def _pad_channel_w2(x, xp, n, c, geo):
     # _pad_channel for a column stride of 2: each input row goes to both column phases at
-    # once, in vectors (shuffle.deinterleave2). Input column 2 m lands in phase pl % 2 at
+    # once, in vectors (shuffle.split_row). Input column 2 m lands in phase pl % 2 at
     # m + pl // 2, column 2 m + 1 in the other at m + (pl + 1) // 2; columns no output reads
     # (past Wq) are not copied.
     sh, _sw, pt, pl = geo
@@ -100,7 +100,6 @@ def _pad_channel_w2(x, xp, n, c, geo):
     je, jo = pl // 2, (pl + 1) // 2
     n_even = max(0, min((W + 1) // 2, Wq - je))
     n_odd = max(0, min(W // 2, Wq - jo))
-    pairs = min(n_even, n_odd)
     for a in range(sh):
         i_lo = max(0, (pt - a + sh - 1) // sh)
         i_hi = min(Hq, (H + pt - a + sh - 1) // sh)
@@ -109,13 +108,7 @@ def _pad_channel_w2(x, xp, n, c, geo):
         po = (base + 1 - be) * Hq * Wq + jo
         for i in range(i_lo, i_hi):
             src = ((n * C + c) * H + i * sh + a - pt) * W
-            de = pe + i * Wq
-            do = po + i * Wq
-            deinterleave2(xf, src, xpf, de, do, pairs)
-            for m in range(pairs, n_even):
-                xpf[de + m] = xf[src + 2 * m]
-            for m in range(pairs, n_odd):
-                xpf[do + m] = xf[src + 2 * m + 1]
+            split_row(xf, src, xpf, pe + i * Wq, po + i * Wq, n_even, n_odd)
 
 
 @njit(inline="always")

@@ -33,7 +33,7 @@ from .._jit import njit, pjit
 from ..chunks import claim
 from .blas import block_geometry
 from .epilogue import activate
-from .shuffle import deinterleave2
+from .shuffle import split_row
 from .ukernel import ukernel
 
 
@@ -80,7 +80,7 @@ _u = np.uint64
 def _phase_planes(x, n, c, ph, TW1, pt, pl, hp_lo, n_hp):
     # padded rows [hp_lo, hp_lo + n_hp) of channel c of image n (hp_lo even) into the phase
     # planes (see _transform_channel): input rows split into their even and odd columns in
-    # vectors (shuffle.deinterleave2: as loops, rows of 14 pairs ran element by element),
+    # vectors (shuffle.split_row: as loops, rows of 14 pairs ran element by element),
     # padding rows zeroed (another item may have left input there); the padding columns are
     # never written, so they stay zero.
     C, H, W = x.shape[1], x.shape[2], x.shape[3]
@@ -100,9 +100,7 @@ def _phase_planes(x, n, c, ph, TW1, pt, pl, hp_lo, n_hp):
         ea = (2 * a + b_even) * L + row + pl // 2
         oa = (2 * a + 1 - b_even) * L + row + (pl + 1) // 2
         src = ((n * C + c) * H + h) * W
-        deinterleave2(xf, src, phf, ea, oa, W // 2)
-        if W % 2:
-            phf[ea + W // 2] = xf[src + W - 1]
+        split_row(xf, src, phf, ea, oa, (W + 1) // 2, W // 2)
 
 
 @njit(inline="always")

@@ -11,11 +11,13 @@ step is masked, so any length runs in vectors.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .._jit import njit
 from .ukernel import _I32, _I64, _geometry, _Vectors, float_arrays
 
 
@@ -93,3 +95,20 @@ def deinterleave2(typingctx, src, s_off, dst, a_off, b_off, n):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@njit(inline="always")
+def split_row(src, s_off, dst, a_off, b_off, n_a, n_b):
+    """``dst[a_off + i] = src[s_off + 2 i]`` for ``i < n_a`` and ``dst[b_off + i] =
+    src[s_off + 2 i + 1]`` for ``i < n_b`` (non-negative counts): a row split into its two
+    column phases, which may differ in length by the odd element at its end or by columns
+    no output reads. :func:`deinterleave2` over the pairs both phases have, the rest one by
+    one. Offsets unsigned inside (no negative-index fix-up in the loops)."""
+    us, ua, ub = np.uint64(s_off), np.uint64(a_off), np.uint64(b_off)
+    na, nb = np.uint64(n_a), np.uint64(n_b)
+    both = min(na, nb)
+    deinterleave2(src, us, dst, ua, ub, both)
+    for m in range(both, na):
+        dst[ua + m] = src[us + np.uint64(2) * m]
+    for m in range(both, nb):
+        dst[ub + m] = src[us + np.uint64(2) * m + np.uint64(1)]

@@ -224,7 +224,7 @@ def packed_rows(a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:
     panels (:func:`onnxjit.kernels.cpu.blas.pack_a`: a convolution's weights); kept for the
     next call (:func:`_packed`) only when ``constant`` (an initializer): the values of any
     other array may change under the same identity."""
-    return _packed(kblas.pack_a, a, m, k) if constant else kblas.pack_a(a, m, k)
+    return packed_with(kblas.pack_a, a, m, k, constant)
 
 
 def packed_with(packer: Callable, w: np.ndarray, d0: int, d1: int, constant: bool) -> np.ndarray:
