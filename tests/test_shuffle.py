@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from onnxjit.kernels._jit import njit
-from onnxjit.kernels.cpu.shuffle import deinterleave2, split_row
+from onnxjit.kernels.cpu.shuffle import deinterleave2, split_row, transpose16
 
 
 @njit
@@ -48,3 +48,42 @@ def test_split_row(n_a, n_b):
     want[3 : 3 + n_a] = src[1 : 1 + 2 * n_a : 2]
     want[50 : 50 + n_b] = src[2 : 2 + 2 * n_b : 2]
     np.testing.assert_array_equal(dst, want)
+
+
+@njit
+def _transpose16(src, soffs, si, sadd, dst, doffs, di, dadd):
+    transpose16(src, soffs, si, sadd, dst, doffs, di, dadd)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("offset_type", [np.int64, np.uint64])
+def test_transpose16(dtype, offset_type):
+    # rows gathered from scattered (unaligned, unordered) offsets and columns scattered to
+    # others, both read from a start index into longer offset arrays; every element of dst
+    # outside the sixteen written rows keeps its sentinel
+    rng = np.random.default_rng(16)
+    src = rng.standard_normal(4000).astype(dtype)
+    dst = np.full(5000, -7.0, dtype)
+    soffs = np.zeros(20, offset_type)
+    soffs[3:19] = rng.choice(3900, 16, replace=False)
+    doffs = np.zeros(20, offset_type)
+    doffs[2:18] = rng.permutation(16) * 301 + 5
+    _transpose16(src, soffs, 3, 11, dst, doffs, 2, 7)
+    want = np.full_like(dst, -7.0)
+    block = np.stack([src[int(o) + 11 : int(o) + 27] for o in soffs[3:19]])  # rows r
+    for c, o in enumerate(doffs[2:18]):
+        want[int(o) + 7 : int(o) + 23] = block[:, c]
+    np.testing.assert_array_equal(dst, want)
+
+
+def test_transpose16_repeated_destination_keeps_last():
+    # the small-plane depthwise kernel sends every input position outside its tile to one
+    # sink row: with a destination repeated, the highest column's values are what remain
+    src = np.arange(16 * 16, dtype=np.float32)
+    rows = np.arange(16, dtype=np.int64) * 16
+    doffs = np.array([0] * 8 + [16 * k for k in range(1, 9)], np.int64)
+    dst = np.zeros(16 * 9, np.float32)
+    _transpose16(src, rows, 0, 0, dst, doffs, 0, 0)
+    t = src.reshape(16, 16).T  # column c of the block is row c of t
+    np.testing.assert_array_equal(dst[:16], t[7])
+    np.testing.assert_array_equal(dst[16:].reshape(8, 16), t[8:])

@@ -112,3 +112,97 @@ def split_row(src, s_off, dst, a_off, b_off, n_a, n_b):
         dst[ua + m] = src[us + np.uint64(2) * m]
     for m in range(both, nb):
         dst[ub + m] = src[us + np.uint64(2) * m + np.uint64(1)]
+
+
+# Rows and columns of the block transpose16 turns (conv.DW_LANES channels of the small-plane
+# depthwise kernel).
+T16 = 16
+
+
+def _define_transpose16(module: ir.Module, fty: ir.Type) -> ir.Function:
+    """``void f(src*, soffs*, sadd, dst*, doffs*, dadd)``: row ``r`` of the block is
+    ``src[soffs[r] + sadd :][:16]``; column ``c`` goes to ``dst[doffs[c] + dadd :][:16]``
+    (``soffs`` and ``doffs`` point at the first of their 16 offsets)."""
+    tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
+    name = f"onnxjit_transpose16_{tag}"
+    if name in module.globals:
+        return module.globals[name]
+    ptr = fty.as_pointer()
+    i64p = _I64.as_pointer()
+    fn = ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [ptr, i64p, _I64, ptr, i64p, _I64]), name
+    )
+    fn.linkage = "internal"
+    src, soffs, sadd, dst, doffs, dadd = fn.args
+    vec = _Vectors(module, fty, T16)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def row_ptr(base: ir.Value, offs: ir.Value, add: ir.Value, i: int) -> ir.Value:
+        off = builder.load(builder.gep(offs, [ir.Constant(_I64, i)]), align=8)
+        return builder.bitcast(builder.gep(base, [builder.add(off, add)]), vec.vptr)
+
+    rows = [vec.load(builder, row_ptr(src, soffs, sadd, r), None) for r in range(T16)]
+    # Stage k swaps bit k of the row index with bit k of the column index; after the four
+    # stages element (r, c) sits at (c, r). Rows i (bit k clear) and i | d pair up: the new
+    # row i takes columns with bit k clear from row i and the others from row i | d shifted
+    # down by d; the new row i | d the mirror image.
+    for k in range(4):
+        d = 1 << k
+        lo = ir.Constant(
+            ir.VectorType(_I32, T16), [c if not c & d else T16 + (c & ~d) for c in range(T16)]
+        )
+        hi = ir.Constant(
+            ir.VectorType(_I32, T16), [c | d if not c & d else T16 + c for c in range(T16)]
+        )
+        for i in range(T16):
+            if i & d:
+                continue
+            a, b = rows[i], rows[i | d]
+            rows[i] = builder.shuffle_vector(a, b, lo)
+            rows[i | d] = builder.shuffle_vector(a, b, hi)
+    for c in range(T16):
+        vec.store(builder, rows[c], row_ptr(dst, doffs, dadd, c), None)
+    builder.ret_void()
+    return fn
+
+
+@intrinsic
+def transpose16(typingctx, src, soffs, si, sadd, dst, doffs, di, dadd):
+    """Transpose one 16 x 16 block: ``dst[doffs[di + c] + dadd + r] = src[soffs[si + r] + sadd
+    + c]`` for ``r, c < 16`` (``src``, ``dst``: 1-D C-contiguous arrays of one float type;
+    ``soffs``, ``doffs``: 1-D C-contiguous arrays of int64 or uint64 element offsets, 16 of
+    them read from ``si`` and ``di``). Sixteen vector loads, four stages of shuffles, sixteen
+    vector stores, in that order: destination rows may repeat (the last store wins) but must
+    not overlap the source rows. No bounds checks: callers keep every row in range."""
+    dtype = float_arrays("transpose16", src, dst)
+    for offs in (soffs, doffs):
+        if not (
+            isinstance(offs, types.Array)
+            and offs.ndim == 1
+            and offs.layout == "C"
+            and offs.dtype in (types.int64, types.uint64)
+        ):
+            raise TypeError(f"transpose16 offsets must be 1-D int64 or uint64 arrays, got {offs}")
+    sig = types.void(src, soffs, si, sadd, dst, doffs, di, dadd)
+
+    def codegen(context, builder, sig, args):
+        sa = sig.args
+
+        def data(idx):
+            return context.make_array(sa[idx])(context, builder, args[idx]).data
+
+        def index(idx):
+            return context.cast(builder, args[idx], sa[idx], types.int64)
+
+        def offsets(idx, start):
+            ptr = builder.bitcast(data(idx), _I64.as_pointer())
+            return builder.gep(ptr, [index(start)])
+
+        fn = _define_transpose16(builder.module, context.get_value_type(dtype))
+        builder.call(
+            fn,
+            [data(0), offsets(1, 2), index(3), data(4), offsets(5, 6), index(7)],
+        )
+        return context.get_dummy_value()
+
+    return sig, codegen
