@@ -535,3 +535,52 @@ def test_fused_group_reads_inputs_that_are_not_contiguous_writable_arrays(layout
         (got,) = fused.run(None, {"x": x, "w": w})
         xs = x[:, ::2] if layout == "strided_slice" else x
         np.testing.assert_allclose(got, np.tanh(xs * w) + w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_out", [1, 2, 3])
+def test_fused_group_fast_path_for_several_inputs_and_outputs(monkeypatch, n_out):
+    """The per-run fast path is generated per number of inputs and outputs
+    (onnxjit/ops/fused_fast.py): a group of three inputs (one broadcast) and one to three
+    graph outputs gives, run after run, what the unfused ops give (within an ulp or two: the
+    fused kernel contracts the multiply and add); a feed of another shape or a
+    non-contiguous one falls back to the general path."""
+    nodes = [
+        helper.make_node("Mul", ["x", "y"], ["a"]),
+        helper.make_node("Add", ["a", "z"], ["b"]),
+        helper.make_node("Tanh", ["b"], ["o0"]),
+        helper.make_node("Sub", ["a", "z"], ["o1"]),
+        helper.make_node("Sigmoid", ["b"], ["o2"]),
+    ]
+    outs = [_vi(f"o{j}", shape=2) for j in range(n_out)]
+    inputs = [_vi("x", shape=2), _vi("y", shape=2), _vi("z", shape=[1, "w"])]
+    fused, basic = _sessions(_model(nodes, inputs, outs))
+    rng = np.random.default_rng(11)
+
+    def same(got, want):
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+    def feeds(rows, cols):
+        return {
+            "x": rng.standard_normal((rows, cols)).astype(np.float32),
+            "y": rng.standard_normal((rows, cols)).astype(np.float32),
+            "z": rng.standard_normal((1, cols)).astype(np.float32),
+        }
+
+    steady = feeds(3, 5)
+    for f in (steady, steady, steady, feeds(4, 5), feeds(3, 7), steady):
+        same(fused.run(None, f), basic.run(None, f))
+    steps = [st for st in fused._program.steps if st.node.op_type == FUSED]
+    assert len(steps) == 1 and steps[0].fast is not None
+    # steady runs go through the fast path alone: the general path's kernel call is not made
+    import onnxjit.ops.fused_elementwise as fe
+
+    general = []
+    real = fe.run_plan
+    monkeypatch.setattr(fe, "run_plan", lambda *a, **k: general.append(1) or real(*a, **k))
+    same(fused.run(None, steady), basic.run(None, steady))
+    assert not general
+    strided = {k: v for k, v in steady.items()}
+    strided["x"] = np.repeat(steady["x"], 2, axis=1)[:, ::2]  # same values, not contiguous
+    same(fused.run(None, strided), basic.run(None, steady))

@@ -39,7 +39,8 @@ from onnxjit.codegen.elementwise import (
     run_plan,
 )
 from onnxjit.ops.elementwise import NotFusable, fused_expr
-from onnxjit.registry import MISS, fast_path, internal_op
+from onnxjit.ops.fused_fast import unrolled_fast_path
+from onnxjit.registry import fast_path, internal_op
 
 # operand reference kinds
 _IN, _CONST, _VAL = 0, 1, 2
@@ -255,61 +256,11 @@ class FusedGroup:
         if cls.inputs != tuple(range(len(arrays))) or cls.kernel.narrow or not cls.kernel.size:
             return None
         k = cls.kernel
-        shapes = tuple(a.shape for a in arrays)
-        dtypes = tuple(a.dtype for a in arrays)
-        out_shape = k.out_shape
-        outs_spec = tuple(zip(cls.shapes, k.alloc))
-        sizes = tuple(k.sizes)
         if k.post != (None,) * len(k.post):
             return None
+        slots = [Slot(shape, dt) for shape, dt in zip(cls.shapes, k.alloc)]
         go = bind_plan(k, arrays)
-        slots = [Slot(shape, dt) for shape, dt in outs_spec]
-        getrefcount = sys.getrefcount
-        limit = _fast_baseline()
-        n_in = len(shapes)
-        n_out = len(outs_spec)
-        ndarray = np.ndarray
-        group = self
-
-        # Per call this is the whole cost on small tensors (the kernel runs in well under a
-        # microsecond), hence the spelling: ravel (a view of a C-contiguous array) costs a
-        # third of reshape(-1), ``is`` settles the usual dtype comparison.
-        def fast(*xs: Any) -> Any:
-            if len(xs) != n_in:
-                return MISS
-            flat = []
-            donors = []
-            for x, s, d in zip(xs, shapes, dtypes):  # as in _fast_baseline's probe
-                if type(x) is not ndarray or x.shape != s:
-                    return MISS
-                xd = x.dtype
-                if xd is not d and xd != d:
-                    return MISS
-                if not x.flags.carray:  # C-contiguous, aligned, writable: one lookup
-                    return MISS
-                if getrefcount(x) <= limit and s == out_shape and _sole_owner(x):
-                    donors.append(x)
-                flat.append(x.ravel())
-            outs = []
-            args = []
-            reused = 0
-            for slot in slots:
-                buf = None
-                if donors:
-                    for i, dnr in enumerate(donors):
-                        if dnr.dtype == slot.dtype:
-                            buf = donors.pop(i)
-                            reused += 1
-                            break
-                if buf is None:
-                    buf = slot.get()
-                outs.append(buf)
-                args.append(buf.ravel())
-            group.fast_reused = reused  # for tests: buffers reused by the last fast call
-            go(*args, *flat, *sizes)
-            return outs[0] if n_out == 1 else tuple(outs)
-
-        return fast
+        return unrolled_fast_path(arrays, k.out_shape, slots, go, tuple(k.sizes), self, _sole_owner)
 
     def _run_members(self, arrays: Sequence[np.ndarray]) -> list[Any]:
         if self._program is None:
@@ -439,27 +390,6 @@ def fused_elementwise(*xs: np.ndarray, group: FusedGroup = None) -> Any:
 @fast_path(fused_elementwise)
 def _prepare(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
     return kwargs["group"].fast_path(args)
-
-
-_FAST_REFS = 0
-
-
-def _fast_baseline() -> int:
-    """References to a released input that a fast path sees in its argument loop, measured
-    through the executor's own call (see onnxjit.plan._call): the caller's argument tuple, the
-    fast path's ``*xs`` tuple, the loop variable and getrefcount's argument."""
-    global _FAST_REFS
-    if not _FAST_REFS:
-        shapes = dtypes = (None,)  # the loop header below must be the fast path's
-
-        def probe(*xs: Any) -> int:
-            for x, _s, _d in zip(xs, shapes, dtypes):
-                return sys.getrefcount(x)
-            return 0
-
-        args = (np.empty(1),)  # the executor's argument tuple
-        _FAST_REFS = probe(*args)
-    return _FAST_REFS
 
 
 class ReduceTail:

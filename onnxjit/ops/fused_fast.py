@@ -1,0 +1,144 @@
+"""The per-run call of a fused elementwise group on inputs of known shapes, unrolled.
+
+On small tensors the Python around the kernel call is the whole cost of a group (the kernel
+runs in well under a microsecond), so the fast path is generated per number of inputs and
+outputs with every loop unrolled into straight-line code: no argument tuple, no zip, no list
+building. It does what :meth:`onnxjit.ops.fused_elementwise.FusedGroup.fast_path` specifies:
+the same input checks, an input buffer nothing else references reused for an output of its
+shape and dtype, the other outputs from their slots. And it calls the kernel's compiled entry
+point for the argument types it will always get, skipping Numba's type dispatch.
+
+On the development VM, a group of 2 inputs and 3 outputs on [1, 16] float32: 2.07 us per call
+with the general loop, 1.4 us unrolled, the kernel's dispatch 0.36 -> 0.26 us of that.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+from onnxjit.registry import MISS
+
+_FACTORIES: dict[tuple[int, int], Callable[..., Callable[..., Any]]] = {}
+_NAMED_REFS = 0
+
+
+def _source(n_in: int, n_out: int) -> str:
+    xs = [f"x{i}" for i in range(n_in)]
+    os_ = [f"o{j}" for j in range(n_out)]
+    lines = [
+        "def make(shapes, dtypes, outable, slots, go, sizes, limit, group, sole_owner, take):",
+        *(f"    s{i}, d{i}, ok{i} = shapes[{i}], dtypes[{i}], outable[{i}]" for i in range(n_in)),
+        *(f"    sl{j} = slots[{j}]" for j in range(n_out)),
+        f"    def fast({', '.join(xs)}):",
+    ]
+    for i in range(n_in):
+        x = xs[i]
+        lines += [
+            f"        if type({x}) is not ndarray or {x}.shape != s{i}:",
+            "            return MISS",
+            f"        if ({x}.dtype is not d{i} and {x}.dtype != d{i}) or not {x}.flags.carray:",
+            "            return MISS",
+        ]
+    lines.append("        donors = None")
+    for i in range(n_in):
+        x = xs[i]
+        # cheapest test first; the count is the caller's argument tuple, this frame's name
+        # and getrefcount's argument (see _named_baseline)
+        lines += [
+            f"        if ok{i} and getrefcount({x}) <= limit and sole_owner({x}):",
+            f"            donors = [{x}] if donors is None else donors + [{x}]",
+        ]
+    lines += [
+        "        if donors is None:",
+        *(f"            {o} = sl{j}.get()" for j, o in enumerate(os_)),
+        "            group.fast_reused = 0",
+        "        else:",
+        f"            {', '.join(os_)}, = take(slots, donors, group)",
+        f"        go({', '.join(f'{v}.ravel()' for v in os_ + xs)}, *sizes)",
+        f"        return {os_[0] if n_out == 1 else '(' + ', '.join(os_) + ',)'}",
+        "    return fast",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _factory(n_in: int, n_out: int) -> Callable[..., Callable[..., Any]]:
+    key = (n_in, n_out)
+    make = _FACTORIES.get(key)
+    if make is None:
+        scope = {"ndarray": np.ndarray, "MISS": MISS, "getrefcount": sys.getrefcount}
+        exec(compile(_source(n_in, n_out), f"<fused fast path {n_in}x{n_out}>", "exec"), scope)
+        make = _FACTORIES[key] = scope["make"]
+    return make
+
+
+def _named_baseline() -> int:
+    """References to a released input that an unrolled fast path sees at its getrefcount
+    test, measured through a call like the executor's (``fast(*args)``)."""
+    global _NAMED_REFS
+    if not _NAMED_REFS:
+
+        def probe(x0: Any) -> int:
+            return sys.getrefcount(x0)
+
+        args = (np.empty(1),)  # the executor's argument tuple
+        _NAMED_REFS = probe(*args)
+    return _NAMED_REFS
+
+
+def _take(slots: Sequence[Any], donors: list[np.ndarray], group: Any) -> list[np.ndarray]:
+    """The outputs' buffers: a donor of the slot's dtype where there is one, else the slot's."""
+    outs = []
+    reused = 0
+    for slot in slots:
+        buf = None
+        for i, dnr in enumerate(donors):
+            if dnr.dtype == slot.dtype:
+                buf = donors.pop(i)
+                reused += 1
+                break
+        outs.append(slot.get() if buf is None else buf)
+    group.fast_reused = reused  # for tests: buffers reused by the last fast call
+    return outs
+
+
+def _entry_point(go: Any, sample: tuple) -> Any:
+    """The compiled entry point of Numba dispatcher ``go`` for arguments typed like
+    ``sample``, or ``go`` itself (a pool launcher, or no such compiled signature yet)."""
+    if not isinstance(go, CPUDispatcher):
+        return go
+    try:
+        sig = tuple(go.typeof_pyval(a) for a in sample)
+    except Exception:  # an argument Numba cannot type: let the dispatcher report it
+        return go
+    cres = go.overloads.get(sig)
+    return go if cres is None else cres.entry_point
+
+
+def unrolled_fast_path(
+    arrays: Sequence[np.ndarray],
+    out_shape: tuple[int, ...],
+    slots: Sequence[Any],
+    go: Any,
+    sizes: tuple[int, ...],
+    group: Any,
+    sole_owner: Callable[[np.ndarray], bool],
+) -> Callable[..., Any]:
+    """``fast(*xs)`` for inputs shaped and typed like ``arrays`` (C-contiguous, writable):
+    ``go(*outs_flat, *inputs_flat, *sizes)`` into buffers from ``slots`` or from inputs that
+    have ``out_shape``, the slot's dtype and no other holder (``sole_owner`` decides past the
+    reference count); MISS for any other input."""
+    shapes = tuple(a.shape for a in arrays)
+    dtypes = tuple(a.dtype for a in arrays)
+    outable = tuple(s == out_shape for s in shapes)
+    sample = (*(np.empty(1, s.dtype) for s in slots), *(a.ravel() for a in arrays), *sizes)
+    make = _factory(len(arrays), len(slots))
+    limit = _named_baseline()
+    return make(
+        shapes, dtypes, outable, tuple(slots), _entry_point(go, sample), sizes, limit, group,
+        sole_owner, _take,
+    )  # fmt: skip
