@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import buffers, ir
+from onnxjit import buffers, ir, steps_code
 from onnxjit.errors import ExecutionError, OnnxJitError
 from onnxjit.registry import MISS, NodeContext, OpImpl, fast_path_of
 
@@ -124,6 +124,8 @@ class Program:
         for step in self.steps:
             step.makes_output = any(s in outs for s in step.out_slots)
         self._fast: list[tuple] | None = None  # built by the first _run_steps
+        # the steps as generated straight-line code (steps_code), False when too long
+        self._straight: Callable[[list[Any]], None] | bool | None = None
         self._env_template: list[Any] | None = None  # built by the first run
         self.n_slots = len(self.slots)
         self.runs = 0  # calls of run(): every step runs once per call (stats() reads it)
@@ -235,7 +237,15 @@ class Program:
 
     def _run_steps(self, env: list[Any]) -> None:
         """The steps without profiling or outer scope: the per-node path kept short (it is
-        the whole cost of a run on small tensors)."""
+        the whole cost of a run on small tensors). Runs the generated straight-line version
+        of the loop below (onnxjit.steps_code) unless the program is too long for one."""
+        straight = self._straight
+        if straight is None:
+            straight = steps_code.generate(self.steps, _call_impl, _padded_slots, _execution_error)
+            straight = self._straight = straight or False
+        if straight is not False:
+            straight(env)
+            return
         fast = self._fast
         if fast is None:
             fast = self._fast = [
