@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxjit
+from onnxjit.registry import MISS
 
 OPSET = 17
 FUSED = "FusedElementwise"
@@ -581,6 +582,11 @@ def test_fused_group_fast_path_for_several_inputs_and_outputs(monkeypatch, n_out
     monkeypatch.setattr(fe, "run_plan", lambda *a, **k: general.append(1) or real(*a, **k))
     same(fused.run(None, steady), basic.run(None, steady))
     assert not general
+    # called with another number of arguments the fast path misses rather than raising
+    args = (steady["x"].copy(), steady["y"].copy(), steady["z"].copy())
+    assert steps[0].fast(*args[:2]) is MISS
+    assert steps[0].fast(*args, args[0]) is MISS
+    assert steps[0].fast(*args) is not MISS
     strided = {k: v for k, v in steady.items()}
     strided["x"] = np.repeat(steady["x"], 2, axis=1)[:, ::2]  # same values, not contiguous
     same(fused.run(None, strided), basic.run(None, steady))
