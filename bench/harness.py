@@ -10,9 +10,10 @@ Protocol, per case (:func:`measure_case`):
    inside); BLAS limited to 2 threads with threadpoolctl for the roofs (:func:`fix_threads`).
 3. Warm both: at least 5 runs each (plus one run per extra size for D1 cases, after which the
    Numba compilations triggered by those new sizes are counted).
-4. At least 21 rounds. In each round the two engines run one block each, in random order; a block
-   is as many runs as make about ``block_ms`` (at least one run), each run timed with
-   ``perf_counter_ns`` and the garbage collector off; after every block the harness sleeps
+4. At least 21 rounds. In each round the two engines run one block each, in random order; both
+   engines' blocks have the same number of runs, as many as make about ``block_ms`` for the
+   slower engine and at least ``MIN_BLOCK_RUNS`` (see :func:`runs_per_block`), each run timed
+   with ``perf_counter_ns`` and the garbage collector off; after every block the harness sleeps
    5-10 ms and then until the process's idle threads stop spinning (:func:`quiesce`):
    onnxruntime's spin for about 40 ms after a run on the development VM, and onnxjit's OpenMP
    workers spin too; either would steal a core from the other engine's next block.
@@ -359,6 +360,22 @@ class Result:
         return asdict(self)
 
 
+# Runs per block, at the least: the median of three never takes the first run after the pause
+# between blocks, which pays the machine's waking from idle (C2 at 112 pixels after 50 ms idle:
+# onnxjit 2.2 -> 3.8 ms, onnxruntime 1.45 -> 3.0 on the development VM).
+MIN_BLOCK_RUNS = 3
+
+
+def runs_per_block(t_jit_ns: float, t_ort_ns: float, block_ms: float) -> int:
+    """Runs in each engine's block: as many as take ``block_ms`` at the slower engine's time
+    per run, at least :data:`MIN_BLOCK_RUNS`. The same count for both engines: with blocks of
+    equal length in time instead, the slower engine's block had fewer runs and its median
+    leaned more on that first run (C2: 2 runs against 4, C1: 1 against 2 at 5 ms; see
+    bench/README.md for the ratios both ways)."""
+    slower = max(t_jit_ns, t_ort_ns, 1.0)
+    return max(MIN_BLOCK_RUNS, math.ceil(block_ms * 1e6 / slower))
+
+
 def measure_case(
     case: Case,
     roofs: Roofs | None = None,
@@ -432,10 +449,8 @@ def measure_case(
             res.flags.append("VOID: outputs differ on a new size")
             return res
 
-    n_block = {
-        "jit": max(1, math.ceil(block_ms * 1e6 / max(t_jit, 1.0))),
-        "ort": max(1, math.ceil(block_ms * 1e6 / max(t_ort, 1.0))),
-    }
+    n = runs_per_block(t_jit, t_ort, block_ms)
+    n_block = {"jit": n, "ort": n}
     res.runs_per_block = dict(n_block)
     rnd = random.Random(seed)
     before_timing = counter.snapshot()

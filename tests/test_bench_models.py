@@ -279,3 +279,22 @@ def test_bench_sessions_share_the_optimisation_level(level):
     np.testing.assert_allclose(
         jit.run(None, case.feeds)[0], ort_sess.run(None, case.feeds)[0], rtol=1e-4, atol=1e-4
     )
+
+
+@pytest.mark.parametrize(
+    "t_jit_ms, t_ort_ms, block_ms",
+    [(3.0, 1.3, 5.0), (1.3, 3.0, 5.0), (0.006, 0.005, 5.0), (25.0, 30.0, 5.0), (1.0, 1.0, 5.0)],
+)
+def test_blocks_have_equal_run_counts_filling_the_slower_engines_block(
+    t_jit_ms, t_ort_ms, block_ms
+):
+    # the harness gives both engines one count (the median of unequal counts leaned on the
+    # first run after the pause for the slower engine only); at least three runs, and the
+    # slower engine's block lasts at least block_ms
+    from bench import harness
+
+    n = harness.runs_per_block(t_jit_ms * 1e6, t_ort_ms * 1e6, block_ms)
+    slower = max(t_jit_ms, t_ort_ms)
+    assert n >= harness.MIN_BLOCK_RUNS == 3
+    assert n * slower >= block_ms
+    assert n == 3 or (n - 1) * slower < block_ms  # no more runs than that takes
