@@ -237,13 +237,14 @@ class Program:
 
     def _run_steps(self, env: list[Any]) -> None:
         """The steps without profiling or outer scope: the per-node path kept short (it is
-        the whole cost of a run on small tensors). Runs the generated straight-line version
-        of the loop below (onnxjit.steps_code) unless the program is too long for one."""
+        the whole cost of a run on small tensors). Once the program has run a few times, runs
+        the generated straight-line version of the loop below (onnxjit.steps_code) unless the
+        program is too long for one."""
         straight = self._straight
-        if straight is None:
+        if straight is None and self.runs > steps_code.AFTER_RUNS:
             straight = steps_code.generate(self.steps, _call_impl, _padded_slots, _execution_error)
             straight = self._straight = straight or False
-        if straight is not False:
+        if straight:
             straight(env)
             return
         fast = self._fast

@@ -32,8 +32,9 @@ def _vi(name, shape, elem=F):
 def _graph_with_everything():
     """y = If(c, then: Split(x + w)[0] * z (z, the square of x's first half, from the outer
     scope), else: Clip(x's first two columns) with its minimum omitted, maximum 0.5), s =
-    the second half of x plus the sum of a large intermediate (Tanh of a 128 KiB broadcast)
-    whose buffer dies early and goes back to the pool."""
+    the second half of x plus the sum of a large intermediate (Sigmoid of a 128 KiB
+    broadcast: positive terms, no cancellation in the sum) whose buffer dies early and goes
+    back to the pool."""
     split_then = [
         helper.make_node("Add", ["x", "w"], ["xw"]),
         helper.make_node("Split", ["xw"], ["h0", "h1"], axis=1),
@@ -51,7 +52,7 @@ def _graph_with_everything():
     )
     nodes = [
         helper.make_node("Expand", ["x", "big"], ["wide"]),
-        helper.make_node("Tanh", ["wide"], ["wt"]),
+        helper.make_node("Sigmoid", ["wide"], ["wt"]),
         helper.make_node("ReduceSum", ["wt"], ["tot"], keepdims=0),
         helper.make_node("Split", ["x"], ["s0", "s1"], axis=1),
         helper.make_node("Mul", ["s0", "s0"], ["z"]),
@@ -83,7 +84,9 @@ def test_straight_line_steps_match_the_loop_and_the_reference(cond):
     model = _graph_with_everything()
     straight, loop = _sessions(model)
     rng = np.random.default_rng(3)
-    for _ in range(3):  # the first run prepares fast paths, later ones take them
+    # the first run prepares fast paths, later ones take them; the straight-line function is
+    # made after steps_code.AFTER_RUNS runs
+    for _ in range(steps_code.AFTER_RUNS + 3):
         feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32), "c": np.array(cond)}
         want = reference_outputs(model, feeds)
         got_straight = straight.run(None, feeds)
@@ -111,7 +114,7 @@ def test_straight_line_steps_report_the_failing_node_like_the_loop():
     )
     straight, loop = _sessions(model)
     good = {"x": np.arange(6, dtype=np.float32)}
-    for _ in range(2):
+    for _ in range(steps_code.AFTER_RUNS + 2):
         np.testing.assert_array_equal(straight.run(None, good)[0], loop.run(None, good)[0])
     bad = {"x": np.arange(7, dtype=np.float32)}
     messages = []
@@ -144,6 +147,6 @@ def test_programs_past_the_limit_keep_the_loop(monkeypatch):
     model = _model(nodes, [_vi("x", [3])], [_vi("y", [3])])
     sess = onnxjit.InferenceSession(model.SerializeToString())
     x = np.array([-1.0, 0.5, 2.0], np.float32)
-    for _ in range(2):
+    for _ in range(steps_code.AFTER_RUNS + 2):
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], -np.maximum(x, 0))
     assert sess._program._straight is False
