@@ -744,14 +744,11 @@ def _dw_tile_geom(k, st, dl, osz):
 
 
 @njit(inline="always")
-def _dw_tile_cols(r, dw, sw, row_len, uL):
-    """Tile offsets of taps kw = 0, 1, 2 for tile row offset ``r``."""
-    c1, c2 = dw, 2 * dw
-    return (
-        r,
-        r + _u(c1 % sw) * row_len + _u(c1 // sw) * uL,
-        r + _u(c2 % sw) * row_len + _u(c2 // sw) * uL,
-    )
+def _dw_tile_col(kw, dw, sw, row_len, uL):
+    """Offset of tap column ``kw`` within a padded tile row: padded column ``kw * dw`` is in
+    stride phase ``kw * dw % sw`` at column ``kw * dw // sw``."""
+    c = kw * dw
+    return _u(c % sw) * row_len + _u(c // sw) * uL
 
 
 @njit(inline="always")
@@ -811,7 +808,9 @@ def _dw_tile_block(xf, C, H, W, wx, k, st, dl, osz, yf, M, mult, blk, tb, acc, i
     bias_row = wb + _u(K) * n_row
     # tile offsets of the taps kw = 0, 1, 2 within a padded row (divisions by run-time
     # values: once per block, not per output row)
-    tc0, tc1, tc2 = _dw_tile_cols(_u(0), dw, sw, row_len, uL)
+    tc0 = _dw_tile_col(0, dw, sw, row_len, uL)
+    tc1 = _dw_tile_col(1, dw, sw, row_len, uL)
+    tc2 = _dw_tile_col(2, dw, sw, row_len, uL)
     for oh in range(OH):
         ab = _u(oh) * n_row
         if KH == 3 and KW == 3:
@@ -844,8 +843,7 @@ def _dw_tile_block(xf, C, H, W, wx, k, st, dl, osz, yf, M, mult, blk, tb, acc, i
         for kh in range(KH):
             r = _u((oh * sh + kh * dh) * sw) * row_len
             for kw in range(KW):
-                c0 = kw * dw
-                cb = r + _u(c0 % sw) * row_len + _u(c0 // sw) * uL
+                cb = r + _dw_tile_col(kw, dw, sw, row_len, uL)
                 wv = wb + _u(kh * KW + kw) * n_row
                 for j in range(n_row):
                     acc[ab + j] += wx[wv + j] * tb[cb + j]

@@ -39,7 +39,7 @@ from onnxjit.codegen.elementwise import (
     run_plan,
 )
 from onnxjit.ops.elementwise import NotFusable, fused_expr
-from onnxjit.ops.fused_fast import unrolled_fast_path
+from onnxjit.ops.fused_fast import take_donor, unrolled_fast_path
 from onnxjit.registry import fast_path, internal_op
 
 # operand reference kinds
@@ -228,7 +228,7 @@ class FusedGroup:
             buffers = None
             if donors:
                 buffers = [
-                    _take(donors, shape, dt) for shape, dt in zip(cls.shapes, cls.out_dtypes)
+                    take_donor(donors, shape, dt) for shape, dt in zip(cls.shapes, cls.out_dtypes)
                 ]
             ins = [arrays[k] for k in cls.inputs]
             for a in ins:
@@ -335,13 +335,6 @@ def _baseline() -> int:
     (count,) = (fused_elementwise(*args, **{"group": _Probe()}),)
     _UNSHARED_REFS = int(count)
     return _UNSHARED_REFS
-
-
-def _take(donors: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -> Any:
-    for i, a in enumerate(donors):
-        if a.shape == shape and a.dtype == dtype:
-            return donors.pop(i)
-    return None
 
 
 def _kernel_dtype(dt: np.dtype) -> bool:

@@ -94,18 +94,27 @@ def _named_baseline() -> int:
     return _NAMED_REFS
 
 
+def take_donor(donors: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """Remove and return the first of ``donors`` (input buffers a group may write into) with
+    this shape and dtype, or None."""
+    for i, a in enumerate(donors):
+        if a.shape == shape and a.dtype == dtype:
+            return donors.pop(i)
+    return None
+
+
 def _take(slots: Sequence[Any], donors: list[np.ndarray], group: Any) -> list[np.ndarray]:
-    """The outputs' buffers: a donor of the slot's dtype where there is one, else the slot's."""
+    """The outputs' buffers: a donor of the slot's shape and dtype where there is one, else
+    the slot's."""
     outs = []
     reused = 0
     for slot in slots:
-        buf = None
-        for i, dnr in enumerate(donors):
-            if dnr.dtype == slot.dtype:
-                buf = donors.pop(i)
-                reused += 1
-                break
-        outs.append(slot.get() if buf is None else buf)
+        buf = take_donor(donors, slot.shape, slot.dtype)
+        if buf is None:
+            buf = slot.get()
+        else:
+            reused += 1
+        outs.append(buf)
     group.fast_reused = reused  # for tests: buffers reused by the last fast call
     return outs
 
