@@ -15,7 +15,7 @@ Protocol, per case (:func:`measure_case`):
    slower engine and at least ``MIN_BLOCK_RUNS`` (see :func:`runs_per_block`), each run timed
    with ``perf_counter_ns`` and the garbage collector off; after every block the harness sleeps
    5-10 ms and then until the process's idle threads stop spinning (:func:`quiesce`):
-   onnxruntime's spin for about 40 ms after a run on the development VM, and onnxjit's OpenMP
+   onnxruntime's spin for about 40 ms after a run on the development VM, and onnxjit's pool
    workers spin too; either would steal a core from the other engine's next block.
    BENCHMARKING.md asks for a 5-10 ms pause after onnxruntime's blocks; that is too short here.
 5. Per round: the median time per run of each engine, ratio = onnxjit / onnxruntime. Reported:
@@ -462,7 +462,7 @@ def measure_case(
         for eng in order:
             per_round[eng].append(time_block(runs[eng], n_block[eng]))
             # Both engines' idle workers spin after their last parallel region (onnxruntime's
-            # pool, onnxjit's OpenMP threads): wait until they sleep, so that neither engine's
+            # pool, onnxjit's pool workers): wait until they sleep, so that neither engine's
             # block starts with the other's threads holding a core.
             time.sleep(rnd.uniform(0.005, 0.010))
             quiesce()
