@@ -97,6 +97,10 @@ ONNXJIT_CONFIG_KEYS = {
 }
 
 
+# Values of the entries above that a session assumes when the user sets none.
+CONFIG_DEFAULTS = {"onnxjit.conv_winograd": "1"}
+
+
 class SessionOptions(_StrictFields):
     """Options for :class:`onnxjit.InferenceSession` (onnxruntime's names).
 

@@ -38,6 +38,7 @@ import numpy as np
 import onnx.defs
 
 from onnxjit.errors import InvalidArgumentError, UnsupportedOperatorError
+from onnxjit.options import CONFIG_DEFAULTS
 
 DEFAULT_DOMAIN = ""
 ML_DOMAIN = "ai.onnx.ml"
@@ -228,7 +229,8 @@ class NodeContext:
     @property
     def winograd(self) -> bool:
         """Winograd convolutions allowed (config entry ``onnxjit.conv_winograd``, default on)."""
-        return self.settings.get("onnxjit.conv_winograd", "1") != "0"
+        key = "onnxjit.conv_winograd"
+        return self.settings.get(key, CONFIG_DEFAULTS[key]) != "0"
 
     def constant(self, i: int) -> bool:
         """Input ``i`` is an initializer (see ``const_inputs``): a cache keyed on its identity

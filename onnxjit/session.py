@@ -24,7 +24,7 @@ from onnxjit import progress as progress_mod
 from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidArgumentError, InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
-from onnxjit.options import RunOptions, SessionOptions
+from onnxjit.options import CONFIG_DEFAULTS, RunOptions, SessionOptions
 from onnxjit.plan import Profiler, Program, plan_summary
 
 log = logging.getLogger("onnxjit")
@@ -158,7 +158,8 @@ class InferenceSession:
                 "onnxjit cannot run this model:\n  - " + "\n  - ".join(problems)
             )
         disabled = set(disabled_optimizers or ())
-        wino = self._options._config.get("onnxjit.conv_winograd", "1")
+        wino_key = "onnxjit.conv_winograd"
+        wino = self._options._config.get(wino_key, CONFIG_DEFAULTS[wino_key])
         if wino not in ("0", "1"):
             raise InvalidArgumentError(
                 f"session config entry 'onnxjit.conv_winograd' is {wino!r}: expected '1' "
