@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from scipy.special import erfc
 
 import onnxjit
 from onnxjit.registry import MISS
@@ -108,6 +109,66 @@ def test_gelu_chain_is_one_kernel(dtype, elem, shape):
     _assert_same(got, basic.run(None, {"x": x})[0])
     want = ReferenceEvaluator(m).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-12, atol=1e-7)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize(
+    "dtype,elem",
+    [(np.float32, TensorProto.FLOAT), (np.float64, TensorProto.DOUBLE)],
+)
+def test_internal_gelu_joins_a_group(with_bias, dtype, elem):
+    # gelu_fusion writes onnxjit's Gelu (taking the bias Add before it as its second input);
+    # elementwise fusion then takes that node into the group of the Mul after it
+    rng = np.random.default_rng(4)
+    nodes, x = [], "x"
+    consts = [
+        _const("s2", np.sqrt(np.array(2.0, dtype))),  # exact, as the fused Gelu computes
+        _const("one", np.array(1.0, dtype)),
+        _const("half", np.array(0.5, dtype)),
+        _const("gain", rng.standard_normal(8).astype(dtype)),
+    ]
+    if with_bias:
+        nodes.append(helper.make_node("Add", ["x", "bias"], ["xb"]))
+        consts.append(_const("bias", rng.standard_normal(8).astype(dtype)))
+        x = "xb"
+    nodes += _gelu_nodes(x, "g") + [helper.make_node("Mul", ["g", "gain"], ["y"])]
+    m = _model(nodes, [_vi("x", elem, [5, 8])], [_vi("y", elem, [5, 8])], consts)
+    fused, basic = _sessions(m, disabled_optimizers=[])
+    groups = _fused_nodes(fused)
+    assert len(groups) == 1
+    # members are spelt "<domain.>Op-version name"
+    assert [m.split()[0] for m in groups[0].members] == ["onnxjit.Gelu-1", "Mul-14"]
+    x = rng.standard_normal((5, 8)).astype(dtype) * 3
+    got = fused.run(None, {"x": x})[0]
+    # oracle: float64 erfc form (the reference evaluator's float64 Erf is off by percents in
+    # the tails, where 1 + erf cancels)
+    v = x.astype(np.float64) + (numpy_helper.to_array(consts[-1]) if with_bias else 0.0)
+    want = 0.5 * v * erfc(-v / np.sqrt(2.0)) * numpy_helper.to_array(consts[3])
+    # float32: within GELU_F32_BUDGET (2 ulp + 7e-8 |x|), then one rounded multiply; float64
+    # keeps the erf form, whose 1 + erf cancels to an absolute error of ~1e-16 |x|
+    tol = dict(rtol=5e-7, atol=7e-7) if dtype == np.float32 else dict(rtol=1e-13, atol=2e-15)
+    np.testing.assert_allclose(got, want, **tol)
+
+
+def test_internal_gelu_alone_runs_a_generated_kernel(monkeypatch):
+    # without a bias onnxjit's Gelu runs one generated kernel (which streams large outputs),
+    # not the row kernel of kernels/cpu/nn.py that it runs with a bias
+    from onnxjit.kernels.cpu import nn as knn
+
+    def row_kernel(*args):
+        raise AssertionError("the row kernel ran")
+
+    monkeypatch.setattr(knn, "gelu_rows", row_kernel)
+    monkeypatch.setattr(knn, "gelu_rows_par", row_kernel)
+    rng = np.random.default_rng(5)
+    m = _model(_gelu_nodes(), [_vi("x", shape=[6, 32])], [_vi("y", shape=[6, 32])], _gelu_consts())
+    sess = onnxjit.InferenceSession(m.SerializeToString())
+    assert [(n.domain, n.op_type) for n in sess.graph_nodes()] == [("onnxjit", "Gelu")]
+    feeds = {"x": rng.standard_normal((6, 32)).astype(np.float32) * 3}
+    for _ in range(3):  # the implementation, then the fast path
+        got = sess.run(None, feeds)[0]
+        want = ReferenceEvaluator(m).run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
 
 
 def test_intermediate_used_outside_becomes_an_output():

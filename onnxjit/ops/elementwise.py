@@ -103,7 +103,7 @@ TYPE_ONLY_VERSIONS: dict[str, tuple[int, ...]] = {
 
 _EXPRS: dict[tuple, E.Expr] = {}
 # The last _ew evaluation of this thread, for the fast path the executor prepares right after
-# the node ran (see _prepare_ew).
+# the node ran (see prepare_generated).
 _LAST = threading.local()
 
 
@@ -127,7 +127,7 @@ def _ew(
     if out_dtype is None:
         out_dtype = dts[0] if compute_dtype(dts[0]) == e.dtype else e.dtype
     result = apply(e, arrays, out_dtype)
-    _LAST.call = (e, out_dtype, arrays)  # read by _prepare_ew right after this node
+    _LAST.call = (e, out_dtype, arrays)  # read by prepare_generated right after this node
     return result
 
 
@@ -832,10 +832,16 @@ class NotFusable(TypeError):
     """The op cannot be part of a generated kernel for these element types."""
 
 
-# op_type -> (first registered version the builder serves, builder(attrs, *exprs) -> Expr).
+# fusible_key -> (first registered version the builder serves, builder(attrs, *exprs) -> Expr).
 # Builders mirror the registered implementations above (same helper families, same casts), so
 # a fused group computes what the ops compute one by one; attribute values become constants.
 _BUILDERS: dict[str, tuple[int, Callable[..., E.Expr]]] = {}
+
+
+def fusible_key(domain: str, op_type: str) -> str:
+    """The name a fused form is registered under: the op type for the standard domain,
+    ``domain.op_type`` for another (onnxjit's own ops that pattern passes write)."""
+    return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
 
 
 def _fusible(op_type: str, since: int = 1):
@@ -909,6 +915,23 @@ def _gelu_builder(attrs: dict, x: E.Expr) -> E.Expr:
     if approximate not in ("none", "tanh"):
         raise NotFusable(f"approximate={approximate!r}")
     return E.call("gelu_tanh" if approximate == "tanh" else "gelu", x)
+
+
+@_fusible("onnxjit.Gelu")
+def _internal_gelu_builder(attrs: dict, x: E.Expr, bias: E.Expr | None = None) -> E.Expr:
+    # onnxjit's Gelu (gelu_fusion's node): the Gelu of x + bias
+    _float_only(x)
+    if bias is not None:
+        _same_types(x, bias)
+        x = _add(x, bias)
+    return _gelu_builder(attrs, x)
+
+
+def generated_gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    """GELU of the floating-point array ``x`` in one generated kernel (onnxjit's internal
+    Gelu op without a bias); ``approximate`` is "none" (erf form) or "tanh"."""
+    attrs = {"approximate": approximate}
+    return _ew(("onnxjit.Gelu", approximate), lambda v: _internal_gelu_builder(attrs, v), (x,))
 
 
 @_fusible("Clip", since=6)
@@ -1023,8 +1046,9 @@ def fused_expr(
 ) -> tuple[E.Expr, np.dtype]:
     """The expression and stored dtype of one op inside a fused group.
 
-    ``args`` are the operand expressions (None for an omitted optional input) and ``stored``
-    their stored dtypes (float16/bfloat16 operands are float32 expressions). Raises
+    ``op_type`` is the op's :func:`fusible_key`; ``args`` are the operand expressions (None
+    for an omitted optional input) and ``stored`` their stored dtypes (float16/bfloat16
+    operands are float32 expressions). Raises
     :class:`NotFusable` when the op, its version or these types cannot be generated; the group
     then runs its ops one by one, which also gives the ops' own error messages.
     """
@@ -1050,22 +1074,27 @@ def fused_expr(
 
 
 def fusible_ops() -> dict[str, int]:
-    """Op types a fused group may contain, with the first version that can (Cast included)."""
+    """Op types a fused group may contain (as :func:`fusible_key` names them), with the first
+    version that can (Cast included)."""
     out = {k: v[0] for k, v in _BUILDERS.items()}
     out.update(Cast=6, CastLike=15)
     return out
 
 
 # -- fast path ---------------------------------------------------------------------------------
-def _prepare_ew(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
+def prepare_generated(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
     """A fast path for an elementwise op whose implementation handed its own arguments, as
     they are, to :func:`_ew` (most ops; those that add attribute operands or convert their
-    inputs first get none): the kernel plan for these shapes and dtypes, fixed."""
+    inputs first get none; omitted optional inputs at the end, None, are not handed): the
+    kernel plan for these shapes and dtypes, fixed."""
     rec = getattr(_LAST, "call", None)
     _LAST.call = None
     if rec is None:
         return None
     e, out_dtype, arrays = rec
+    n_all = len(args)
+    while args and args[-1] is None:  # omitted optional inputs (onnxjit's Gelu bias)
+        args = args[:-1]
     if len(arrays) != len(args) or any(a is not b for a, b in zip(arrays, args)):
         return None
     if any(type(a) is not np.ndarray or not a.flags.c_contiguous for a in args):
@@ -1079,9 +1108,12 @@ def _prepare_ew(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
     go = bind_plan(plan, args)
     out_slot = Slot(out_shape, out_dt)
 
+    n_used = len(shapes)
+
     def fast(*xs: Any) -> Any:
-        if len(xs) != len(shapes):
+        if len(xs) != n_all or any(x is not None for x in xs[n_used:]):
             return MISS
+        xs = xs[:n_used]
         for x, s, d in zip(xs, shapes, dtypes):
             if type(x) is not np.ndarray or x.shape != s or x.dtype != d:
                 return MISS
@@ -1102,7 +1134,7 @@ def _register_fast_paths() -> None:
             fn = impl.fn
             if fn.__module__ == __name__ and fn not in seen and fast_path_of(fn) is None:
                 seen.add(fn)
-                fast_path(fn)(_prepare_ew)
+                fast_path(fn)(prepare_generated)
 
 
 _register_fast_paths()

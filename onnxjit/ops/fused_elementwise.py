@@ -38,7 +38,7 @@ from onnxjit.codegen.elementwise import (
     plan_for,
     run_plan,
 )
-from onnxjit.ops.elementwise import NotFusable, fused_expr
+from onnxjit.ops.elementwise import NotFusable, fused_expr, fusible_key
 from onnxjit.ops.fused_fast import take_donor, unrolled_fast_path
 from onnxjit.registry import fast_path, internal_op
 
@@ -161,7 +161,8 @@ class FusedGroup:
                         consumed[key] = _round_to(e, dt)
                     args.append(consumed[key])
                     stored.append(dt)
-            values.append(fused_expr(m.op_type, m.impl.since, attrs, args, stored))
+            key = fusible_key(m.domain, m.op_type)
+            values.append(fused_expr(key, m.impl.since, attrs, args, stored))
         return [values[j] for j in self._out_member]
 
     # -- plans (per input shapes and dtypes) -------------------------------------------------

@@ -26,6 +26,7 @@ from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
+from onnxjit.ops.elementwise import generated_gelu
 from onnxjit.pool import run_parallel
 from onnxjit.registry import MISS, NodeContext, fast_path, internal_op, plain_array
 
@@ -274,9 +275,16 @@ def gelu(
     approximate: str = "none",
 ) -> np.ndarray:
     """GELU of ``x`` (+ ``bias``, broadcast as the Add it replaces): ``approximate="none"``
-    is the erf form, ``"tanh"`` the tanh approximation."""
+    is the erf form, ``"tanh"`` the tanh approximation.
+
+    Without a bias: one generated elementwise kernel (:func:`onnxjit.ops.elementwise.
+    generated_gelu`), which streams large outputs (kernels/streaming.py; 64M float32, 2 threads,
+    development VM: 17.2 ms against 20.5 with the row kernel). With one: the row kernel,
+    which adds the bias row in its loop (the generated rank-2 kernel took 31.6 ms there)."""
     if approximate not in ("none", "tanh"):
         raise ctx.unsupported(f"approximate={approximate!r} (expected 'none' or 'tanh')")
+    if bias is None and x.dtype.kind == "f":
+        return generated_gelu(x, approximate)
     dtype = x.dtype
     cd = _cdtype(dtype)
     if bias is not None and (

@@ -20,6 +20,7 @@ from onnxjit.buffers import Slot
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.ops import fused_norm, nn
+from onnxjit.ops.elementwise import prepare_generated
 from onnxjit.ops.fused_norm import _bound, _param
 from onnxjit.registry import MISS, NodeContext, fast_path, plain_array
 
@@ -128,20 +129,20 @@ def _prepare_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any
 @fast_path(fused_norm.gelu)
 def _prepare_gelu(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
     x = args[0]
+    bias = args[1] if len(args) > 1 else None
+    if bias is None:
+        # without a bias onnxjit's Gelu hands x as it is to the code generator (generated_gelu)
+        return prepare_generated(ctx, args, kwargs, result)
     if not ctx.constant_args(args, (1,)):
         return None  # the fast path keys on the bias object: initializers only
-    bias = args[1] if len(args) > 1 else None
     rn = _rows_of(x, -1)
     if rn is None:
         return None
     rows, n = rn
     shape, dtype = x.shape, x.dtype
-    if bias is None:
-        bi = np.zeros(n, dtype)
-    elif bias.ndim <= 1 and bias.size == n and bias.dtype == dtype:
-        bi = np.ascontiguousarray(bias).reshape(n)
-    else:
+    if bias.ndim > 1 or bias.size != n or bias.dtype != dtype:
         return None
+    bi = np.ascontiguousarray(bias).reshape(n)
     tanh_form = kwargs["approximate"] == "tanh"
     x2 = x.reshape(rows, n)
     go = _bound(knn.gelu_rows, knn.gelu_rows_par, x.size, (x2, bi, x2, tanh_form))

@@ -1,11 +1,12 @@
 """Elementwise-chain fusion: maximal groups of elementwise ops become one FusedElementwise node.
 
-A node is a candidate when it is a default-domain op with a fused form
-(:func:`onnxjit.ops.elementwise.fusible_ops`), has one output, and its operands that must be
-constants are (Clip-11 bounds, CastLike's target). Groups grow in topological order: a
-candidate joins the groups of the candidates that produce its operands when that keeps the
-graph acyclic (no path may leave a group and come back into it through another node), else it
-joins as many of them as it can, else it starts its own group. Groups of one op stay as they are.
+A node is a candidate when it is an op with a fused form
+(:func:`onnxjit.ops.elementwise.fusible_ops`: default-domain ops and onnxjit's Gelu), has one
+output, and its operands that must be constants are (Clip-11 bounds, CastLike's target). Groups
+grow in topological order: a candidate joins the groups of the candidates that produce its
+operands when that keeps the graph acyclic (no path may leave a group and come back into it
+through another node), else it joins as many of them as it can, else it starts its own group.
+Groups of one op stay as they are.
 
 A group's inputs are the values its members read from outside (size-1 constants are inlined
 instead), its outputs the member values read outside the group or returned by the graph. The
@@ -21,7 +22,7 @@ import heapq
 import numpy as np
 
 from onnxjit import ir
-from onnxjit.ops.elementwise import fusible_ops
+from onnxjit.ops.elementwise import fusible_key, fusible_ops
 from onnxjit.ops.fused_elementwise import FusedGroup, _kernel_dtype
 from onnxjit.passes.rewrite import GraphIndex, _reads, fused_node
 
@@ -34,9 +35,9 @@ def _inlinable(idx: GraphIndex, name: str) -> bool:
 
 
 def _candidate(node: ir.Node, idx: GraphIndex) -> bool:
-    if node.domain not in ("", "ai.onnx") or node.impl is None:
+    if node.impl is None:
         return False
-    first = _FUSIBLE.get(node.op_type)
+    first = _FUSIBLE.get(fusible_key(node.domain, node.op_type))
     if first is None or node.impl.since < first:
         return False
     if len(node.outputs) != 1 or not node.outputs[0] or not node.inputs or not node.inputs[0]:
