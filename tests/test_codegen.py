@@ -175,6 +175,16 @@ def test_heavy_chains_walk_their_innermost_loop_in_interleaved_streams():
     assert "i1_span" not in ew.generate_source((_affine(),), ((True, True), (False, True)))
 
 
+def test_cheap_chains_over_rows_walk_one_stream():
+    # one vecmath helper and an add: interleaved over one collapsed dim, not over rows (rank 2,
+    # a row-broadcast operand), where the streams would be short segments of each row
+    x, b = E.inp(0, np.float32), E.inp(1, np.float32)
+    e = E.call("gelu", E.op("add", x, b))
+    assert ew.interleave_streams((e,), 1) > 1 and ew.interleave_streams((e,), 2) == 1
+    assert "i1_span" not in ew.generate_source((e,), ((True, True), (False, True)))
+    assert "i0_span" in ew.generate_source((e,), ((True,), (True,)))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cols", [1, 3, 4, 5, 1023, 4097])
 def test_interleaved_streams_cover_every_element(monkeypatch, threads, cols):

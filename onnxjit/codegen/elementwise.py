@@ -636,7 +636,7 @@ def generate_source(
     stored narrow (and passed as a uint16 view), else ``""`` (the default for all).
     """
     m = tuple(tuple(bool(b) for b in mk) for mk in masks)
-    k = 1 if reduce else interleave_streams(exprs)
+    k = 1 if reduce else interleave_streams(exprs, len(m[0]) if m else 0)
     e = _Emitter(tuple(exprs), m, tuple(loads), tuple(stores), reduce, k)
     # the function body has to be generated first to know which helpers to import
     return e.module()
@@ -683,6 +683,13 @@ _STREAM_COST = 16.0
 # same chain took 2 ms instead of 0.24.
 _INTERLEAVE_COST = 10.0
 _STREAMS = 4
+# Kernels of rank 2 and more interleave only from this cost: their streams split each row of
+# the innermost dim into short segments, which the hardware prefetchers follow poorly once the
+# data comes from memory. Bias + GELU (13) over 64M float32 as [65536, 1024], 2 threads,
+# development VM: 31.2 ms with four streams, 20.1 with one (4M: 0.84-1.07 ms against 0.73;
+# 256K: equal), while the 8-op E1 chain (20) still gains from four (64M: 33.4 ms against
+# 36.9) and the 16-op one (49) much more (256K: 205 us against 307).
+_INTERLEAVE_COST_ROWS = 16.0
 
 # Kernels costing at most this per element get kernel_stream (see kernels/streaming.py): a
 # SiLU (11) ran 1.37x faster with it at 64M float32 elements; dearer chains are bound by
@@ -695,9 +702,11 @@ def _chain_cost(exprs: Sequence[Expr]) -> float:
     return sum(_NODE_COST.get(n.name, 1.0) for n in walk(exprs) if isinstance(n, Op))
 
 
-def interleave_streams(exprs: Sequence[Expr]) -> int:
-    """How many interleaved streams the kernel for ``exprs`` walks its innermost loop in."""
-    return _STREAMS if _chain_cost(exprs) >= _INTERLEAVE_COST else 1
+def interleave_streams(exprs: Sequence[Expr], rank: int = 1) -> int:
+    """How many interleaved streams the kernel for ``exprs`` over ``rank`` collapsed dims
+    walks its innermost loop in."""
+    least = _INTERLEAVE_COST if rank <= 1 else _INTERLEAVE_COST_ROWS
+    return _STREAMS if _chain_cost(exprs) >= least else 1
 
 
 def work_weight(exprs: Sequence[Expr]) -> float:
