@@ -204,6 +204,39 @@ def test_interleaved_streams_cover_every_element(monkeypatch, threads, cols):
     np.testing.assert_allclose(flat, want.ravel(), rtol=2e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cols", [5, 4097])
+def test_writing_over_an_input_runs_the_in_place_variant(monkeypatch, threads, cols):
+    # output 0 into input 0's buffer: the kernel that stores through x0 runs (with two
+    # arrays that alias, LLVM's overlap check would pick the loop's scalar version), and
+    # gives the numbers of a run into a fresh buffer; the row-broadcast input has no variant
+    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 10)
+    real = ew.run_parallel
+    monkeypatch.setattr(ew, "run_parallel", lambda k, *a, **kw: real(k, *a, threads=threads))
+    chosen = []
+    real_ip = ew.inplace_kernel
+
+    def spy(plan, k, parallel):
+        found = real_ip(plan, k, parallel)
+        chosen.append((k, parallel, getattr(found, "__name__", None)))
+        return found
+
+    monkeypatch.setattr(ew, "inplace_kernel", spy)
+    rng = np.random.default_rng(cols)
+    a = rng.standard_normal((3, cols)).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    e = _heavy_chain()
+    src = ew.generate_source((e,), ((True, True), (False, True)))
+    assert "def kernel_ip0(" in src and "def kernel_par_ip0(" in src and "kernel_ip1" not in src
+    want = ew.apply(e, [a, b])
+    buf = a.copy()
+    (got,) = ew.apply_many((e,), [buf, b], out=[buf])
+    assert got is buf
+    np.testing.assert_array_equal(got, want)
+    k, parallel, name = chosen[-1]
+    assert k == 0 and name == ("kernel_par_ip0" if parallel else "kernel_ip0")
+
+
 def test_multiple_outputs_share_one_loop():
     x, y = E.inp(0, np.int32), E.inp(1, np.int32)
     q = E.call("div", x, y)

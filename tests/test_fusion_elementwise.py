@@ -538,6 +538,9 @@ def _fused_groups(sess):
 )
 def test_fused_group_writes_in_place_only_into_unshared_buffers(monkeypatch, case, donated):
     import onnxjit.ops.fused_elementwise as fe
+    import onnxjit.ops.fused_fast as ff
+
+    monkeypatch.setattr(ff, "INPLACE_MIN_BYTES", 0)  # these 4x4 buffers are below the size
 
     given = []
     real = fe.run_plan
@@ -564,6 +567,27 @@ def test_fused_group_writes_in_place_only_into_unshared_buffers(monkeypatch, cas
     # the first run plans (run_plan), later runs take the prepared fast path
     assert given and all(g == donated for g in given)
     assert reused[1:] == [int(donated)] * 2, reused
+
+
+@pytest.mark.parametrize("rows,donated", [(4, False), (128, True)])
+def test_only_inputs_of_64_kib_and_more_take_the_output(rows, donated):
+    # a dying input of a few kilobytes is not worth proving unshared (INPLACE_MIN_BYTES)
+    import onnxjit.ops.fused_fast as ff
+
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["m0"]),
+        helper.make_node("Add", ["m0", "w"], ["m"]),
+        helper.make_node("Relu", ["m"], ["y"]),
+    ]
+    shape = [rows, 128]
+    m = _model(nodes, [_vi("x", shape=shape), _vi("w", shape=shape)], [_vi("y", shape=shape)])
+    fused, basic = _sessions(m)
+    rng = np.random.default_rng(9)
+    feeds = {k: rng.standard_normal(shape).astype(np.float32) for k in ("x", "w")}
+    assert (rows * 128 * 4 >= ff.INPLACE_MIN_BYTES) == donated
+    for _ in range(3):
+        _assert_same(fused.run(None, feeds)[0], basic.run(None, feeds)[0])
+    assert _fused_groups(fused)[0].fast_reused == int(donated)
 
 
 @pytest.mark.parametrize("layout", ["strided_slice", "read_only", "fortran"])

@@ -304,7 +304,11 @@ class _Emitter:
     def _present(self, k: int) -> list[int]:
         return [d for d in range(self.rank) if self.masks[k][d]]
 
-    def function(self, name: str, parallel: bool) -> ast.FunctionDef:
+    def function(self, name: str, parallel: bool, inplace: int | None = None) -> ast.FunctionDef:
+        """``name(ctl?, y0.., x0.., n0..)``; with ``inplace = k`` output 0 is stored through
+        input k (the caller passes x_k's buffer as y0 too, which the body leaves unused): one
+        array written and read at the same index, where two that alias would fail LLVM's
+        run-time overlap check and run the loop's scalar version (see inplace_inputs)."""
         r = self.rank
         levels: list[list[ast.stmt]] = [[] for _ in range(r + 1)]
         # Offsets: output q{d}, inputs o{k}_{d}; Horner over the dims an array is present in.
@@ -381,10 +385,11 @@ class _Emitter:
             if self.stores[j]:
                 src = "f64" if e.dtype == np.float64 else "f32"
                 value = self._helper_call(f"{src}_to_{self.stores[j]}", value)
+            target = f"x{inplace}" if inplace is not None and j == 0 else f"y{j}"
             store = ast.Assign(
                 targets=[
                     ast.Subscript(
-                        value=_name(f"y{j}"),
+                        value=_name(target),
                         slice=_unsigned(out_index, parallel),
                         ctx=ast.Store(),
                     )
@@ -571,6 +576,18 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
 """
         return ast.parse(src).body
 
+    def inplace_inputs(self) -> list[int]:
+        """Inputs that output 0 may overwrite through ``kernel_ip{k}``: a single output, no
+        reduction, and input k of the full shape, loaded and stored in the output's type."""
+        if self.reduce or len(self.exprs) != 1 or self.stores[0] or not self.rank:
+            return []
+        dtypes = dict(enumerate(input_dtypes(self.exprs)))
+        return [
+            k
+            for k in range(self.n_in)
+            if all(self.masks[k]) and not self.loads[k] and dtypes.get(k) == self.exprs[0].dtype
+        ]
+
     def module(self) -> str:
         fns = [self.function("kernel", False)]
         # a reduction over the only dim has no rows to share out
@@ -578,6 +595,11 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
             fns.append(self.function("kernel_par", True))
         else:
             fns.append(_assign("kernel_par", _name("kernel")))
+        # compiled only when a call writes in place (Numba compiles a function at its first
+        # call), so groups that never do pay nothing for them
+        for k in self.inplace_inputs():
+            fns.append(self.function(f"kernel_ip{k}", False, k))
+            fns.append(self.function(f"kernel_par_ip{k}", True, k))
         stream = self.streams_output()
         if stream:
             fns.extend(self._stream_function())
@@ -967,31 +989,55 @@ def run_plan(
         else:
             args = [o.ravel() for o in outs] + [a.ravel() for a in arrays]
         args += plan.sizes
+        mod = plan.entry.module
+        parallel = bool(plan.sizes) and plan.work > _jit.PARALLEL_THRESHOLD
+        ip = None
+        if out is not None and not plan.stream and not plan.narrow:
+            k = next((k for k, a in enumerate(arrays) if a is outs[0]), None)
+            if k is not None:
+                ip = inplace_kernel(plan, k, parallel)
         if plan.stream:
-            run_parallel(plan.entry.module.kernel_stream, *args)
-        elif plan.sizes and plan.work > _jit.PARALLEL_THRESHOLD:
-            run_parallel(plan.entry.module.kernel_par, *args)
+            run_parallel(mod.kernel_stream, *args)
+        elif parallel:
+            run_parallel(mod.kernel_par if ip is None else ip, *args)
         else:
-            plan.entry.module.kernel(*args)
+            (mod.kernel if ip is None else ip)(*args)
         for j, dt in enumerate(plan.post):
             if dt is not None:
                 outs[j] = outs[j].astype(dt)
     return outs
 
 
-def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray]) -> Any:
+def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
+    """The plan's kernel that writes output 0 through input k (the caller passes that input's
+    buffer as the output too), or None where the module has none (see
+    ``_Emitter.inplace_inputs``). The ordinary kernel would also be right, but run its loop
+    unvectorised: LLVM's run-time check finds the output overlapping an input."""
+    mod = plan.entry.module
+    return getattr(mod, f"kernel_par_ip{k}" if parallel else f"kernel_ip{k}", None)
+
+
+def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = None) -> Any:
     """``go(*outs_flat, *inputs_flat, *plan.sizes)``: the plan's kernel for arrays like
     these, serial or handed to the pool as :func:`run_plan` decides, with the pool entry
-    looked up once (for fast paths, which keep it between runs)."""
-    if plan.stream or (plan.sizes and plan.work > _jit.PARALLEL_THRESHOLD):
+    looked up once (for fast paths, which keep it between runs). ``inplace = k``: the kernel
+    for calls whose output 0 is input k's buffer (None where there is none)."""
+    mod = plan.entry.module
+    parallel = plan.stream or (plan.sizes and plan.work > _jit.PARALLEL_THRESHOLD)
+    if inplace is not None and not plan.stream:
+        # (the streaming kernel computes each block into scratch first: in place as it is)
+        kernel = None if plan.narrow else inplace_kernel(plan, inplace, bool(parallel))
+        if kernel is None:
+            return None
+    else:
+        kernel = mod.kernel_stream if plan.stream else (mod.kernel_par if parallel else mod.kernel)
+    if parallel:
         from onnxjit import pool, threads
 
         outs = [np.empty(1, dt) for dt in plan.alloc]
         sample = (*outs, *[a.reshape(-1) for a in arrays], *plan.sizes)
-        mod = plan.entry.module
-        kernel = mod.kernel_stream if plan.stream else mod.kernel_par
         return pool.bind(kernel, sample, threads.current())
-    return plan.entry.module.kernel
+    return kernel
 
 
 def _flat_bits(a: np.ndarray) -> np.ndarray:

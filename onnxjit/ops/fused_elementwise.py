@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,10 +34,12 @@ from onnxjit.codegen.elementwise import (
     apply_reduce,
     bind_plan,
     compute_dtype,
+    inplace_kernel,
     kernel_inputs,
     plan_for,
     run_plan,
 )
+from onnxjit.ops import fused_fast
 from onnxjit.ops.elementwise import NotFusable, fused_expr, fusible_key
 from onnxjit.ops.fused_fast import take_donor, unrolled_fast_path
 from onnxjit.registry import fast_path, internal_op
@@ -260,8 +262,17 @@ class FusedGroup:
         if k.post != (None,) * len(k.post):
             return None
         slots = [Slot(shape, dt) for shape, dt in zip(cls.shapes, k.alloc)]
-        go = bind_plan(k, arrays)
-        return unrolled_fast_path(arrays, k.out_shape, slots, go, tuple(k.sizes), self, _sole_owner)
+        samples = [np.empty(1, a.dtype) for a in arrays]  # types only: no run's arrays kept
+
+        def bind(i: int | None) -> Callable[[], Any] | None:
+            # a binder of the plain kernel (i None) or of the one writing through input i
+            if i is not None and not k.stream and (k.narrow or inplace_kernel(k, i, False) is None):
+                return None
+            return lambda: bind_plan(k, samples, inplace=i)
+
+        return unrolled_fast_path(
+            arrays, k.out_shape, slots, bind, tuple(k.sizes), self, _sole_owner
+        )
 
     def _run_members(self, arrays: Sequence[np.ndarray]) -> list[Any]:
         if self._program is None:
@@ -299,6 +310,7 @@ def _donors(arrays: list[np.ndarray]) -> list[np.ndarray]:
         and a.flags.c_contiguous
         and a.flags.writeable
         and a.size
+        and a.nbytes >= fused_fast.INPLACE_MIN_BYTES
         and _sole_owner(a)
     ]
 

@@ -24,6 +24,10 @@ from numba.core.registry import CPUDispatcher
 from onnxjit.registry import MISS
 
 _FACTORIES: dict[tuple[int, int], Callable[..., Callable[..., Any]]] = {}
+# Inputs smaller than this never take a group's output: reusing a few kilobytes saves nothing,
+# and the tests that prove an input unshared cost more than a slot's buffer (the 195 tiny
+# nodes of bench O1: 62 us a run without in-place writes against 75 with them, 2 threads).
+INPLACE_MIN_BYTES = 1 << 16
 _NAMED_REFS = 0
 
 
@@ -31,8 +35,11 @@ def _source(n_in: int, n_out: int) -> str:
     xs = [f"x{i}" for i in range(n_in)]
     os_ = [f"o{j}" for j in range(n_out)]
     lines = [
-        "def make(shapes, dtypes, outable, slots, go, sizes, limit, group, sole_owner, take):",
-        *(f"    s{i}, d{i}, ok{i} = shapes[{i}], dtypes[{i}], outable[{i}]" for i in range(n_in)),
+        "def make(shapes, dtypes, outable, slots, go, sizes, limit, group, sole_owner, take, ips):",
+        *(
+            f"    s{i}, d{i}, ok{i}, ip{i} = shapes[{i}], dtypes[{i}], outable[{i}], ips[{i}]"
+            for i in range(n_in)
+        ),
         *(f"    sl{j} = slots[{j}]" for j in range(n_out)),
         # defaults and *more: a call with another number of arguments misses (a missing one
         # is MISS, which fails the type test) instead of raising
@@ -48,11 +55,33 @@ def _source(n_in: int, n_out: int) -> str:
             f"        if ({x}.dtype is not d{i} and {x}.dtype != d{i}) or not {x}.flags.carray:",
             "            return MISS",
         ]
+    flat = [f"{x}.ravel()" for x in xs]
+    if n_out == 1:
+        # One output: written through the first input nothing else references, by the kernel
+        # variant that stores through that input (ip{i}; None where input i cannot take the
+        # output). Cheapest test first; the count is the caller's argument tuple, this
+        # frame's name and getrefcount's argument (see _named_baseline).
+        for i in range(n_in):
+            x = xs[i]
+            args = ", ".join(["f", *(("f" if k == i else flat[k]) for k in range(n_in))])
+            lines += [
+                f"        if ip{i} is not None and getrefcount({x}) <= limit and sole_owner({x}):",
+                f"            f = {x}.ravel()",
+                f"            ip{i}({args}, *sizes)",
+                "            group.fast_reused = 1",
+                f"            return {x}",
+            ]
+        lines += [
+            "        o0 = sl0.get()",
+            "        group.fast_reused = 0",
+            f"        go(o0.ravel(), {', '.join(flat)}, *sizes)",
+            "        return o0",
+            "    return fast",
+        ]
+        return "\n".join(lines) + "\n"
     lines.append("        donors = None")
     for i in range(n_in):
         x = xs[i]
-        # cheapest test first; the count is the caller's argument tuple, this frame's name
-        # and getrefcount's argument (see _named_baseline)
         lines += [
             f"        if ok{i} and getrefcount({x}) <= limit and sole_owner({x}):",
             f"            donors = [{x}] if donors is None else donors + [{x}]",
@@ -63,8 +92,8 @@ def _source(n_in: int, n_out: int) -> str:
         "            group.fast_reused = 0",
         "        else:",
         f"            {', '.join(os_)}, = take(slots, donors, group)",
-        f"        go({', '.join(f'{v}.ravel()' for v in os_ + xs)}, *sizes)",
-        f"        return {os_[0] if n_out == 1 else '(' + ', '.join(os_) + ',)'}",
+        f"        go({', '.join(f'{v}.ravel()' for v in os_)}, {', '.join(flat)}, *sizes)",
+        f"        return ({', '.join(os_)},)",
         "    return fast",
     ]
     return "\n".join(lines) + "\n"
@@ -136,22 +165,56 @@ def unrolled_fast_path(
     arrays: Sequence[np.ndarray],
     out_shape: tuple[int, ...],
     slots: Sequence[Any],
-    go: Any,
+    bind: Callable[[int | None], Callable[[], Any] | None],
     sizes: tuple[int, ...],
     group: Any,
     sole_owner: Callable[[np.ndarray], bool],
 ) -> Callable[..., Any]:
     """``fast(*xs)`` for inputs shaped and typed like ``arrays`` (C-contiguous, writable):
-    ``go(*outs_flat, *inputs_flat, *sizes)`` into buffers from ``slots`` or from inputs that
-    have ``out_shape``, the slot's dtype and no other holder (``sole_owner`` decides past the
-    reference count); MISS for any other input."""
+    the kernel that ``bind(None)()`` binds, called as ``go(*outs_flat, *inputs_flat,
+    *sizes)``, into buffers from ``slots`` or from inputs that have ``out_shape``, the slot's
+    dtype, no other holder (``sole_owner`` decides past the reference count) and
+    ``INPLACE_MIN_BYTES`` or more; MISS for any other input. With one output, input i takes
+    it only through the kernel variant that writes through it, bound by ``bind(i)()``
+    (``bind(i)`` is None where there is none).
+
+    Where a call may go either way, kernels are bound (and compiled) at their first call, so
+    that a group that always writes in place compiles only the variant it runs."""
     shapes = tuple(a.shape for a in arrays)
     dtypes = tuple(a.dtype for a in arrays)
-    outable = tuple(s == out_shape for s in shapes)
-    sample = (*(np.empty(1, s.dtype) for s in slots), *(a.ravel() for a in arrays), *sizes)
+    outable = tuple(a.shape == out_shape and a.nbytes >= INPLACE_MIN_BYTES for a in arrays)
+    ips: list[Any] = [None] * len(arrays)
+    if len(slots) == 1:
+        for i, a in enumerate(arrays):
+            binder = bind(i) if outable[i] and a.dtype == slots[0].dtype else None
+            ips[i] = None if binder is None else _lazy(binder)
+    binder = bind(None)
+    assert binder is not None
+    if any(ip is not None for ip in ips):
+        go = _lazy(binder)
+    else:
+        sample = (*(np.empty(1, s.dtype) for s in slots), *(a.ravel() for a in arrays), *sizes)
+        go = _entry_point(binder(), sample)
     make = _factory(len(arrays), len(slots))
     limit = _named_baseline()
     return make(
-        shapes, dtypes, outable, tuple(slots), _entry_point(go, sample), sizes, limit, group,
-        sole_owner, _take,
+        shapes, dtypes, outable, tuple(slots), go, sizes, limit, group, sole_owner, _take,
+        tuple(ips),
     )  # fmt: skip
+
+
+def _lazy(bind: Callable[[], Any]) -> Callable[..., None]:
+    """A kernel call that binds (``bind()``) and compiles at its first call, then calls the
+    compiled entry point."""
+    fn = None
+
+    def call(*args: Any) -> None:
+        nonlocal fn
+        if fn is None:
+            kernel = bind()
+            kernel(*args)
+            fn = _entry_point(kernel, args)
+            return
+        fn(*args)
+
+    return call
