@@ -185,6 +185,26 @@ def test_cheap_chains_over_rows_walk_one_stream():
     assert "i0_span" in ew.generate_source((e,), ((True,), (True,)))
 
 
+def _function_source(src: str, name: str) -> str:
+    start = src.index(f"def {name}(")
+    end = src.find("\n@", start)
+    return src[start:] if end < 0 else src[start:end]
+
+
+def test_serial_kernels_interleave_only_long_chains():
+    # the serial kernel takes small work only: one stream unless the chain is long (compile
+    # time); the pool kernel and the streaming block kernel keep the module's streams
+    x = E.inp(0, np.float32)
+    gelu = E.call("gelu", x)  # cost 12
+    src = ew.generate_source((gelu,), ((True,),))
+    assert "i0_span" not in _function_source(src, "kernel")
+    assert "i0_span" in _function_source(src, "kernel_par")
+    assert "i0_span" in _function_source(src, "kernel_blk")
+    heavy = _heavy_chain()  # cost 33
+    src = ew.generate_source((heavy,), ((True, True), (False, True)))
+    assert "i1_span" in _function_source(src, "kernel")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cols", [1, 3, 4, 5, 1023, 4097])
 def test_interleaved_streams_cover_every_element(monkeypatch, threads, cols):

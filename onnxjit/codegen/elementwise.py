@@ -304,11 +304,19 @@ class _Emitter:
     def _present(self, k: int) -> list[int]:
         return [d for d in range(self.rank) if self.masks[k][d]]
 
-    def function(self, name: str, parallel: bool, inplace: int | None = None) -> ast.FunctionDef:
+    def function(
+        self, name: str, parallel: bool, inplace: int | None = None, streams: int | None = None
+    ) -> ast.FunctionDef:
         """``name(ctl?, y0.., x0.., n0..)``; with ``inplace = k`` output 0 is stored through
         input k (the caller passes x_k's buffer as y0 too, which the body leaves unused): one
         array written and read at the same index, where two that alias would fail LLVM's
-        run-time overlap check and run the loop's scalar version (see inplace_inputs)."""
+        run-time overlap check and run the loop's scalar version (see inplace_inputs).
+        ``streams``: interleaved streams of the innermost loop; by default the module's for
+        pool kernels, and for serial ones (which only take work under the parallel threshold)
+        only from _INTERLEAVE_COST_SERIAL (see there)."""
+        if streams is None:
+            heavy = _chain_cost(self.exprs) >= _INTERLEAVE_COST_SERIAL
+            streams = self.interleave if parallel or heavy else 1
         r = self.rank
         levels: list[list[ast.stmt]] = [[] for _ in range(r + 1)]
         # Offsets: output q{d}, inputs o{k}_{d}; Horner over the dims an array is present in.
@@ -406,8 +414,8 @@ class _Emitter:
             else:
                 rng_args = [_name(f"n{d}")]
             inner: list[ast.stmt]
-            if d == r - 1 and self.interleave > 1 and not self.reduce:
-                inner = _interleaved_loops(f"i{d}", rng_args, body, self.interleave)
+            if d == r - 1 and streams > 1 and not self.reduce:
+                inner = _interleaved_loops(f"i{d}", rng_args, body, streams)
             else:
                 inner = [_for(f"i{d}", rng_args, body)]
             if self.reduce and d == r - 1:
@@ -542,17 +550,19 @@ class _Emitter:
 
     def _stream_function(self) -> list[ast.stmt]:
         """``kernel_stream(ctl, y0, x0.., n0)``: :func:`kernel_par` for outputs far larger
-        than the caches. The pool claims blocks of streaming.BLOCK_BYTES; ``kernel`` computes
-        each into a scratch array that stays in L1 and kernels/streaming.py stores it with
+        than the caches. The pool claims blocks of streaming.BLOCK_BYTES; ``kernel_blk`` (the
+        serial kernel with the pool kernel's interleaved streams: a 64M-element GELU took
+        17.3 ms with them, 37.7 without) computes each into a scratch array that stays in L1
+        and kernels/streaming.py stores it with
         non-temporal stores (no read of the output lines first). The elements before the
         output's first 64-byte boundary and after its last whole block go through ``kernel``
         in place (claims 0 and blocks + 1)."""
         xs = [f"x{k}" for k in range(self.n_in)]
         block = streaming.BLOCK_BYTES // self.exprs[0].dtype.itemsize
 
-        def call(out: str, lo: str, hi: str, n: str) -> str:
+        def call(fn: str, out: str, lo: str, hi: str, n: str) -> str:
             sliced = ", ".join(f"{x}[{lo}:{hi}]" for x in xs)
-            return f"kernel({out}, {sliced}, {n})"
+            return f"{fn}({out}, {sliced}, {n})"
 
         src = f"""
 @pjit
@@ -568,9 +578,9 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
             lo, hi = span_of(b, head, blocks, {block}, n0)
             if b == 0 or b > blocks:
                 if hi > lo:
-                    {call("y0[lo:hi]", "lo", "hi", "hi - lo")}
+                    {call("kernel", "y0[lo:hi]", "lo", "hi", "hi - lo")}
             else:
-                {call("buf", "lo", "hi", str(block))}
+                {call("kernel_blk", "buf", "lo", "hi", str(block))}
                 stream_block(y0, lo, buf)
     stream_fence()
 """
@@ -602,6 +612,10 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
             fns.append(self.function(f"kernel_par_ip{k}", True, k))
         stream = self.streams_output()
         if stream:
+            if self.interleave > 1:
+                fns.append(self.function("kernel_blk", False, streams=self.interleave))
+            else:
+                fns.append(_assign("kernel_blk", _name("kernel")))
             fns.extend(self._stream_function())
         imports: list[ast.stmt] = [
             ast.Import(names=[ast.alias(name="numpy", asname="np")]),
@@ -712,6 +726,13 @@ _STREAMS = 4
 # 256K: equal), while the 8-op E1 chain (20) still gains from four (64M: 33.4 ms against
 # 36.9) and the 16-op one (49) much more (256K: 205 us against 307).
 _INTERLEAVE_COST_ROWS = 16.0
+# Serial kernels (work under the parallel threshold) interleave only from this cost: there the
+# four streams' longer body mostly costs compile time (bench O1, 18 generated kernels of tiny
+# tensors: 19 s from an empty cache with four streams in every kernel, 4.5 s with one in the
+# serial ones) and gains little at run time, except in long chains (E1 at 4K elements,
+# 2 threads: the 16-op chain, cost 49, 11.1 us against 14.5 with one stream; the 8-op chain,
+# cost 20, 6.5 against 7.0; the tanh GELU, 12, 6.8 against 7.5).
+_INTERLEAVE_COST_SERIAL = 30.0
 
 # Kernels costing at most this per element get kernel_stream (see kernels/streaming.py): a
 # SiLU (11) ran 1.37x faster with it at 64M float32 elements; dearer chains are bound by
