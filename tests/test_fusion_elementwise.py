@@ -538,9 +538,9 @@ def _fused_groups(sess):
 )
 def test_fused_group_writes_in_place_only_into_unshared_buffers(monkeypatch, case, donated):
     import onnxjit.ops.fused_elementwise as fe
-    import onnxjit.ops.fused_fast as ff
+    from onnxjit.kernels import _jit
 
-    monkeypatch.setattr(ff, "INPLACE_MIN_BYTES", 0)  # these 4x4 buffers are below the size
+    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 1)  # in place on the pool only
 
     given = []
     real = fe.run_plan
@@ -569,25 +569,34 @@ def test_fused_group_writes_in_place_only_into_unshared_buffers(monkeypatch, cas
     assert reused[1:] == [int(donated)] * 2, reused
 
 
-@pytest.mark.parametrize("rows,donated", [(4, False), (128, True)])
-def test_only_inputs_of_64_kib_and_more_take_the_output(rows, donated):
-    # a dying input of a few kilobytes is not worth proving unshared (INPLACE_MIN_BYTES)
-    import onnxjit.ops.fused_fast as ff
+def test_only_groups_on_the_pool_write_in_place():
+    # a group small enough for the serial kernel writes into a fresh buffer (reusing a few
+    # kilobytes saves nothing); one on the pool writes over its dying input; after a small
+    # and a large size, new sizes compile nothing (each size takes one of those kernels)
+    from onnxjit.kernels import _jit
 
     nodes = [
         helper.make_node("Softmax", ["x"], ["m0"]),
         helper.make_node("Add", ["m0", "w"], ["m"]),
         helper.make_node("Relu", ["m"], ["y"]),
     ]
-    shape = [rows, 128]
-    m = _model(nodes, [_vi("x", shape=shape), _vi("w", shape=shape)], [_vi("y", shape=shape)])
+    shape = ["n", 128]
+    w = _const("w", np.random.default_rng(3).standard_normal(128).astype(np.float32))
+    m = _model(nodes, [_vi("x", shape=shape)], [_vi("y", shape=shape)], [w])
     fused, basic = _sessions(m)
     rng = np.random.default_rng(9)
-    feeds = {k: rng.standard_normal(shape).astype(np.float32) for k in ("x", "w")}
-    assert (rows * 128 * 4 >= ff.INPLACE_MIN_BYTES) == donated
-    for _ in range(3):
-        _assert_same(fused.run(None, feeds)[0], basic.run(None, feeds)[0])
-    assert _fused_groups(fused)[0].fast_reused == int(donated)
+
+    def run(rows: int) -> int:
+        feeds = {"x": rng.standard_normal((rows, 128)).astype(np.float32)}
+        for _ in range(3):
+            _assert_same(fused.run(None, feeds)[0], basic.run(None, feeds)[0])
+        return _fused_groups(fused)[0].fast_reused
+
+    small, large = 4, 2 * _jit.PARALLEL_THRESHOLD // 128
+    assert run(small) == 0 and run(large) == 1
+    before = onnxjit.compile_count()
+    assert [run(n) for n in (2, 7, large + 3, 3 * large)] == [0, 0, 1, 1]
+    assert onnxjit.compile_count() == before
 
 
 @pytest.mark.parametrize("layout", ["strided_slice", "read_only", "fortran"])

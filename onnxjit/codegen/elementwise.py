@@ -1011,7 +1011,7 @@ def run_plan(
             args = [o.ravel() for o in outs] + [a.ravel() for a in arrays]
         args += plan.sizes
         mod = plan.entry.module
-        parallel = bool(plan.sizes) and plan.work > _jit.PARALLEL_THRESHOLD
+        parallel = runs_on_pool(plan)
         ip = None
         if out is not None and not plan.stream and not plan.narrow:
             k = next((k for k, a in enumerate(arrays) if a is outs[0]), None)
@@ -1029,6 +1029,12 @@ def run_plan(
     return outs
 
 
+def runs_on_pool(plan: _Plan) -> bool:
+    """Whether :func:`run_plan` hands the plan's kernel to the pool (large work, or streaming
+    stores); otherwise the serial kernel runs on the calling thread."""
+    return plan.stream or (bool(plan.sizes) and plan.work > _jit.PARALLEL_THRESHOLD)
+
+
 def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
     """The plan's kernel that writes output 0 through input k (the caller passes that input's
     buffer as the output too), or None where the module has none (see
@@ -1044,10 +1050,10 @@ def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = N
     looked up once (for fast paths, which keep it between runs). ``inplace = k``: the kernel
     for calls whose output 0 is input k's buffer (None where there is none)."""
     mod = plan.entry.module
-    parallel = plan.stream or (plan.sizes and plan.work > _jit.PARALLEL_THRESHOLD)
+    parallel = runs_on_pool(plan)
     if inplace is not None and not plan.stream:
         # (the streaming kernel computes each block into scratch first: in place as it is)
-        kernel = None if plan.narrow else inplace_kernel(plan, inplace, bool(parallel))
+        kernel = None if plan.narrow else inplace_kernel(plan, inplace, parallel)
         if kernel is None:
             return None
     else:

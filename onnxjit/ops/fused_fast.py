@@ -24,10 +24,6 @@ from numba.core.registry import CPUDispatcher
 from onnxjit.registry import MISS
 
 _FACTORIES: dict[tuple[int, int], Callable[..., Callable[..., Any]]] = {}
-# Inputs smaller than this never take a group's output: reusing a few kilobytes saves nothing,
-# and the tests that prove an input unshared cost more than a slot's buffer (the 195 tiny
-# nodes of bench O1: 62 us a run without in-place writes against 75 with them, 2 threads).
-INPLACE_MIN_BYTES = 1 << 16
 _NAMED_REFS = 0
 
 
@@ -169,20 +165,21 @@ def unrolled_fast_path(
     sizes: tuple[int, ...],
     group: Any,
     sole_owner: Callable[[np.ndarray], bool],
+    in_place: bool = True,
 ) -> Callable[..., Any]:
     """``fast(*xs)`` for inputs shaped and typed like ``arrays`` (C-contiguous, writable):
     the kernel that ``bind(None)()`` binds, called as ``go(*outs_flat, *inputs_flat,
-    *sizes)``, into buffers from ``slots`` or from inputs that have ``out_shape``, the slot's
-    dtype, no other holder (``sole_owner`` decides past the reference count) and
-    ``INPLACE_MIN_BYTES`` or more; MISS for any other input. With one output, input i takes
-    it only through the kernel variant that writes through it, bound by ``bind(i)()``
-    (``bind(i)`` is None where there is none).
+    *sizes)``, into buffers from ``slots`` or, with ``in_place``, from inputs that have
+    ``out_shape``, the slot's dtype and no other holder (``sole_owner`` decides past the
+    reference count); MISS for any other input. With one output, input i takes it only
+    through the kernel variant that writes through it, bound by ``bind(i)()`` (``bind(i)`` is
+    None where there is none).
 
     Where a call may go either way, kernels are bound (and compiled) at their first call, so
     that a group that always writes in place compiles only the variant it runs."""
     shapes = tuple(a.shape for a in arrays)
     dtypes = tuple(a.dtype for a in arrays)
-    outable = tuple(a.shape == out_shape and a.nbytes >= INPLACE_MIN_BYTES for a in arrays)
+    outable = tuple(in_place and a.shape == out_shape for a in arrays)
     ips: list[Any] = [None] * len(arrays)
     if len(slots) == 1:
         for i, a in enumerate(arrays):
