@@ -282,10 +282,13 @@ class _Emitter:
         stores: tuple[str, ...] = (),
         reduce: str = "",
         interleave: int = 1,
+        interleave_serial: int = 1,
     ):
         self.exprs = exprs
         self.masks = masks
+        # interleaved streams of the pool kernels' and of the serial kernel's innermost loop
         self.interleave = interleave
+        self.interleave_serial = interleave_serial
         self.rank = len(masks[0]) if masks else 0
         self.n_in = len(masks)
         self.loads = loads or ("",) * self.n_in
@@ -311,12 +314,10 @@ class _Emitter:
         input k (the caller passes x_k's buffer as y0 too, which the body leaves unused): one
         array written and read at the same index, where two that alias would fail LLVM's
         run-time overlap check and run the loop's scalar version (see inplace_inputs).
-        ``streams``: interleaved streams of the innermost loop; by default the module's for
-        pool kernels, and for serial ones (which only take work under the parallel threshold)
-        only from _INTERLEAVE_COST_SERIAL (see there)."""
+        ``streams``: interleaved streams of the innermost loop (default: the module's for pool
+        or serial kernels, see interleave_streams)."""
         if streams is None:
-            heavy = _chain_cost(self.exprs) >= _INTERLEAVE_COST_SERIAL
-            streams = self.interleave if parallel or heavy else 1
+            streams = self.interleave if parallel else self.interleave_serial
         r = self.rank
         levels: list[list[ast.stmt]] = [[] for _ in range(r + 1)]
         # Offsets: output q{d}, inputs o{k}_{d}; Horner over the dims an array is present in.
@@ -672,8 +673,10 @@ def generate_source(
     stored narrow (and passed as a uint16 view), else ``""`` (the default for all).
     """
     m = tuple(tuple(bool(b) for b in mk) for mk in masks)
-    k = 1 if reduce else interleave_streams(exprs, len(m[0]) if m else 0)
-    e = _Emitter(tuple(exprs), m, tuple(loads), tuple(stores), reduce, k)
+    rank = len(m[0]) if m else 0
+    k = 1 if reduce else interleave_streams(exprs, rank)
+    k_serial = 1 if reduce else interleave_streams(exprs, rank, serial=True)
+    e = _Emitter(tuple(exprs), m, tuple(loads), tuple(stores), reduce, k, k_serial)
     # the function body has to be generated first to know which helpers to import
     return e.module()
 
@@ -745,10 +748,13 @@ def _chain_cost(exprs: Sequence[Expr]) -> float:
     return sum(_NODE_COST.get(n.name, 1.0) for n in walk(exprs) if isinstance(n, Op))
 
 
-def interleave_streams(exprs: Sequence[Expr], rank: int = 1) -> int:
-    """How many interleaved streams the kernel for ``exprs`` over ``rank`` collapsed dims
-    walks its innermost loop in."""
-    least = _INTERLEAVE_COST if rank <= 1 else _INTERLEAVE_COST_ROWS
+def interleave_streams(exprs: Sequence[Expr], rank: int = 1, serial: bool = False) -> int:
+    """How many interleaved streams the pool kernel (or with ``serial`` the serial kernel)
+    for ``exprs`` over ``rank`` collapsed dims walks its innermost loop in."""
+    if serial:
+        least = _INTERLEAVE_COST_SERIAL
+    else:
+        least = _INTERLEAVE_COST if rank <= 1 else _INTERLEAVE_COST_ROWS
     return _STREAMS if _chain_cost(exprs) >= least else 1
 
 
@@ -1044,6 +1050,13 @@ def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
     return getattr(mod, f"kernel_par_ip{k}" if parallel else f"kernel_ip{k}", None)
 
 
+def writes_in_place(plan: _Plan, k: int) -> bool:
+    """Whether :func:`bind_plan` has a kernel for calls whose output 0 is input k's buffer:
+    the streaming kernel (it computes each block into scratch first, so it is in place as it
+    is), or an in-place variant of the other kernels (not for narrow types)."""
+    return plan.stream or (not plan.narrow and inplace_kernel(plan, k, False) is not None)
+
+
 def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = None) -> Any:
     """``go(*outs_flat, *inputs_flat, *plan.sizes)``: the plan's kernel for arrays like
     these, serial or handed to the pool as :func:`run_plan` decides, with the pool entry
@@ -1051,11 +1064,10 @@ def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = N
     for calls whose output 0 is input k's buffer (None where there is none)."""
     mod = plan.entry.module
     parallel = runs_on_pool(plan)
+    if inplace is not None and not writes_in_place(plan, inplace):
+        return None
     if inplace is not None and not plan.stream:
-        # (the streaming kernel computes each block into scratch first: in place as it is)
-        kernel = None if plan.narrow else inplace_kernel(plan, inplace, parallel)
-        if kernel is None:
-            return None
+        kernel = inplace_kernel(plan, inplace, parallel)
     else:
         kernel = mod.kernel_stream if plan.stream else (mod.kernel_par if parallel else mod.kernel)
     if parallel:

@@ -34,11 +34,11 @@ from onnxjit.codegen.elementwise import (
     apply_reduce,
     bind_plan,
     compute_dtype,
-    inplace_kernel,
     kernel_inputs,
     plan_for,
     run_plan,
     runs_on_pool,
+    writes_in_place,
 )
 from onnxjit.ops.elementwise import NotFusable, fused_expr, fusible_key
 from onnxjit.ops.fused_fast import take_donor, unrolled_fast_path
@@ -226,10 +226,11 @@ class FusedGroup:
         if plan is _FALLBACK:
             return tuple(self._run_members(arrays))
         results: list[Any] = [None] * len(self.outputs)
-        donors = _donors(arrays) if any(runs_on_pool(cls.kernel) for cls in plan) else None
-        for cls in plan:
+        on_pool = [runs_on_pool(cls.kernel) for cls in plan]
+        donors = _donors(arrays) if any(on_pool) else None
+        for cls, pooled in zip(plan, on_pool):
             buffers = None
-            if donors and runs_on_pool(cls.kernel):
+            if donors and pooled:
                 buffers = [
                     take_donor(donors, shape, dt) for shape, dt in zip(cls.shapes, cls.out_dtypes)
                 ]
@@ -266,7 +267,7 @@ class FusedGroup:
 
         def bind(i: int | None) -> Callable[[], Any] | None:
             # a binder of the plain kernel (i None) or of the one writing through input i
-            if i is not None and not k.stream and (k.narrow or inplace_kernel(k, i, False) is None):
+            if i is not None and not writes_in_place(k, i):
                 return None
             return lambda: bind_plan(k, samples, inplace=i)
 
