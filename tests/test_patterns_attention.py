@@ -257,7 +257,10 @@ def test_fully_masked_rows_and_nan_guard():
 def test_key_layouts(k_form):
     model, feeds = _model(k_form=k_form, mask=(2, 1, 1, 7))
     on = _check(model, feeds, fused=True)
-    assert _sdpa_attrs(on)["k_transposed"] == (0 if k_form == "transpose" else 1)
+    attrs = _sdpa_attrs(on)
+    # K^T made from a (b, s, h, d) K by perm [0, 2, 3, 1] is read in place as K
+    assert attrs["k_transposed"] == (1 if k_form == "kt" else 0)
+    assert attrs.get("k_bshd", 0) == (1 if k_form == "bshd" else 0)
 
 
 def test_transpose_of_k_read_elsewhere_stays():
@@ -485,3 +488,79 @@ def test_scores_added_to_themselves_are_not_a_mask():
     model.ir_version = 8
     feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in "qkv"}
     _check(model, feeds, fused=False)
+
+
+def _bshd_model(*, b=2, h=3, s=7, d=8, k_form="split", dtype=np.float32, read_q=False, dyn=False):
+    """Attention over (b, s, h, d) projections as exporters write it: the head split of Q, K
+    and V (Transpose perm [0, 2, 1, 3]; K^T by [0, 2, 3, 1] when ``k_form`` is "kt", else the
+    split then a swap of the last two axes), a mask, and the merge of the heads after P V.
+    ``read_q``: the split Q is also a graph output (its Transpose must stay)."""
+    dtype = np.dtype(dtype)
+    et = _ET[dtype]
+    rng = np.random.default_rng(7)
+    S = "s" if dyn else s
+    feeds = {n: rng.standard_normal((b, s, h, d)).astype(dtype) for n in "qkv"}
+    feeds["mask"] = np.where(rng.random((b, 1, 1, s)) < 0.25, -1e4, 0.0).astype(dtype)
+    inputs = [helper.make_tensor_value_info(n, et, [b, S, h, d]) for n in "qkv"]
+    inputs.append(helper.make_tensor_value_info("mask", et, [b, 1, 1, S]))
+    c = numpy_helper.from_array(np.asarray(np.sqrt(d), dtype=dtype), "c")
+    nodes = [
+        helper.make_node("Transpose", ["q"], ["qh"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["v"], ["vh"], perm=[0, 2, 1, 3]),
+    ]
+    if k_form == "kt":
+        nodes.append(helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]))
+    else:
+        nodes.append(helper.make_node("Transpose", ["k"], ["kh"], perm=[0, 2, 1, 3]))
+        nodes.append(helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]))
+    nodes += [
+        helper.make_node("MatMul", ["qh", "kt"], ["s0"]),
+        helper.make_node("Div", ["s0", "c"], ["s1"]),
+        helper.make_node("Add", ["s1", "mask"], ["s2"]),
+        helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "vh"], ["yh"]),
+        helper.make_node("Transpose", ["yh"], ["y"], perm=[0, 2, 1, 3]),
+    ]
+    outputs = [helper.make_tensor_value_info("y", et, [b, S, h, d])]
+    if read_q:
+        outputs.append(helper.make_tensor_value_info("qh", et, [b, h, S, d]))
+    graph = helper.make_graph(nodes, "attention_bshd", inputs, outputs, initializer=[c])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, feeds
+
+
+@pytest.mark.parametrize("k_form", ["split", "kt"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_head_split_and_merge_read_in_place(k_form, dtype):
+    model, feeds = _bshd_model(k_form=k_form, dtype=dtype)
+    on = _check(model, feeds, fused=True, dtype=dtype)
+    assert "Transpose" not in [n.op_type for n in on.graph_nodes()]
+    attrs = _sdpa_attrs(on)
+    assert [attrs.get(f"{x}_bshd", 0) for x in "qkvy"] == [1, 1, 1, 1]
+    assert attrs["k_transposed"] == 0
+
+
+def test_head_split_read_elsewhere_stays():
+    model, feeds = _bshd_model(read_q=True)
+    on = _check(model, feeds, fused=True)
+    kept = [n for n in on._model.graph.nodes if n.op_type == "Transpose"]
+    assert [n.attrs["perm"] for n in kept] == [[0, 2, 1, 3]]
+    attrs = _sdpa_attrs(on)
+    assert [attrs.get(f"{x}_bshd", 0) for x in "qkvy"] == [0, 1, 1, 1]
+
+
+def test_head_layouts_parallel_and_dynamic():
+    # 2 * 4 * 128 * 128 scores: the pool kernel reading and writing interleaved heads
+    model, feeds = _bshd_model(b=2, h=4, s=128, d=16)
+    on = _check(model, feeds, fused=True)
+    want = ort_outputs(model, feeds)[0]
+    for _ in range(2):  # the fast path made by the first run, then used
+        np.testing.assert_allclose(on.run(None, feeds)[0], want, rtol=2e-5, atol=2e-6)
+    model, feeds = _bshd_model(dyn=True)
+    on = _check(model, feeds, fused=True)
+    for s in (1, 5, 19):
+        _, f = _bshd_model(s=s)
+        np.testing.assert_allclose(
+            on.run(None, f)[0], ort_outputs(model, f)[0], rtol=2e-5, atol=2e-6
+        )

@@ -114,15 +114,17 @@ def _product(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_of
 
 
 @njit(inline="always")
-def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts):
+def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts):
     """Attention of head ``t`` (batch ``t // nh``, head ``t % nh``) into ``y``.
 
-    ``q``, ``k``, ``v`` are flat; ``qs``, ``ks``, ``vs`` their (batch, head) element strides
-    (0 where they broadcast). Per head Q is (sq, d) row-major, K (sk, d) or, when
-    ``k_given_t``, K^T (d, sk), and V (sk, dv). ``s`` is the (nb * nh * sq, sk) scores
-    buffer, ``y`` the flat (nb * nh * sq * dv) output. ``masks`` = (mask, cond, has_mask,
-    has_cond) and ``opts`` = (fill, swap, where_first, nan_zero) as for
-    :func:`attention_rows`.
+    ``q``, ``k``, ``v`` and ``y`` are flat; ``qs``, ``ks``, ``vs``, ``ys`` their (batch,
+    head, row) element strides (batch and head 0 where an operand broadcasts). Per head Q is
+    (sq, d), K (sk, d) or, when ``k_given_t``, K^T (d, sk), V (sk, dv) and the output
+    (sq, dv), each with unit column stride and its own row stride: heads stored one after
+    another ((b, h, s, d) layout, row stride d) or interleaved ((b, s, h, d), the layout of
+    the projections before exporters' head Transposes, row stride h * d). ``s`` is the
+    (nb * nh * sq, sk) scores buffer. ``masks`` = (mask, cond, has_mask, has_cond) and
+    ``opts`` = (fill, swap, where_first, nan_zero) as for :func:`attention_rows`.
     """
     sk = s.shape[1]
     b = t // nh
@@ -132,30 +134,31 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, 
     sf = s.reshape(s.size)
     q0 = b * qs[0] + h * qs[1]
     k0 = b * ks[0] + h * ks[1]
-    ldk = sk if k_given_t else d
     # False as a run-time bool: with a literal False the two calls would need two
     # specialisations of _product, as many compiled copies as inlining made
     no = sq < 0
-    _product(no, not k_given_t, sq, sk, d, one, q, q0, d, k, k0, ldk, zero, sf, t * sq * sk, sk)
+    _product(no, not k_given_t, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf,
+             t * sq * sk, sk)  # fmt: skip
     mask, cond, has_mask, has_cond = masks
     fill, swap, where_first, nan_zero = opts
     for i in range(sq):
         r = t * sq + i
         _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero)
     v0 = b * vs[0] + h * vs[1]
-    _product(no, no, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, dv, zero, y, t * sq * dv, dv)
+    y0 = b * ys[0] + h * ys[1]
+    _product(no, no, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, vs[2], zero, y, y0, ys[2])
 
 
 @njit(fma=True, fastmath={"reassoc"})
-def heads(n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts):
+def heads(n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts):
     """Every head through :func:`_head` (serial)."""
     for t in range(n_heads):
-        _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts)
+        _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts)
 
 
 @pjit(fma=True, fastmath={"reassoc"})
 def heads_par(
-    ctl, n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts
+    ctl, n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts
 ):
     """Pool twin of :func:`heads`: heads claimed by the pool's threads."""
     while True:
@@ -163,4 +166,4 @@ def heads_par(
         if chunk_lo >= chunk_hi:
             break
         for t in range(chunk_lo, chunk_hi):
-            _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, nh, sq, d, dv, masks, scale, opts)
+            _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts)

@@ -12,6 +12,12 @@ onnxjit/passes/patterns_attention.py for the patterns that produce it)::
     p  = Where(IsNaN(p), 0, p)  (when nan_to_zero)
     y  = MatMul(p, v)
 
+``q_bshd``, ``k_bshd``, ``v_bshd`` say that the input is given in the (batch, seq, heads,
+dim) layout of the projections and stands for its Transpose(perm=[0, 2, 1, 3]) (the head
+split exporters write, folded in: the kernel reads each head in place with a row stride of
+heads * dim); ``y_bshd`` that the node's output is that Transpose of ``y`` (the merge of the
+heads, written in place). ``k_bshd`` describes K itself, so it comes with ``k_transposed = 0``.
+
 The fast path covers Q/K/V of rank 2 to 4 whose batch dimensions broadcast like MatMul's and
 masks that do not widen the scores: one batched BLAS matmul for Q K^T, one Numba pass per row
 for scale, masks and softmax (in place, masks read through their broadcast layout), one batched
@@ -103,12 +109,45 @@ def sdpa(
     swap: int = 0,
     where_first: int = 0,
     nan_to_zero: int = 0,
+    q_bshd: int = 0,
+    k_bshd: int = 0,
+    v_bshd: int = 0,
+    y_bshd: int = 0,
 ) -> np.ndarray:
     """Fused attention (see the module docstring for the exact semantics).
 
     ``k`` is K ([..., sk, d]) when ``k_transposed`` is 0 (the graph's Transpose of K, which
     swapped the last two of ``k_rank`` axes, is folded in), else K^T ([..., d, sk]).
     """
+    _LAST.runner = None
+    given = (q, k, v)
+    layouts = (bool(q_bshd), bool(k_bshd), bool(v_bshd))
+    if k_bshd and k_transposed:
+        raise ctx.error("k_bshd describes K, not K^T: it needs k_transposed = 0")
+    for name, a, flag in zip("QKV", given, layouts):
+        if flag and a.ndim != 4:
+            raise ctx.error(
+                f"{name} is declared in (batch, seq, heads, dim) layout but has shape {a.shape}; "
+                "expected rank 4"
+            )
+    q, k, v = (a.transpose(0, 2, 1, 3) if flag else a for a, flag in zip(given, layouts))
+    y, wrote_bshd = _sdpa(ctx, q, k, v, mask, cond, given, layouts, bool(y_bshd), scale,
+                          k_transposed, k_rank, fill, swap, where_first, nan_to_zero)  # fmt: skip
+    if y_bshd and not wrote_bshd:
+        _LAST.runner = None  # the fast path would skip this transpose
+        if y.ndim != 4:
+            raise ctx.error(f"the output is declared in (batch, seq, heads, dim) layout but has "
+                            f"shape {y.shape}; expected rank 4")  # fmt: skip
+        y = np.ascontiguousarray(y.transpose(0, 2, 1, 3))
+    return y
+
+
+def _sdpa(ctx, q, k, v, mask, cond, given, layouts, y_bshd, scale, k_transposed, k_rank, fill,
+          swap, where_first, nan_to_zero) -> tuple[np.ndarray, bool]:  # fmt: skip
+    """The attention of logical (b, h, s, d) operands and whether it is already in (b, s, h,
+    d) layout (only when ``y_bshd`` asks for it); ``given`` holds the operands as the node got
+    them and ``layouts`` which were in (b, s, h, d) layout (the per-head kernel reads those
+    in place)."""
     dtype = q.dtype
     if not k_transposed and k_rank and k.ndim != k_rank:
         raise ctx.error(
@@ -149,7 +188,7 @@ def sdpa(
     if not fast:
         c = [None if a is None else a.astype(cdt) for a in (q, kt, v, mask)]
         y = _reference(c[0], c[1], c[2], c[3], cond, scale, fill, *args)
-        return y.astype(dtype, copy=False)
+        return y.astype(dtype, copy=False), False
     if narrow:
         q, kt, v = q.astype(cdt), kt.astype(cdt), v.astype(cdt)
         mask = None if mask is None else mask.astype(cdt)
@@ -157,8 +196,12 @@ def sdpa(
     vb = v.shape[:-2]
     if len(vb) <= len(batch) and all(x in (1, y) for x, y in zip(vb[::-1], batch[::-1])):
         # V broadcasts into the scores' batch: one kernel does each head from end to end
-        y = _by_heads(q, k, bool(k_transposed), v, mask, cond, batch, cdt, scale, fill, args)
-        return y.astype(dtype, copy=False)
+        if narrow:  # converted copies in the logical layout
+            given, layouts = (q, k, v), (False, False, False)
+        wrote = y_bshd and len(batch) == 2
+        y = _by_heads(q, k, bool(k_transposed), v, given, layouts, wrote, mask, cond, batch,
+                      cdt, scale, fill, args)  # fmt: skip
+        return y.astype(dtype, copy=False), wrote
     s = np.matmul(q, kt)  # batched BLAS, fresh and C-contiguous
     s = np.ascontiguousarray(s, dtype=cdt)
     s4 = s.reshape((1,) * (4 - s.ndim) + s.shape)
@@ -166,7 +209,7 @@ def sdpa(
     m4 = _dummy(cdt) if mask is None else _as_4d(mask, sk)
     c4 = _dummy(np.dtype(np.bool_)) if cond is None else _as_4d(cond, sk)
     if s.size == 0:
-        return np.matmul(s, v).astype(dtype, copy=False)
+        return np.matmul(s, v).astype(dtype, copy=False), False
     rows = s.reshape(-1, sk)
     kargs = (
         rows,
@@ -185,28 +228,34 @@ def sdpa(
     else:
         ksdpa.attention_rows(*kargs)
     y = np.matmul(s, v)
-    return y.astype(dtype, copy=False)
+    return y.astype(dtype, copy=False), False
 
 
-def _flat_4d(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``a`` (rank 2 to 4) as flat C-contiguous data and its (batch, head) element strides
-    over the last two dims, 0 where the dim is 1 (broadcast)."""
-    a4 = np.ascontiguousarray(a.reshape((1,) * (4 - a.ndim) + a.shape))
-    return a4.reshape(-1), _strides_4d(a4.shape)
-
-
-def _strides_4d(shape4: tuple[int, ...]) -> np.ndarray:
-    per = shape4[2] * shape4[3]
-    return np.array(
-        [shape4[1] * per if shape4[0] > 1 else 0, per if shape4[1] > 1 else 0], np.int64
-    )
+def _flat_heads(a: np.ndarray, bshd: bool, cdt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """An operand of rank 2 to 4 as flat C-contiguous ``cdt`` data and its (batch, head, row)
+    element strides, batch and head 0 where the dim is 1 (broadcast). ``bshd``: ``a`` is in
+    (b, s, h, d) layout and stands for its [0, 2, 1, 3] transpose, read in place."""
+    a = np.ascontiguousarray(a, dtype=cdt)
+    if bshd:
+        nb, s, nh, d = a.shape
+        strides = [s * nh * d if nb > 1 else 0, d if nh > 1 else 0, nh * d]
+    else:
+        a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+        nb, nh, s, d = a.shape
+        strides = [nh * s * d if nb > 1 else 0, s * d if nh > 1 else 0, d]
+    return a.reshape(-1), np.array(strides, np.int64)
 
 
 _LAST = threading.local()  # the heads runner of this thread's last SDPA (for _prepare)
 
 
-def _by_heads(q, k, k_given_t, v, mask, cond, batch, cdt, scale, fill, opts) -> np.ndarray:
-    """The fast path: :func:`onnxjit.kernels.cpu.sdpa.heads` over every (batch, head) pair."""
+def _by_heads(
+    q, k, k_given_t, v, given, layouts, y_bshd, mask, cond, batch, cdt, scale, fill, opts
+) -> np.ndarray:
+    """The fast path: :func:`onnxjit.kernels.cpu.sdpa.heads` over every (batch, head) pair.
+    ``q``, ``k``, ``v`` are the logical operands, ``given`` the arrays they view and
+    ``layouts`` which of those are in (b, s, h, d) layout; ``y_bshd`` (``batch`` of length
+    2 only) writes the result in that layout."""
     nb, nh = (1,) * (2 - len(batch)) + tuple(batch)
     sq, d = q.shape[-2:]
     sk = k.shape[-1] if k_given_t else k.shape[-2]
@@ -214,28 +263,38 @@ def _by_heads(q, k, k_given_t, v, mask, cond, batch, cdt, scale, fill, opts) -> 
     if nb * nh * sq * dv == 0 or sk == 0 or d == 0:
         kt = k if k_given_t else np.swapaxes(k, -1, -2)
         c = [a.astype(cdt) for a in (q, kt, v)]
-        return _reference(c[0], c[1], c[2], mask, cond, scale, fill, *opts)
-    qf, qs = _flat_4d(q.astype(cdt, copy=False))
-    kf, ks = _flat_4d(k.astype(cdt, copy=False))
-    vf, vs = _flat_4d(v.astype(cdt, copy=False))
-    run = _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, cdt, scale, fill, opts, qf)
+        y = _reference(c[0], c[1], c[2], mask, cond, scale, fill, *opts)
+        return np.ascontiguousarray(y.transpose(0, 2, 1, 3)) if y_bshd else y
+    qf, qs = _flat_heads(given[0], layouts[0], cdt)
+    kf, ks = _flat_heads(given[1], layouts[1], cdt)
+    vf, vs = _flat_heads(given[2], layouts[2], cdt)
+    run = _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, y_bshd, cdt, scale, fill,
+                        opts, qf)  # fmt: skip
     _LAST.runner = run
     return run(qf, kf, vf, mask, cond)
 
 
-def _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, cdt, scale, fill, opts, sample):
-    """``run(qf, kf, vf, mask, cond)`` for flat C-contiguous Q, K, V of these shapes (the
-    kernel, its pool entry and every size fixed)."""
+def _heads_runner(
+    batch, sq, d, sk, dv, qs, ks, k_given_t, vs, y_bshd, cdt, scale, fill, opts, sample
+):
+    """``run(qf, kf, vf, mask, cond)`` for flat C-contiguous Q, K, V of these shapes and
+    layouts (the kernel, its pool entry and every size fixed); the result is (*batch, sq,
+    dv), or (nb, sq, nh, dv) when ``y_bshd``."""
     nb, nh = (1,) * (2 - len(batch)) + tuple(batch)
     t = cdt.type
     tail_scale, tail_opts = t(scale), (t(fill), *opts)
-    y_shape = (*batch, sq, dv)
+    if y_bshd:
+        y_shape = (nb, sq, nh, dv)
+        ys = np.array([sq * nh * dv, dv, nh * dv], np.int64)
+    else:
+        y_shape = (*batch, sq, dv)
+        ys = np.array([nh * sq * dv, sq * dv, dv], np.int64)
     dummy_f, dummy_b = _dummy(cdt), _dummy(np.dtype(np.bool_))
     kernel = ksdpa.heads
     if nb * nh > 1 and nb * nh * sq * sk * (d + dv) >= PARALLEL_MACS:
         s0 = np.empty((1, sk), cdt)
         masks0 = (dummy_f, dummy_b, False, False)
-        sample_args = (nb * nh, sample, qs, sample, ks, k_given_t, sample, vs, s0, sample)
+        sample_args = (nb * nh, sample, qs, sample, ks, k_given_t, sample, vs, s0, sample, ys)
         sample_args += (nh, sq, d, dv, masks0, tail_scale, tail_opts)
         kernel = pool.bind(ksdpa.heads_par, sample_args, threads.current())
 
@@ -251,8 +310,8 @@ def _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, cdt, scale, fill,
             mask is not None,
             cond is not None,
         )
-        kernel(nb * nh, qf, qs, kf, ks, k_given_t, vf, vs, s, y.reshape(-1), nh, sq, d, dv,
-               masks, tail_scale, tail_opts)  # fmt: skip
+        kernel(nb * nh, qf, qs, kf, ks, k_given_t, vf, vs, s, y.reshape(-1), ys, nh, sq, d,
+               dv, masks, tail_scale, tail_opts)  # fmt: skip
         return y
 
     return run

@@ -83,7 +83,9 @@ PASSES: tuple[PassSpec, ...] = (
         "attention_fusion",
         EXTENDED,
         "patterns_attention:fuse_attention",
-        "MatMul, scale, mask, Softmax, MatMul as one attention kernel",
+        "MatMul, scale, mask, Softmax, MatMul as one attention kernel; the Transposes "
+        "splitting Q, K, V into heads and merging the output's heads fold in (the kernel "
+        "reads and writes the (batch, seq, heads, dim) data in place)",
     ),
     PassSpec(
         "gemm_epilogue_fusion",
