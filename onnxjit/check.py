@@ -23,7 +23,7 @@ from onnx import AttributeProto, TensorProto
 
 from onnxjit import ir
 from onnxjit.errors import ModelCheckError
-from onnxjit.registry import find_schema, normalize_domain
+from onnxjit.registry import INTERNAL_DOMAIN, find_schema, normalize_domain
 
 MIN_IR_VERSION = 3
 MAX_IR_VERSION = onnx.IR_VERSION  # what the installed onnx writes (14 for onnx 1.23)
@@ -33,6 +33,19 @@ _FORMAL = onnx.defs.OpSchema.FormalParameterOption
 
 def check_model(model: ir.Model) -> None:
     """Raise :class:`ModelCheckError` listing every rule of the IR spec ``model`` breaks."""
+    internal = sorted(
+        {n.op_type for n in model.graph.nodes if normalize_domain(n.domain) == INTERNAL_DOMAIN}
+    )
+    if internal:
+        # One clear message instead of "does not exist" per fused node.
+        raise ModelCheckError(
+            [
+                f"the model holds onnxjit's fused nodes ({', '.join(internal)}): it is a "
+                "rewritten graph written by SessionOptions.optimized_model_filepath for "
+                "viewing, which onnxjit does not load; load the original model (the session "
+                "rewrites it the same way at load)"
+            ]
+        )
     problems: list[str] = list(model.load_problems)
     _check_versions(model, problems)
     graph = model.graph
