@@ -116,6 +116,8 @@ CONV = {
     # 1x1: plain GEMM
     "pointwise": ((6, 5, 7), (9, 6, 1, 1), {}),
     "pointwise_s2": ((6, 9, 7), (4, 6, 1, 1), {"strides": [2, 2]}),
+    # a 4x4 plane (few columns): rows in 4 tiles of 56, 56, 56 and 32
+    "pointwise_rows": ((40, 4, 4), (200, 40, 1, 1), {}),
     # depthwise (group == C)
     "dw_3x3": ((5, 19, 17), (5, 1, 3, 3), {"group": 5, "pads": [1, 1, 1, 1]}),
     "dw_3x3_s2": ((4, 20, 21), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
@@ -259,6 +261,7 @@ def _out_shape(xs, ws, attrs):
         "wino_odd",
         "wino_asym",
         "wino_pad2",
+        "pointwise_rows",
     ],
 )
 @pytest.mark.parametrize("act", [None, "Relu", "relu6", "Sigmoid"])

@@ -391,6 +391,10 @@ _CONV_TK = 576
 # The BLAS Numba calls (OpenBLAS) multiplies blocks with M*N*K up to this without packing
 # the operands: conv GEMM tiles under it ran 1.2-1.5x faster than 64-wide packed tiles.
 _SMALL_GEMM = 1_000_000
+# Products of at most this many columns (1x1 convolutions of 4x4 and 5x5 planes) are cut
+# across their rows only, into at least this many tiles (an even count, for two threads).
+_FEW_COLUMNS = 32
+_MIN_ROW_TILES = 4
 # Implicit-GEMM convolutions (2-D, undilated, kernels/cpu/conv_taps.py): output channels per
 # block (rounded down to a multiple of MR) and columns of the product per block (rounded down
 # to a multiple of NR). On the development VM, ResNet-18's 3x3 layers at 2 threads: 64x28x28
@@ -523,7 +527,12 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
     * shorter rows (``k < 1024``) prefer taller tiles of the whole ``k`` (up to 64 rows),
       then as many columns as keep the tile under ``_SMALL_GEMM``: with a short ``k`` each
       64-column call was mostly BLAS's fixed cost (C2's 96 x 3136 x 16 layer made 98 calls;
-      in 8 it ran 119 -> 103 us, the whole network 2.17 -> 2.04 ms, 2 threads).
+      in 8 it ran 119 -> 103 us, the whole network 2.17 -> 2.04 ms, 2 threads);
+    * products of at most ``_FEW_COLUMNS`` columns (1x1 layers on 4x4 planes) take the whole
+      ``n`` and split the rows into an even number of equal tiles, at least
+      ``_MIN_ROW_TILES``, as tall as stays unpacked: single-layer models at 2 threads, C2's
+      960 x 16 x 160 ran 29-30 us against 32-33 in 15 tiles of 64 rows, 160 x 16 x 960
+      28-29 against 34 in 3 (64, 64, 32), 1280 x 16 x 320 61-63 against 64.
 
     These products (1x1 convolutions and the im2col of outputs narrower than
     ``_ROWS_MIN_OW``: the small late layers) stay with BLAS: onnxjit's micro-kernel was as
@@ -541,6 +550,15 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
         while tm > 8 and tm * tn * tk > _SMALL_GEMM:
             tm -= 8
         tiles = (min(m, tm), tn, tk)
+    elif n <= _FEW_COLUMNS:
+        # the whole (tiny) n: rows in at least _MIN_ROW_TILES tiles of equal height, each
+        # as tall as stays unpacked (C2's 960 x 16 x 160 layer: 4 tiles of 240 rows, 29-30 us
+        # against 32-33 with 15 of 64; 1280 x 16 x 320: 8 of 160, 59-62 us against 64)
+        cap = max(8, _SMALL_GEMM // (n * k) // 8 * 8)
+        count = max(_MIN_ROW_TILES, -(-m // cap))
+        count += count % 2
+        tm = min(m, (-(-m // count) + 7) // 8 * 8)
+        tiles = (tm, n, k)
     else:
         tn = min(n, 64)
         tm = 64
