@@ -532,7 +532,10 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
       ``n`` and split the rows into an even number of equal tiles, at least
       ``_MIN_ROW_TILES``, as tall as stays unpacked: single-layer models at 2 threads, C2's
       960 x 16 x 160 ran 29-30 us against 32-33 in 15 tiles of 64 rows, 160 x 16 x 960
-      28-29 against 34 in 3 (64, 64, 32), 1280 x 16 x 320 61-63 against 64.
+      28-29 against 34 in 3 (64, 64, 32), 1280 x 16 x 320 61-63 against 64;
+    * an odd count of fewer than 8 tiles gets one more row tile (one thread of two would
+      wait for the last): 32 x 196 x 144 14-15 us against 18-19 in one tile, 64 x 49 x 192
+      13 against 16, 96 x 49 x 384 22-23 against 27, 192 x 196 x 32 17-18 against 21.
 
     These products (1x1 convolutions and the im2col of outputs narrower than
     ``_ROWS_MIN_OW``: the small late layers) stay with BLAS: onnxjit's micro-kernel was as
@@ -566,6 +569,12 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
             tm //= 2
         tm = min(m, tm)
         tn = max(tn, min(n, _SMALL_GEMM // (tm * k) // 16 * 16))
+        gm, gn = -(-m // tm), -(-n // tn)
+        if gm * gn < 2 * _MIN_ROW_TILES and gm * gn % 2:
+            # an odd count of a few tiles leaves one thread of two idle at the end: one
+            # more row tile (C2's 96 x 49 x 576: 4 tiles of 24 rows, 28-30 us against
+            # 37 in 3 of 32)
+            tm = (-(-m // (gm + 1)) + 7) // 8 * 8
         tiles = (tm, tn, k)
     if len(_TILES) > 4096:
         _TILES.clear()
