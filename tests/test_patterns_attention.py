@@ -490,18 +490,23 @@ def test_scores_added_to_themselves_are_not_a_mask():
     _check(model, feeds, fused=False)
 
 
-def _bshd_model(*, b=2, h=3, s=7, d=8, k_form="split", dtype=np.float32, read_q=False, dyn=False):
+def _bshd_model(
+    *, b=2, h=3, s=7, d=8, k_form="split", dtype=np.float32, read_q=False, dyn=False, kv_heads=None
+):
     """Attention over (b, s, h, d) projections as exporters write it: the head split of Q, K
     and V (Transpose perm [0, 2, 1, 3]; K^T by [0, 2, 3, 1] when ``k_form`` is "kt", else the
     split then a swap of the last two axes), a mask, and the merge of the heads after P V.
-    ``read_q``: the split Q is also a graph output (its Transpose must stay)."""
+    ``read_q``: the split Q is also a graph output (its Transpose must stay). ``kv_heads``: K
+    and V with that many heads (1: one head shared by every query head, which MatMul
+    broadcasts)."""
     dtype = np.dtype(dtype)
     et = _ET[dtype]
     rng = np.random.default_rng(7)
     S = "s" if dyn else s
-    feeds = {n: rng.standard_normal((b, s, h, d)).astype(dtype) for n in "qkv"}
+    hk = h if kv_heads is None else kv_heads
+    feeds = {n: rng.standard_normal((b, s, h if n == "q" else hk, d)).astype(dtype) for n in "qkv"}
     feeds["mask"] = np.where(rng.random((b, 1, 1, s)) < 0.25, -1e4, 0.0).astype(dtype)
-    inputs = [helper.make_tensor_value_info(n, et, [b, S, h, d]) for n in "qkv"]
+    inputs = [helper.make_tensor_value_info(n, et, [b, S, h if n == "q" else hk, d]) for n in "qkv"]
     inputs.append(helper.make_tensor_value_info("mask", et, [b, 1, 1, S]))
     c = numpy_helper.from_array(np.asarray(np.sqrt(d), dtype=dtype), "c")
     nodes = [
@@ -564,3 +569,13 @@ def test_head_layouts_parallel_and_dynamic():
         np.testing.assert_allclose(
             on.run(None, f)[0], ort_outputs(model, f)[0], rtol=2e-5, atol=2e-6
         )
+
+
+@pytest.mark.parametrize("k_form", ["split", "kt"])
+def test_head_layouts_with_one_shared_key_value_head(k_form):
+    # K and V of one head in (b, s, 1, d): head strides 0, broadcast over the query heads
+    model, feeds = _bshd_model(k_form=k_form, kv_heads=1, h=4)
+    on = _check(model, feeds, fused=True)
+    assert "Transpose" not in [n.op_type for n in on.graph_nodes()]
+    want = ort_outputs(model, feeds)[0]
+    np.testing.assert_allclose(on.run(None, feeds)[0], want, rtol=2e-5, atol=2e-6)
