@@ -1016,19 +1016,18 @@ def run_plan(
         else:
             args = [o.ravel() for o in outs] + [a.ravel() for a in arrays]
         args += plan.sizes
-        mod = plan.entry.module
         parallel = runs_on_pool(plan)
-        ip = None
-        if out is not None and not plan.stream and not plan.narrow:
+        kernel = None
+        if out is not None and not plan.narrow:
             k = next((k for k, a in enumerate(arrays) if a is outs[0]), None)
             if k is not None:
-                ip = inplace_kernel(plan, k, parallel)
-        if plan.stream:
-            run_parallel(mod.kernel_stream, *args)
-        elif parallel:
-            run_parallel(mod.kernel_par if ip is None else ip, *args)
+                kernel = _plan_kernel(plan, parallel, k)
+        if kernel is None:
+            kernel = _plan_kernel(plan, parallel)
+        if parallel:
+            run_parallel(kernel, *args)
         else:
-            (mod.kernel if ip is None else ip)(*args)
+            kernel(*args)
         for j, dt in enumerate(plan.post):
             if dt is not None:
                 outs[j] = outs[j].astype(dt)
@@ -1039,6 +1038,18 @@ def runs_on_pool(plan: _Plan) -> bool:
     """Whether :func:`run_plan` hands the plan's kernel to the pool (large work, or streaming
     stores); otherwise the serial kernel runs on the calling thread."""
     return plan.stream or (bool(plan.sizes) and plan.work > _jit.PARALLEL_THRESHOLD)
+
+
+def _plan_kernel(plan: _Plan, parallel: bool, inplace: int | None = None) -> Any:
+    """The module function that runs ``plan``: the streaming kernel (in place as it is), else
+    the pool or the serial kernel, or with ``inplace = k`` their variant writing through
+    input k (None where there is none)."""
+    mod = plan.entry.module
+    if plan.stream:
+        return mod.kernel_stream
+    if inplace is not None:
+        return inplace_kernel(plan, inplace, parallel)
+    return mod.kernel_par if parallel else mod.kernel
 
 
 def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
@@ -1062,14 +1073,10 @@ def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = N
     these, serial or handed to the pool as :func:`run_plan` decides, with the pool entry
     looked up once (for fast paths, which keep it between runs). ``inplace = k``: the kernel
     for calls whose output 0 is input k's buffer (None where there is none)."""
-    mod = plan.entry.module
     parallel = runs_on_pool(plan)
     if inplace is not None and not writes_in_place(plan, inplace):
         return None
-    if inplace is not None and not plan.stream:
-        kernel = inplace_kernel(plan, inplace, parallel)
-    else:
-        kernel = mod.kernel_stream if plan.stream else (mod.kernel_par if parallel else mod.kernel)
+    kernel = _plan_kernel(plan, parallel, inplace)
     if parallel:
         from onnxjit import pool, threads
 
