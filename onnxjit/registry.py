@@ -38,7 +38,7 @@ import numpy as np
 import onnx.defs
 
 from onnxjit.errors import InvalidArgumentError, UnsupportedOperatorError
-from onnxjit.options import CONFIG_DEFAULTS
+from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD
 
 DEFAULT_DOMAIN = ""
 ML_DOMAIN = "ai.onnx.ml"
@@ -229,8 +229,7 @@ class NodeContext:
     @property
     def winograd(self) -> bool:
         """Winograd convolutions allowed (config entry ``onnxjit.conv_winograd``, default on)."""
-        key = "onnxjit.conv_winograd"
-        return self.settings.get(key, CONFIG_DEFAULTS[key]) != "0"
+        return self.settings.get(CONV_WINOGRAD, CONFIG_DEFAULTS[CONV_WINOGRAD]) != "0"
 
     def constant(self, i: int) -> bool:
         """Input ``i`` is an initializer (see ``const_inputs``): a cache keyed on its identity

@@ -24,7 +24,7 @@ from onnxjit import progress as progress_mod
 from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidArgumentError, InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
-from onnxjit.options import CONFIG_DEFAULTS, RunOptions, SessionOptions
+from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD, RunOptions, SessionOptions
 from onnxjit.plan import Profiler, Program, plan_summary
 
 log = logging.getLogger("onnxjit")
@@ -158,11 +158,10 @@ class InferenceSession:
                 "onnxjit cannot run this model:\n  - " + "\n  - ".join(problems)
             )
         disabled = set(disabled_optimizers or ())
-        wino_key = "onnxjit.conv_winograd"
-        wino = self._options._config.get(wino_key, CONFIG_DEFAULTS[wino_key])
+        wino = self._options._config.get(CONV_WINOGRAD, CONFIG_DEFAULTS[CONV_WINOGRAD])
         if wino not in ("0", "1"):
             raise InvalidArgumentError(
-                f"session config entry 'onnxjit.conv_winograd' is {wino!r}: expected '1' "
+                f"session config entry {CONV_WINOGRAD!r} is {wino!r}: expected '1' "
                 "(Winograd convolutions allowed, the default) or '0' (direct form only)"
             )
         entry = self._options._config.get("onnxjit.disabled_optimizers", "")
