@@ -14,7 +14,7 @@ from .._jit import njit, pjit
 from ..chunks import claim
 from .blas import A_PACKED, block_geometry, gemm_block
 from .epilogue import ACT_NONE, activate
-from .shuffle import T16, split_row, transpose16
+from .shuffle import T16, deinterleave2, split_row, transpose16
 
 
 @njit(inline="always")
@@ -587,88 +587,95 @@ def _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo):
 
 
 @njit(inline="always")
-def _dw3_s2_two_rows(ev, od, r, uWh, u0, u1, u2, v0, v1, v2, bv, yf, d):
-    """Columns 1 .. W/2-1 of an output row of stride 2 with two input rows of taps:
-    ``yf[d + ow]`` from the split rows at ``r`` (weights u) and ``r + W/2`` (weights v)."""
+def _dw3_s2_edge_row(a, ae, ao, b, be, bo, uWh, u0, u1, u2, v0, v1, v2, bv, yf, d):
+    """An output row of stride 2 with two input rows of taps (the first row, and the last
+    of an odd height): ``yf[d + ow]`` from the even / odd column phases of one input row at
+    ``a[ae:]`` / ``a[ao:]`` (weights u) and of the next at ``b[be:]`` / ``b[bo:]`` (weights
+    v); column 0 has no left tap (padding)."""
     one = _u(1)
-    s = r + uWh
+    yf[d] = bv + u1 * a[ae] + u2 * a[ao] + v1 * b[be] + v2 * b[bo]
     for ow in range(one, uWh):
         yf[d + ow] = (
             bv
-            + u0 * od[r + ow - one]
-            + u1 * ev[r + ow]
-            + u2 * od[r + ow]
-            + v0 * od[s + ow - one]
-            + v1 * ev[s + ow]
-            + v2 * od[s + ow]
+            + u0 * a[ao + ow - one]
+            + u1 * a[ae + ow]
+            + u2 * a[ao + ow]
+            + v0 * b[bo + ow - one]
+            + v1 * b[be + ow]
+            + v2 * b[bo + ow]
         )
 
 
 @njit(inline="always")
-def _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od, wide):
-    """Stride 2: output plane ((H-1)//2 + 1, W/2) at ``yo`` from the input plane at ``xo``
-    (H >= 2, W >= 2 even). The plane's even and odd columns are split into ``ev`` and ``od``
-    (H rows of W/2 each: one flat loop, as W is even); output row oh then reads input rows
-    2oh-1 .. 2oh+1 at ``q + (kh - 1) * W/2`` with ``q = 2 oh W/2 + ow``, so all rows whose
-    three input rows exist are one run over q into ``wide`` (the odd rows of q are junk),
-    copied out row by row."""
+def _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od):
+    """Stride 2: output plane ((H+1)//2, W/2) at ``yo`` from the input plane at ``xo`` (H >=
+    2, W >= 2 even). Each input row is split into its even and odd columns (deinterleave2),
+    the even rows into ``ev`` and the odd rows into ``od``, each buffer holding the even
+    phases of its rows and then the odd phases (``Wh = W/2`` columns per row). Output row oh
+    reads the odd row oh-1, the even row oh and the odd row oh at the same column offset
+    ``q = oh Wh + ow``, so all output rows with three input rows are one dense run over q
+    (no junk outputs, written in place); column 0 of each, whose left taps read the previous
+    row, is redone with the taps inside."""
     w0, w1, w2, w3, w4 = wm[m, 0], wm[m, 1], wm[m, 2], wm[m, 3], wm[m, 4]
     w5, w6, w7, w8 = wm[m, 5], wm[m, 6], wm[m, 7], wm[m, 8]
     one = _u(1)
-    two = one + one
     Wh = W // 2
-    OH = (H - 1) // 2 + 1
     uWh = _u(Wh)
+    Ho = H // 2  # odd input rows; (H + 1) // 2 even ones, as many as output rows
+    ee, eo = _u(0), _u((H + 1) // 2) * uWh
+    oe, oo = _u(0), _u(Ho) * uWh
     src = _u(xo)
-    for i in range(_u(H * Wh)):
-        ev[i] = xf[src + two * i]
-        od[i] = xf[src + two * i + one]
-    full = H // 2  # rows 0 .. full-1 have input row 2oh+1
-    if full >= 2:
-        q0 = _u(2 * Wh)  # row 1, column 0
-        a0, a1 = q0 - uWh - one, q0 - uWh
-        b0, b1 = q0 - one, q0
-        c0, c1 = q0 + uWh - one, q0 + uWh
-        for j in range(_u((full - 2) * 2 * Wh + Wh)):
-            wide[j] = (
+    uW = _u(W)
+    for r in range(H):
+        ur = _u(r)
+        i = (ur >> one) * uWh
+        if r % 2:
+            deinterleave2(xf, src + ur * uW, od, oe + i, oo + i, uWh)
+        else:
+            deinterleave2(xf, src + ur * uW, ev, ee + i, eo + i, uWh)
+    d = _u(yo)
+    # rows 1 .. Ho-1: odd row oh-1 at od[q - Wh], even row oh at ev[q], odd row oh at od[q]
+    if Ho >= 2:
+        t0, t1 = oo - one, oe  # (oo >= 1: column 0's junk left taps stay inside od)
+        m0, m1, m2 = eo + uWh - one, ee + uWh, eo + uWh
+        b0, b1, b2 = oo + uWh - one, oe + uWh, oo + uWh
+        dd = d + uWh
+        for j in range(_u((Ho - 1) * Wh)):
+            yf[dd + j] = (
                 bv
-                + w0 * od[a0 + j]
-                + w1 * ev[a1 + j]
-                + w2 * od[a1 + j]
-                + w3 * od[b0 + j]
-                + w4 * ev[b1 + j]
-                + w5 * od[b1 + j]
-                + w6 * od[c0 + j]
-                + w7 * ev[c1 + j]
-                + w8 * od[c1 + j]
+                + w0 * od[t0 + j]
+                + w1 * od[t1 + j]
+                + w2 * od[oo + j]
+                + w3 * ev[m0 + j]
+                + w4 * ev[m1 + j]
+                + w5 * ev[m2 + j]
+                + w6 * od[b0 + j]
+                + w7 * od[b1 + j]
+                + w8 * od[b2 + j]
             )
-        for oh in range(1, full):
-            d = _u(yo + oh * Wh)
-            s0 = _u((oh - 1) * 2 * Wh)
-            for ow in range(one, uWh):  # column 0 read the previous row: redone below
-                yf[d + ow] = wide[s0 + ow]
-            r = (2 * oh - 1) * Wh
-            yf[d] = (
+        for oh in range(one, _u(Ho)):
+            q = oh * uWh
+            yf[d + q] = (
                 bv
-                + w1 * ev[r]
-                + w2 * od[r]
-                + w4 * ev[r + Wh]
-                + w5 * od[r + Wh]
-                + w7 * ev[r + 2 * Wh]
-                + w8 * od[r + 2 * Wh]
+                + w1 * od[oe + q - uWh]
+                + w2 * od[oo + q - uWh]
+                + w4 * ev[ee + q]
+                + w5 * ev[eo + q]
+                + w7 * od[oe + q]
+                + w8 * od[oo + q]
             )
     # row 0 (input rows 0 and 1) and, for odd H, the last row (input rows H-2 and H-1)
-    _dw3_s2_two_rows(ev, od, _u(0), uWh, w3, w4, w5, w6, w7, w8, bv, yf, _u(yo))
-    yf[yo] = _dw3_at(xf, xo, H, W, wm, m, bv, 0, 0, 2)
-    if full < OH:  # odd H: the last row has no input row 2oh+1
-        oh = OH - 1
-        r = _u((H - 2) * Wh)
-        _dw3_s2_two_rows(ev, od, r, uWh, w0, w1, w2, w3, w4, w5, bv, yf, _u(yo + oh * Wh))
-        yf[yo + oh * Wh] = _dw3_at(xf, xo, H, W, wm, m, bv, oh, 0, 2)
+    _dw3_s2_edge_row(ev, ee, eo, od, oe, oo, uWh, w3, w4, w5, w6, w7, w8, bv, yf, d)
+    if H % 2:
+        q = _u(Ho) * uWh
+        a = q - uWh
+        _dw3_s2_edge_row(
+            od, oe + a, oo + a, ev, ee + q, eo + q, uWh, w0, w1, w2, w3, w4, w5, bv, yf, d + q
+        )
 
 
 @njit(inline="always")
-def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide):
+def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od):
     """Plane ``idx`` = (image, channel) of :func:`depthwise3` with its epilogue."""
     bias, has_bias, res, has_res, act, p0, p1 = ep
     n = idx // M
@@ -681,7 +688,7 @@ def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide):
     if s == 1:
         _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo)
     else:
-        _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od, wide)
+        _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od)
     v = yf[yo : yo + OH * OW]
     if has_res:
         rv = res[yo : yo + OH * OW]
@@ -692,9 +699,10 @@ def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide):
 
 @njit(inline="always")
 def _dw3_bufs(x, s):
+    # stride 2: the column phases of the even rows and of the odd rows
     H, W = x.shape[3], x.shape[4]
-    n = H * (W // 2) + 16 if s == 2 else 1
-    return np.empty(n, x.dtype), np.empty(n, x.dtype), np.empty(n, x.dtype)
+    n = (H + 1) * (W // 2) if s == 2 else 1
+    return np.empty(n, x.dtype), np.empty(n, x.dtype)
 
 
 @njit(fma=True)
@@ -707,9 +715,9 @@ def depthwise3(x, wm, k, st, dl, pb, y, mult, ep):
     M = y.shape[1]
     s = st[2]
     xf, yf = x.reshape(-1), y.reshape(-1)
-    ev, od, wide = _dw3_bufs(x, s)
+    ev, od = _dw3_bufs(x, s)
     for idx in range(N * M):
-        _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide)
+        _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od)
 
 
 @pjit(fma=True)
@@ -719,14 +727,14 @@ def depthwise3_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
     M = y.shape[1]
     s = st[2]
     xf, yf = x.reshape(-1), y.reshape(-1)
-    ev, od, wide = _dw3_bufs(x, s)
+    ev, od = _dw3_bufs(x, s)
     n_items = N * M
     while True:
         chunk_lo, chunk_hi = claim(ctl, n_items)
         if chunk_lo >= chunk_hi:
             break
         for idx in range(chunk_lo, chunk_hi):
-            _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od, wide)
+            _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od)
 
 
 # Channels per block of the small-plane depthwise kernel: one 16-lane float32 vector, the
