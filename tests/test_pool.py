@@ -15,7 +15,7 @@ import pytest
 import onnxjit.threads
 from onnxjit import pool
 from onnxjit.kernels._jit import njit, pjit
-from onnxjit.kernels.chunks import CTL_SIZE, THREADS, claim
+from onnxjit.kernels.chunks import CTL_SIZE, MAX_SEGMENTS, THREADS, claim
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.ops.gemm import Epilogue, matmul_into
@@ -77,19 +77,50 @@ def _claims(n, threads):
     return out
 
 
+def _segments(n: int, threads: int) -> list[tuple[int, int]]:
+    segs = min(threads, MAX_SEGMENTS)
+    return [(s * n // segs, (s + 1) * n // segs) for s in range(segs)]
+
+
 @pytest.mark.parametrize("n", [1, 7, 100, 1024, 100_003])
-@pytest.mark.parametrize("threads", [1, 2, 8])
+@pytest.mark.parametrize("threads", [1, 2, 8, 11])
 def test_claimed_chunks_tile_the_range_and_shrink(n, threads):
     chunks = _claims(n, threads)
-    # contiguous, in order, covering range(n) exactly once
-    assert chunks[0][0] == 0 and chunks[-1][1] == n
-    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
-    sizes = [hi - lo for lo, hi in chunks]
-    # guided: no chunk larger than the one before it (the last may be cut short by n), none
-    # above 1/(2 threads) of the whole, and a bounded number of claims
-    assert all(b <= a for a, b in zip(sizes, sizes[1:]))
-    assert sizes[0] <= max(1, n // (2 * threads), -(-n // (32 * threads)))
-    assert len(chunks) <= 32 * threads + 1
+    # disjoint and covering range(n) exactly once
+    assert sorted(i for lo, hi in chunks for i in range(lo, hi)) == list(range(n))
+    # within each segment: in order, contiguous, guided (no chunk larger than the one before
+    # it, the last may be cut short), the first at most half the segment; few claims in all
+    for lo_s, hi_s in _segments(n, threads):
+        mine = [c for c in chunks if lo_s <= c[0] < hi_s]
+        if hi_s == lo_s:
+            assert not mine
+            continue
+        assert mine[0][0] == lo_s and mine[-1][1] == hi_s
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+        sizes = [hi - lo for lo, hi in mine]
+        assert all(b <= a for a, b in zip(sizes, sizes[1:]))
+        assert sizes[0] <= max(1, (hi_s - lo_s) // 2, -(-n // (32 * threads)))
+    assert len(chunks) <= 32 * threads + min(threads, MAX_SEGMENTS)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_a_thread_starts_with_the_segment_of_its_cpu_then_takes_the_rest(threads):
+    """The home segment is the CPU's (cache affinity between consecutive kernels); once it
+    is used up the thread goes on with the next segments, wrapping around."""
+    old = os.sched_getaffinity(0)
+    try:
+        for cpu in sorted(old)[:4]:
+            os.sched_setaffinity(0, {cpu})
+            n = 1000
+            chunks = _claims(n, threads)
+            segs = _segments(n, threads)
+            home = cpu % len(segs)
+            order = [(home + k) % len(segs) for k in range(len(segs))]
+            firsts = [next(i for i, c in enumerate(chunks) if c[0] == segs[s][0]) for s in order]
+            assert firsts == sorted(firsts), (cpu, chunks)
+    finally:
+        os.sched_setaffinity(0, old)
 
 
 @TWO
