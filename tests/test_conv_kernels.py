@@ -110,6 +110,10 @@ CONV = {
     "taps_split_k_s2": ((80, 7, 40), (10, 80, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 1]}),
     "taps_s2x3": ((4, 13, 40), (5, 4, 3, 5), {"strides": [2, 3], "pads": [0, 2, 1, 1]}),
     "taps_4x4_s2": ((3, 18, 18), (4, 3, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    # 7x7 outputs of one image: fewer column blocks than threads, so the threads split the
+    # channels in one block each (40 -> 24 + 16, 50 -> 36 + 14), stride 1 and 2
+    "taps_few_columns": ((64, 7, 7), (40, 64, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "taps_few_columns_s2": ((32, 14, 14), (50, 32, 3, 3), {"strides": [2, 2], "pads": [1] * 4}),
     "taps_s4_k2": ((2, 9, 40), (3, 2, 2, 2), {"strides": [4, 4], "pads": [0, 1, 1, 0]}),
     "grouped": ((4, 6, 18), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
     "grouped_gather": ((6, 5, 5), (9, 2, 3, 3), {"group": 3, "strides": [2, 1]}),
