@@ -503,22 +503,52 @@ def _dw3_at(xf, xo, H, W, wm, m, bv, oh, ow, s):
 
 
 @njit(inline="always")
+def _two_row_taps(a, a0, a1, a2, b, b0, b1, b2, n, u0, u1, u2, v0, v1, v2, bv, yf, d):
+    """``yf[d + j]`` for ``j < n``: an output row of a 3x3 depthwise convolution with two
+    input rows of taps, the three taps of one at ``a[a0 + j]``, ``a[a1 + j]``, ``a[a2 + j]``
+    (weights u) and of the other at ``b[b0 + j]`` .. (weights v), unsigned offsets."""
+    for j in range(n):
+        yf[d + j] = (
+            bv
+            + u0 * a[a0 + j]
+            + u1 * a[a1 + j]
+            + u2 * a[a2 + j]
+            + v0 * b[b0 + j]
+            + v1 * b[b1 + j]
+            + v2 * b[b2 + j]
+        )
+
+
+@njit(inline="always")
+def _three_row_taps(taps, n, w0, w1, w2, w3, w4, w5, w6, w7, w8, bv, yf, d):
+    """``yf[d + j]`` for ``j < n``: output elements of a 3x3 depthwise convolution with all
+    three input rows of taps; ``taps`` = (a, a0, a1, a2, b, b0, b1, b2, c, c0, c1, c2): row
+    kh's three taps at ``a[a0 + j]`` .. for kh = 0 (weights w0-w2), ``b`` for kh = 1, ``c``
+    for kh = 2 (unsigned offsets)."""
+    a, a0, a1, a2, b, b0, b1, b2, c, c0, c1, c2 = taps
+    for j in range(n):
+        yf[d + j] = (
+            bv
+            + w0 * a[a0 + j]
+            + w1 * a[a1 + j]
+            + w2 * a[a2 + j]
+            + w3 * b[b0 + j]
+            + w4 * b[b1 + j]
+            + w5 * b[b2 + j]
+            + w6 * c[c0 + j]
+            + w7 * c[c1 + j]
+            + w8 * c[c2 + j]
+        )
+
+
+@njit(inline="always")
 def _dw3_s1_two_rows(xf, a, uW, u0, u1, u2, v0, v1, v2, bv, yf, d):
     """Inner columns (1 .. W-2) of an output row of stride 1 with two input rows of taps:
     ``yf[d + j]`` from rows at ``a`` (weights u) and ``a + W`` (weights v), columns j .. j+2."""
     one = _u(1)
     a1, a2 = a + one, a + one + one
-    b0, b1, b2 = a + uW, a1 + uW, a2 + uW
-    for j in range(uW - one - one):
-        yf[d + j] = (
-            bv
-            + u0 * xf[a + j]
-            + u1 * xf[a1 + j]
-            + u2 * xf[a2 + j]
-            + v0 * xf[b0 + j]
-            + v1 * xf[b1 + j]
-            + v2 * xf[b2 + j]
-        )
+    _two_row_taps(xf, a, a1, a2, xf, a + uW, a1 + uW, a2 + uW, uW - one - one,
+                  u0, u1, u2, v0, v1, v2, bv, yf, d)  # fmt: skip
 
 
 @njit(inline="always")
@@ -536,19 +566,8 @@ def _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo):
         b0, b1, b2 = a0 + uW, a1 + uW, a2 + uW
         c0, c1, c2 = b0 + uW, b1 + uW, b2 + uW
         d = _u(yo) + uW + one
-        for j in range(_u((H - 2) * W - 2)):
-            yf[d + j] = (
-                bv
-                + w0 * xf[a0 + j]
-                + w1 * xf[a1 + j]
-                + w2 * xf[a2 + j]
-                + w3 * xf[b0 + j]
-                + w4 * xf[b1 + j]
-                + w5 * xf[b2 + j]
-                + w6 * xf[c0 + j]
-                + w7 * xf[c1 + j]
-                + w8 * xf[c2 + j]
-            )
+        taps = (xf, a0, a1, a2, xf, b0, b1, b2, xf, c0, c1, c2)
+        _three_row_taps(taps, _u((H - 2) * W - 2), w0, w1, w2, w3, w4, w5, w6, w7, w8, bv, yf, d)
     if W >= 3:
         # first and last rows, inner columns: two rows of taps each
         top, bottom = _u(xo), _u(xo + (H - 2) * W)
@@ -594,16 +613,9 @@ def _dw3_s2_edge_row(a, ae, ao, b, be, bo, uWh, u0, u1, u2, v0, v1, v2, bv, yf, 
     v); column 0 has no left tap (padding)."""
     one = _u(1)
     yf[d] = bv + u1 * a[ae] + u2 * a[ao] + v1 * b[be] + v2 * b[bo]
-    for ow in range(one, uWh):
-        yf[d + ow] = (
-            bv
-            + u0 * a[ao + ow - one]
-            + u1 * a[ae + ow]
-            + u2 * a[ao + ow]
-            + v0 * b[bo + ow - one]
-            + v1 * b[be + ow]
-            + v2 * b[bo + ow]
-        )
+    # columns 1 .. Wh-1: left tap at odd column ow-1, then even and odd column ow
+    _two_row_taps(a, ao, ae + one, ao + one, b, bo, be + one, bo + one, uWh - one,
+                  u0, u1, u2, v0, v1, v2, bv, yf, d + one)  # fmt: skip
 
 
 @njit(inline="always")
@@ -639,20 +651,9 @@ def _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od):
         t0, t1 = oo - one, oe  # (oo >= 1: column 0's junk left taps stay inside od)
         m0, m1, m2 = eo + uWh - one, ee + uWh, eo + uWh
         b0, b1, b2 = oo + uWh - one, oe + uWh, oo + uWh
-        dd = d + uWh
-        for j in range(_u((Ho - 1) * Wh)):
-            yf[dd + j] = (
-                bv
-                + w0 * od[t0 + j]
-                + w1 * od[t1 + j]
-                + w2 * od[oo + j]
-                + w3 * ev[m0 + j]
-                + w4 * ev[m1 + j]
-                + w5 * ev[m2 + j]
-                + w6 * od[b0 + j]
-                + w7 * od[b1 + j]
-                + w8 * od[b2 + j]
-            )
+        taps = (od, t0, t1, oo, ev, m0, m1, m2, od, b0, b1, b2)
+        n = _u((Ho - 1) * Wh)
+        _three_row_taps(taps, n, w0, w1, w2, w3, w4, w5, w6, w7, w8, bv, yf, d + uWh)
         for oh in range(one, _u(Ho)):
             q = oh * uWh
             yf[d + q] = (
