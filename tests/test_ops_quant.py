@@ -383,7 +383,31 @@ def test_qlinearconv_10(xd, wd, yd, x_shape, w_shape, per_channel, bias, attrs, 
         "y_zero_point": zp(yd, (), 7),
         "B": rnd((m,), np.int64, 8, -500, 500).astype(I32) if bias else None,
     }
-    check_node("QLinearConv", inputs, attrs, opset=10, oracle=oracle)
+    try:
+        check_node("QLinearConv", inputs, attrs, opset=10, oracle=oracle)
+    except AssertionError:
+        if oracle == "ort" and xd is U8 and wd is I8 and not _cpu_has_vnni():
+            # The same case passes against the reference evaluator (the "ref" variant). On an
+            # AMD Zen 3 (AVX2, no VNNI) onnxruntime 1.32 differed in 46 of 144 values here, and
+            # agreed in all when given the same weights shifted to uint8 (zero points + 128).
+            pytest.xfail(
+                "onnxruntime's uint8 x int8 kernels on x86 without VNNI sum pairs of products "
+                "in saturating int16 (vpmaddubsw), a limitation its quantization docs state"
+            )
+        raise
+
+
+def _cpu_has_vnni() -> bool:
+    """Whether the CPU has AVX-512 VNNI or AVX-VNNI (Linux flags; True where unknown, so that
+    the onnxruntime comparison is never excused without cause)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), None)
+    except OSError:
+        return True
+    if flags is None:
+        return True
+    return bool({"avx512_vnni", "avx_vnni"} & set(flags.split()))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -304,20 +304,34 @@ def test_spin_calibration_ignores_a_thread_spinning_on_the_same_cpu(monkeypatch)
         while load(flag, 0) == 0:  # an atomic load: re-read at every turn
             pass
 
-    monkeypatch.setattr(pool, "_checks_per_second", None)
-    quiet = pool.spin_checks(1.0)
-    cpu = sorted(os.sched_getaffinity(0))[0]
-    flag = np.zeros(1, np.int64)
     busy(np.ones(1, np.int64))  # compiled before the other thread needs it
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})
-    spinner = threading.Thread(target=busy, args=(flag,))
-    try:
-        spinner.start()  # inherits this thread's single CPU
+    cpu = sorted(os.sched_getaffinity(0))[0]
+
+    def measure() -> tuple[int, int]:
         monkeypatch.setattr(pool, "_checks_per_second", None)
-        contended = pool.spin_checks(1.0)
-    finally:
-        flag[0] = 1
-        spinner.join()
-        os.sched_setaffinity(0, mine)
-    assert contended > quiet / 4, (contended, quiet)
+        quiet = pool.spin_checks(1.0)
+        flag = np.zeros(1, np.int64)
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+        spinner = threading.Thread(target=busy, args=(flag,))
+        try:
+            spinner.start()  # inherits this thread's single CPU
+            monkeypatch.setattr(pool, "_checks_per_second", None)
+            contended = pool.spin_checks(1.0)
+        finally:
+            flag[0] = 1
+            spinner.join()
+            os.sched_setaffinity(0, mine)
+        return quiet, contended
+
+    # Up to three pairs: under the parallel test run the other worker's load can slow one
+    # measurement of a pair (seen once on a 2-vCPU VM: 4x); the failure this guards against
+    # is a rate hundreds of times too low (each core yield lasting a scheduler slice), which
+    # every pair shows.
+    pairs = []
+    for _ in range(3):
+        quiet, contended = measure()
+        pairs.append((contended, quiet))
+        if contended > quiet / 4:
+            break
+    assert any(c > q / 4 for c, q in pairs), pairs
