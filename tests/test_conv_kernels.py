@@ -284,6 +284,27 @@ def test_fused_conv_epilogue(case, act, with_residual, threading_mode):
     assert_close(sess.run(None, feeds), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
 
 
+# Cases whose products go through the conv GEMM (1x1 convolutions, im2col by gather table).
+_GEMM_CASES = [c for c in CONV if c.startswith(("pointwise", "gather"))]
+
+
+@pytest.mark.parametrize("case", _GEMM_CASES)
+@pytest.mark.parametrize("blas_tiles", [True, False], ids=["blas", "micro_kernel"])
+def test_conv_gemm_both_paths(case, blas_tiles, threading_mode, monkeypatch):
+    """Both ways of multiplying, whichever this machine's BLAS selects: OpenBLAS on
+    ``_conv_tiles`` (its AVX-512 kernels) and the micro-kernel with packed weights (others),
+    with bias, residual and activation applied per tile."""
+    monkeypatch.setattr(gemm_ops, "_small_blocks", blas_tiles)
+    xs, ws, attrs = CONV[case]
+    xs = (3, *xs)
+    residual = _out_shape(xs, ws, attrs)
+    model = _fused_model(xs, ws, attrs, "Relu", residual)
+    feeds = {"x": rnd(xs, F32, 3), "r": rnd(residual, F32, 4)}
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    assert [n.op_type for n in sess.graph_nodes()] == ["FusedConv"]
+    assert_close(sess.run(None, feeds), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "case",
     [

@@ -9,6 +9,7 @@ element types, and layouts it cannot pass to BLAS without a copy, go to ``np.mat
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -217,6 +218,32 @@ def packed_weight(b: np.ndarray, k: int, n: int) -> np.ndarray:
     """The flat row-major ``k x n`` weight ``b`` as the B operand in the micro-kernel's
     panels (:func:`onnxjit.kernels.cpu.blas.pack_b`), see :func:`_packed`."""
     return _packed(kblas.pack_b, b, k, n)
+
+
+# OpenBLAS cores whose GEMM multiplies small blocks without packing the operands (its
+# small-matrix kernels: Skylake-X and the AVX-512 cores that use its kernels), lower case.
+_SMALL_BLOCK_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+_small_blocks: bool | None = None
+
+
+def small_blocks_in_place() -> bool:
+    """Whether the BLAS Numba calls (SciPy's) multiplies small blocks without packing its
+    operands, i.e. is an OpenBLAS whose core is one of ``_SMALL_BLOCK_CORES``. Convolution
+    products are cut into tiles for that BLAS then (faster there, with weights read from
+    memory, than the micro-kernel was); any other BLAS packs both operands at each call and
+    the micro-kernel with weights packed once is used instead. Decided once per process."""
+    global _small_blocks
+    if _small_blocks is None:
+        import scipy.linalg.cython_blas  # noqa: F401  (loads the library to inspect)
+        from threadpoolctl import threadpool_info
+
+        libs = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        # SciPy's own copy first where each wheel ships one (scipy.libs beside numpy.libs)
+        libs.sort(key=lambda i: "scipy" not in os.path.basename(os.path.dirname(i["filepath"])))
+        first = libs[0] if libs else {}
+        core = str(first.get("architecture") or "").lower()
+        _small_blocks = first.get("internal_api") == "openblas" and core in _SMALL_BLOCK_CORES
+    return _small_blocks
 
 
 def packed_rows(a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:
