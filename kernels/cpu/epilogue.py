@@ -52,14 +52,20 @@ def activate(v, act, p0, p1):
     t = v.dtype.type
     half, one = t(0.5), t(1.0)
     sqrt_2_pi, k3 = t(0.7978845608028654), t(0.044715)
+    # Relu, LeakyRelu and Clip store ``x + 0`` where they keep x: storing either a new value
+    # or the one just loaded is a conditional store, which LLVM vectorises with AVX2's
+    # masked stores (vmaskmovps: microcoded on AMD Zen, several times slower than the whole
+    # convolution row it follows) or not at all. ``x + 0`` is x except that -0 becomes +0,
+    # which is still max(x, 0); NaN passes.
+    zero = t(0)
     if act == ACT_RELU:
         for j in range(n):
-            if v[j] < 0:
-                v[j] = 0
+            x = v[j]
+            v[j] = zero if x < zero else x + zero
     elif act == ACT_LEAKY_RELU:
         for j in range(n):
-            if v[j] < 0:
-                v[j] = v[j] * p0
+            x = v[j]
+            v[j] = x * p0 if x < zero else x + zero
     elif act == ACT_SIGMOID:
         for j in range(n):
             v[j] = vsigmoid(v[j])
@@ -69,10 +75,7 @@ def activate(v, act, p0, p1):
     elif act == ACT_CLIP:
         for j in range(n):
             x = v[j]
-            if x < p0:
-                v[j] = p0
-            elif x > p1:
-                v[j] = p1
+            v[j] = p0 if x < p0 else (p1 if x > p1 else x + zero)
     elif act == ACT_GELU:
         for j in range(n):
             v[j] = vgelu(v[j])  # float32: vecmath.gelu_f32

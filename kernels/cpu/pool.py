@@ -145,6 +145,12 @@ def avg_pool_par(ctl, x, y, k, st, dl, pb, pe, lp, p, count_pad):
 
 
 @njit(inline="always")
+def _nan_max(v, m):
+    """The larger of ``v`` and ``m``, NaN if either is (as a select: vectorises)."""
+    return v if (v > m) | (v != v) else m
+
+
+@njit(inline="always")
 def _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide):
     """Plane ``b`` of :func:`max_pool_values`: the input plane padded with -inf and split
     into stride phases (``bf``), then for each output depth slice one flat loop over ``OH``
@@ -159,15 +165,23 @@ def _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide):
     ybase = b * OD * OH * OW
     for od in range(OD):
         sb = _u(od) * slice_step
-        o = sb + toff[0]
-        for j in range(n_wide):
-            wide[j] = bf[o + j]
-        for tap in range(1, K):
-            o = sb + toff[tap]
-            for j in range(n_wide):
-                v = bf[o + j]
-                if v > wide[j] or v != v:
-                    wide[j] = v
+        # three taps per pass, kept in registers (a tap repeated to fill the last pass is
+        # harmless to a maximum): ``wide`` is loaded and stored once per three taps, and
+        # the store is never "the value just loaded, or another", which LLVM turns into a
+        # masked store (vmaskmovps on AVX2, microcoded on AMD Zen) or leaves scalar.
+        # ResNet-18's MaxPool (64 planes of 56 x 56, 3x3 stride 2) on a Zen 3, one thread:
+        # 440-530 -> 92-137 us (-> 130-145 with this alone, the rest from deinterleave2)
+        for t in range(0, K, 3):
+            oa = sb + toff[t]
+            ob = sb + toff[min(t + 1, K - 1)]
+            oc = sb + toff[min(t + 2, K - 1)]
+            if t == 0:
+                for j in range(n_wide):
+                    wide[j] = _nan_max(bf[oc + j], _nan_max(bf[ob + j], bf[oa + j]))
+            else:
+                for j in range(n_wide):
+                    m = _nan_max(bf[ob + j], _nan_max(bf[oa + j], wide[j]))
+                    wide[j] = _nan_max(bf[oc + j], m)
         yb = _u(ybase + od * OH * OW)
         wb = _u(0)
         for _oh in range(OH):
