@@ -136,40 +136,6 @@ class _Light:
 _LOADED: dict[str, _Light] = {}
 
 
-def _blas_rounds_equal_rows_alike() -> bool:
-    """Whether this machine's float32 BLAS (the OpenBLAS Numba and onnxjit's 1x1 convolutions
-    call) gives bit-identical rows of a product for identical rows of A, at the shape of
-    SqueezeNet's last convolution (1000 x 512 by 512 x 169). OpenBLAS's Haswell kernel, which it
-    also picks for AMD Zen, rounds row blocks differently; its Skylake-X kernel does not."""
-    from scipy.linalg.blas import sgemm
-
-    a = np.full((1000, 512), 0.02, np.float32)
-    b = np.random.default_rng(0).random((512, 169), dtype=np.float32)
-    c = sgemm(1.0, a, b)
-    return bool((c == c[:1]).all())
-
-
-def _xfail_if_rounding_tie(m: _Light, want: list[Any], problems: list[str]) -> None:
-    """Mark the test as an expected failure when every problem is a softmax output whose
-    oracle value is exactly uniform (all logits equal in exact arithmetic: in SqueezeNet's
-    ConstantOfShape weights every class has the same weights and bias, and the logits are about
-    1e10), and this machine's BLAS rounds equal rows unequally. Logits one float32 ulp (1024 at
-    1e10) apart then give a one-hot softmax instead of 0.001 everywhere: a property of the
-    model's conditioning and of the BLAS, not an error onnxjit can fix without giving up
-    OpenBLAS for 1x1 convolutions. Any other problem still fails the test."""
-    for name, w in zip(m.names, want):
-        w = np.asarray(w)
-        failing = any(p.startswith(f"{name}:") for p in problems)
-        if failing and not (m.model.graph.output[0].name == name and w.min() == w.max()):
-            return
-    if not _blas_rounds_equal_rows_alike():
-        pytest.xfail(
-            "classes tied in exact arithmetic (constant weights, logits ~1e10) and this "
-            "machine's OpenBLAS rounds equal rows of a product differently (Haswell kernel): "
-            "the softmax of logits one ulp apart is one-hot, not uniform"
-        )
-
-
 def _light(name: str) -> _Light:
     if name not in _LOADED:
         _LOADED[name] = _Light(name)
@@ -185,7 +151,6 @@ def test_light_model_expected_output(name: str, rtol: float, atol: float) -> Non
     got = m.jit.run(None, feeds)[: m.n_shipped]
     problems = compare_outputs(got, want, m.names, rtol, atol)
     if problems:
-        _xfail_if_rounding_tie(m, want, problems)
         where = locate_divergence(m.model, feeds, rtol=ORT_RTOL, atol=ORT_ATOL)
         pytest.fail("\n".join(problems) + "\nfirst diverging nodes:\n  " + "\n  ".join(where))
 
@@ -206,6 +171,5 @@ def test_light_model_matches_onnxruntime(
     got = m.jit.run(None, feeds)
     problems = compare_outputs(got, want, m.names, ORT_RTOL, ORT_ATOL)
     if problems:
-        _xfail_if_rounding_tie(m, want, problems)
         where = locate_divergence(m.model, feeds, rtol=ORT_RTOL, atol=ORT_ATOL)
         pytest.fail("\n".join(problems) + "\nfirst diverging nodes:\n  " + "\n  ".join(where))
