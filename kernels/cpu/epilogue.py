@@ -54,9 +54,8 @@ def activate(v, act, p0, p1):
     sqrt_2_pi, k3 = t(0.7978845608028654), t(0.044715)
     # Relu, LeakyRelu and Clip store ``x + 0`` where they keep x: storing either a new value
     # or the one just loaded is a conditional store, which LLVM vectorises with AVX2's
-    # masked stores (vmaskmovps: microcoded on AMD Zen, several times slower than the whole
-    # convolution row it follows) or not at all. ``x + 0`` is x except that -0 becomes +0,
-    # which is still max(x, 0); NaN passes.
+    # masked stores (vmaskmovps, microcoded on AMD Zen) or not at all. ``x + 0`` is x except
+    # that -0 becomes +0, which is still max(x, 0); NaN passes.
     zero = t(0)
     if act == ACT_RELU:
         for j in range(n):
