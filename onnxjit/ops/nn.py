@@ -538,9 +538,11 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
       13 against 16, 96 x 49 x 384 22-23 against 27, 192 x 196 x 32 17-18 against 21.
 
     These products (1x1 convolutions and the im2col of outputs narrower than
-    ``_ROWS_MIN_OW``: the small late layers) stay with BLAS: onnxjit's micro-kernel was as
-    fast in a loop but up to 1.6x slower on ResNet-18's 512-channel layers run between
-    onnxruntime runs (weights no longer in cache; C1 in bench/ went 7.3 -> 10 ms).
+    ``_ROWS_MIN_OW``: the small late layers) stay with BLAS where OpenBLAS runs its AVX-512
+    kernels (:func:`blas.small_blocks_in_place`; there onnxjit's micro-kernel was as fast in
+    a loop but up to 1.6x slower on ResNet-18's 512-channel layers run between onnxruntime
+    runs, weights no longer in cache: C1 in bench/ went 7.3 -> 10 ms). Elsewhere
+    :meth:`_ConvPlan._bind_gemm` gives them to the micro-kernel and these tiles are unused.
     """
     key = (m, n, k)
     tiles = _TILES.get(key)
