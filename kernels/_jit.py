@@ -91,9 +91,10 @@ def _options(fma: bool, kw: dict) -> dict:
 def njit(fn=None, *, fma: bool = False, **kw):
     """Serial kernel: ``@njit``, ``@njit(inline="always")``, ``@njit(fma=True)``."""
     opts = _options(fma, kw)
+    cached = opts.pop("cache", False)
     if fn is None:
-        return lambda f: _safe(numba.njit(**opts)(f))
-    return _safe(numba.njit(**opts)(fn))
+        return lambda f: _safe(numba.njit(**opts)(f), cached)
+    return _safe(numba.njit(**opts)(fn), cached)
 
 
 def centry(sig):
@@ -179,10 +180,32 @@ class _SafeCache(FunctionCache):
                 os.unlink(index)
 
 
-def _safe(disp):
-    """Give a cached dispatcher the damage-tolerant cache (no effect when caching is off)."""
-    if isinstance(getattr(disp, "_cache", None), FunctionCache):
-        disp._cache = _SafeCache(disp.py_func)
+class _LazyCache:
+    """Stands in for a dispatcher's :class:`_SafeCache` until the dispatcher first uses it.
+
+    Building Numba's cache object finds and creates the cache folder and writes a probe file
+    into it (about 0.25 ms); onnxjit defines several hundred kernels and a model uses a few
+    dozen, so building them all at import cost a fifth of ``import onnxjit``. The real cache
+    is built on first use, from the first kernel load or compile onward.
+    """
+
+    __slots__ = ("_py_func", "_real")
+
+    def __init__(self, py_func) -> None:
+        self._py_func = py_func
+        self._real: _SafeCache | None = None
+
+    def __getattr__(self, name: str):
+        if self._real is None:
+            self._real = _SafeCache(self._py_func)
+        return getattr(self._real, name)
+
+
+def _safe(disp, cached: bool = True):
+    """Give a dispatcher the damage-tolerant on-disk cache, built lazily (``cached=False``:
+    leave it uncached)."""
+    if cached:
+        disp._cache = _LazyCache(disp.py_func)
     return disp
 
 

@@ -236,7 +236,7 @@ def test_gemm_tiles_match_numpy(dtype, batch, m, n, k, ta, tb, shared_b, threads
     if threads == 1:
         kblas.gemm(*args, *kblas.tiles(batch, m, n, k, 1))
     else:
-        pool.run_parallel(kblas.gemm_par, *args, *kblas.tiles(batch, m, n, k, 2), threads=2)
+        pool.run_parallel(kblas.gemm_ks_par, *args, *kblas.tiles(batch, m, n, k, 2), k, threads=2)
     tol = 1e-4 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(c, _ref(a, b, ta, tb), rtol=tol, atol=tol * k)
 

@@ -121,7 +121,7 @@ def test_gemms_split_over_the_pool_above_the_size_threshold(monkeypatch, batch):
     # 8 x 64 x 96 multiply-adds stay on the caller; 4096 rows are split (other kernels of
     # the model, the GELU chain or the LayerNorm rows, may take the pool too)
     gemms = [k for k in kernels if k.startswith("gemm")]
-    assert gemms == ([] if batch == 8 else ["gemm_par", "gemm_par"]), kernels
+    assert gemms == ([] if batch == 8 else ["gemm_ks_par", "gemm_ks_par"]), kernels
     assert set(_blas_thread_counts()) == {1}
 
 

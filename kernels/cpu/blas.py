@@ -292,6 +292,18 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
             beta, c, c_off, ldc)  # fmt: skip
 
 
+@njit(fma=True)
+def gemm_call(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    """:func:`gemm_block` as a called function, with ``ta`` and ``tb`` as int64 codes (pass
+    ``int(flag)``): one compiled copy of the micro-kernel's loop nest per element type, which
+    the GEMM tiles (:func:`_tile`) and the attention heads (``sdpa._head``) share, and which
+    the on-disk cache keeps once. Numba's typing and lowering of that loop nest is most of its
+    compile time: T1 (BERT hidden 256) compiled the GEMM kernel in 15.2 s and the attention
+    kernel in 10.6 s on the Zen 3 when each had its own copy. A call per tile costs nothing
+    next to the tile's product."""
+    gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+
+
 # Epilogue bias modes
 BIAS_NONE = 0
 BIAS_COL = 1  # bias[j] added to column j (a fully connected layer: one bias per output feature)
@@ -362,15 +374,13 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
     # offsets per inner step; a packed A's panel r0 / MR starts at r0 * k as a row-major one
     a_step = block_geometry(c)[0] if ta == A_PACKED else (m if ta else 1)
     b_step = block_geometry(c)[1] if tb == B_PACKED else (1 if b_tr else n)
-    # One call site for the inlined gemm_block, whole k (tk >= k) or chunks alike: two
-    # copies of it took LLVM twice the time (T1's gemm_par compiled in 9.6 s with two).
     one = c.dtype.type(1)
     k0 = 0
     while True:
         kk = min(tk, k - k0)
-        gemm_block(ta, tb, rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
-                   b, b_off + k0 * b_step, ldb, beta if k0 == 0 else one, c,
-                   c_base + r0 * n + c0, n)  # fmt: skip
+        gemm_call(int(ta), int(tb), rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
+                  b, b_off + k0 * b_step, ldb, beta if k0 == 0 else one, c,
+                  c_base + r0 * n + c0, n)  # fmt: skip
         k0 += tk
         if k0 >= k:
             break
@@ -379,11 +389,10 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
         _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1)
 
 
-@njit(fma=True)
 def gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
     """``c[p] = act(alpha * op(a[p]) @ op(b[p]) + beta * c[p] + bias + res[p])`` for each of
     ``batch`` matrices, in tiles of ``tm x tn`` outputs (one BLAS call and the epilogue each),
-    on the calling thread.
+    on the calling thread: :func:`gemm_ks` with the whole inner dimension per tile.
 
     ``a``, ``b``, ``c`` are flat C-contiguous arrays of row-major matrices: matrix ``p`` of
     ``a`` starts at element ``p * sa`` (``sa == 0``: one matrix shared by every ``p``), of
@@ -391,22 +400,18 @@ def gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
     ``ep`` is the epilogue ``(bias, bias_mode, res, has_res, act, p0, p1)``: ``bias`` per
     column or per row (``BIAS_*``), ``res`` a flat array shaped like ``c``, ``act`` an
     activation code of :mod:`onnxjit.kernels.cpu.epilogue` with its parameters.
+
+    A Python function, not a kernel: a compiled wrapper would be one more function for Numba
+    to compile, with a copy of everything it calls (4 s on the Zen 3), for one call.
     """
     gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, k)
-
-
-@pjit(fma=True)
-def gemm_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
-    """Pool twin of :func:`gemm`: tiles of ``tm x tn`` outputs, one BLAS call and its
-    epilogue each."""
-    gemm_ks_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, k)
 
 
 @njit(fma=True)
 def gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk):
     """:func:`gemm` with the inner dimension of each tile in chunks of ``tk`` (one BLAS call
-    each, accumulating): tiles that OpenBLAS multiplies without packing its operands when
-    ``k`` alone is too long for that."""
+    each, accumulating; ``tk >= k``: one call): tiles that OpenBLAS multiplies without
+    packing its operands when ``k`` alone is too long for that."""
     gm, gn = _tile_counts(m, n, tm, tn)
     for t in range(batch * gm * gn):
         _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk)
@@ -414,7 +419,7 @@ def gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk
 
 @pjit(fma=True)
 def gemm_ks_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk):
-    """Pool twin of :func:`gemm_ks`."""
+    """Pool twin of :func:`gemm_ks` (and, with ``tk = k``, of :func:`gemm`)."""
     gm, gn = _tile_counts(m, n, tm, tn)
     n_items = batch * gm * gn
     while True:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from .._jit import njit, pjit
 from ..chunks import claim
 from ..vecmath import fence
-from .blas import gemm_block
+from .blas import gemm_call
 from .nn import exp_sum, softmax_row_range
 
 
@@ -105,14 +105,6 @@ def attention_rows_par(
             )
 
 
-@njit(fma=True)
-def _product(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
-    """:func:`gemm_block` as a called function: :func:`_head`'s two products (Q K^T and P V)
-    share one compiled copy of the micro-kernel's loop nest instead of inlining one each
-    (T1's heads_par compiled in 6.6 s with two; the call costs nothing next to a product)."""
-    gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
-
-
 @njit(inline="always")
 def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts):
     """Attention of head ``t`` (batch ``t // nh``, head ``t % nh``) into ``y``.
@@ -129,16 +121,16 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, sca
     sk = s.shape[1]
     b = t // nh
     h = t - b * nh
-    one = scale * 0 + 1
-    zero = scale * 0
+    # alpha and beta in the scores' type, the flags as run-time int64 (a literal 0 would type
+    # as Literal[int]): the specialisation of gemm_call that the GEMM tiles use
+    one = s.dtype.type(1)
+    zero = s.dtype.type(0)
+    nt = sq * 0
     sf = s.reshape(s.size)
     q0 = b * qs[0] + h * qs[1]
     k0 = b * ks[0] + h * ks[1]
-    # False as a run-time bool: with a literal False the two calls would need two
-    # specialisations of _product, as many compiled copies as inlining made
-    no = sq < 0
-    _product(no, not k_given_t, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf,
-             t * sq * sk, sk)  # fmt: skip
+    tk = nt if k_given_t else nt + 1
+    gemm_call(nt, tk, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf, t * sq * sk, sk)
     mask, cond, has_mask, has_cond = masks
     fill, swap, where_first, nan_zero = opts
     for i in range(sq):
@@ -146,7 +138,7 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, sca
         _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero)
     v0 = b * vs[0] + h * vs[1]
     y0 = b * ys[0] + h * ys[1]
-    _product(no, no, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, vs[2], zero, y, y0, ys[2])
+    gemm_call(nt, nt, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, vs[2], zero, y, y0, ys[2])
 
 
 @njit(fma=True, fastmath={"reassoc"})

@@ -192,20 +192,20 @@ def bind(
         tm, tn = kblas.tiles(batch, m, n, k, n_threads, dtype.itemsize)
         sample_c = np.empty(1, dtype)
         go = pool.bind(
-            kblas.gemm_par,
-            (batch, m, n, k, sample_a, sa, b, sb, sample_c, ta, tb, al, be, ep, tm, tn),
+            kblas.gemm_ks_par,
+            (batch, m, n, k, sample_a, sa, b, sb, sample_c, ta, tb, al, be, ep, tm, tn, k),
             n_threads,
         )
 
         def run(a: np.ndarray, c: np.ndarray) -> None:
-            go(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn)
+            go(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn, k)
 
         return run
-    gemm = kblas.gemm
+    gemm = kblas.gemm_ks
     tm, tn = m, n
 
     def run1(a: np.ndarray, c: np.ndarray) -> None:
-        gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn)
+        gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn, k)
 
     return run1
 
