@@ -593,7 +593,9 @@ def test_dispatch_picks_the_flavour_of_the_operand_type(generic, base, oracle, d
     flavour = getattr(V, f"{base}_{'f32' if dtype == np.float32 else 'f64'}")
 
     # A branch in the loop, as in the GEMM epilogue, where numba once reported SSA warnings.
-    @numba.njit
+    # The dispatch compiles the flavour with contraction (vecmath._register), so the direct
+    # call is compiled so too: then the two are the same code.
+    @numba.njit(fastmath={"contract"}, error_model="numpy")
     def run(x, y, z, mode):
         for i in range(x.size):
             if mode == 1:
