@@ -185,6 +185,9 @@ def bind(
     t = dtype.type
     ep = epilogue_args(epilogue, dtype)
     al, be = t(alpha), t(beta)
+    # the flags as ints, as the convolutions pass them: one compiled kernel serves both
+    # (a bool flag compiled a second copy, 4 s for ResNet-18 from an empty cache on the Zen 3)
+    ta, tb = int(ta), int(tb)
     n_threads = threads.current()
     if constant_b and not tb and sb == 0 and k > 0:
         b, tb = packed_weight(b, k, n), kblas.B_PACKED
