@@ -129,8 +129,8 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, sca
     sf = s.reshape(s.size)
     q0 = b * qs[0] + h * qs[1]
     k0 = b * ks[0] + h * ks[1]
-    tk = nt if k_given_t else nt + 1
-    gemm_call(nt, tk, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf, t * sq * sk, sk)
+    k_flag = nt if k_given_t else nt + 1  # K^T given: K as stored; else K transposed
+    gemm_call(nt, k_flag, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf, t * sq * sk, sk)
     mask, cond, has_mask, has_cond = masks
     fill, swap, where_first, nan_zero = opts
     for i in range(sq):
