@@ -293,17 +293,26 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
 
 
 @njit(fma=True)
+def _gemm_compiled(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+    """:func:`gemm_block` as a called function, for :func:`gemm_call` only (which fixes the
+    argument types)."""
+    gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+
+
+@njit(inline="always")
 def gemm_call(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
-    """:func:`gemm_block` as a called function: one compiled copy of the micro-kernel's loop
-    nest per element type, which the GEMM tiles (:func:`_tile`), the attention heads
-    (``sdpa._head``) and the im2col row blocks (``conv._conv_rows_item``) share. Callers pass
-    ``ta`` and ``tb`` as run-time int64 (``int(flag)``; a literal types as ``Literal[int]``)
-    and ``alpha``, ``beta`` in the element type, so that all of them use one specialisation.
+    """:func:`gemm_block` through one compiled copy of the micro-kernel's loop nest per
+    element type, which the GEMM tiles (:func:`_tile`), the attention heads (``sdpa._head``)
+    and the im2col row blocks (``conv._conv_rows_item``) share. The integers are passed on as
+    run-time int64 (a bool flag, or a literal, which Numba types as ``Literal[int]``, would
+    each compile another copy) and ``alpha``, ``beta`` in ``c``'s type.
     Numba's typing and lowering of the inlined loop nest was most of each caller's compile
     time: T1 (BERT hidden 256) compiled its GEMM kernel in 15.2 s and its attention kernel in
     10.6 s on the Zen 3 with a copy each, 10.8 and 6.0 s with this one (itself 3.7 s). A call
     per tile costs nothing next to the tile's product."""
-    gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+    i, t = np.int64, c.dtype.type
+    _gemm_compiled(i(ta), i(tb), i(m), i(n), i(k), t(alpha), a, i(a_off), i(lda), b, i(b_off),
+                   i(ldb), t(beta), c, i(c_off), i(ldc))  # fmt: skip
 
 
 # Epilogue bias modes
@@ -380,7 +389,7 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
     k0 = 0
     while True:
         kk = min(tk, k - k0)
-        gemm_call(int(ta), int(tb), rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
+        gemm_call(ta, tb, rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
                   b, b_off + k0 * b_step, ldb, beta if k0 == 0 else one, c,
                   c_base + r0 * n + c0, n)  # fmt: skip
         k0 += tk

@@ -1016,15 +1016,12 @@ def _conv_rows_item(
     S = R * OW
     t = yf.dtype.type
     mr = block_geometry(yf)[0]
-    # the flags as run-time int64 (literals would type as Literal[int]): the specialisation
-    # of gemm_call that the GEMM tiles use
-    nt = M * 0
     for r0 in range(0, M, tm):
         rows = min(tm, M - r0)
         base = (n * M + r0) * S + r_lo * OW
         for k0 in range(0, Kt, tk):
             kk = min(tk, Kt - k0)
-            gemm_call(nt + A_PACKED, nt, rows, cols, kk, t(1), wf, r0 * Kt + k0 * mr, Kt, blk,
+            gemm_call(A_PACKED, False, rows, cols, kk, t(1), wf, r0 * Kt + k0 * mr, Kt, blk,
                       k0 * cols, cols, t(0) if k0 == 0 else t(1), yf, base, S)  # fmt: skip
         if has_bias or has_res or act != ACT_NONE:
             _tile_epilogue(yf, base, S, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1)

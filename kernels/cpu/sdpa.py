@@ -121,16 +121,14 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, sca
     sk = s.shape[1]
     b = t // nh
     h = t - b * nh
-    # alpha and beta in the scores' type, the flags as run-time int64 (a literal 0 would type
-    # as Literal[int]): the specialisation of gemm_call that the GEMM tiles use
     one = s.dtype.type(1)
     zero = s.dtype.type(0)
-    nt = sq * 0
     sf = s.reshape(s.size)
     q0 = b * qs[0] + h * qs[1]
     k0 = b * ks[0] + h * ks[1]
-    k_flag = nt if k_given_t else nt + 1  # K^T given: K as stored; else K transposed
-    gemm_call(nt, k_flag, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf, t * sq * sk, sk)
+    # K^T given: op(B) is B as stored; K given: transposed
+    gemm_call(False, not k_given_t, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf,
+              t * sq * sk, sk)  # fmt: skip
     mask, cond, has_mask, has_cond = masks
     fill, swap, where_first, nan_zero = opts
     for i in range(sq):
@@ -138,7 +136,7 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, sca
         _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero)
     v0 = b * vs[0] + h * vs[1]
     y0 = b * ys[0] + h * ys[1]
-    gemm_call(nt, nt, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, vs[2], zero, y, y0, ys[2])
+    gemm_call(False, False, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, vs[2], zero, y, y0, ys[2])
 
 
 @njit(fma=True, fastmath={"reassoc"})

@@ -92,9 +92,8 @@ def deinterleave2(typingctx, src, s_off, dst, a_off, b_off, n):
         sa = sig.args
         fty = context.get_value_type(dtype)
         itemsize = 4 if dtype == types.float32 else 8
-        features = context.codegen()._tm_features
-        lanes = _geometry(features, itemsize)[0]
-        masked = "+avx512f" in features.split(",")
+        lanes = _geometry(context.codegen()._tm_features, itemsize)[0]
+        masked = lanes * itemsize == 64  # 512-bit vectors: AVX-512, whose masked stores are cheap
 
         def at(idx, val, off_idx, off):
             ary = context.make_array(sa[idx])(context, builder, val)
