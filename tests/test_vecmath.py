@@ -409,7 +409,8 @@ def test_gelu_kernels_use_gelu_f32() -> None:
     from onnxjit.kernels.cpu import nn as knn
 
     rng = np.random.default_rng(4)
-    for n in (7, knn._GELU_CALL_MIN + 5):
+    # short rows (inlined loop), long odd and even rows (the two-half loop and its tail)
+    for n in (7, knn._GELU_CALL_MIN + 5, 2 * knn._GELU_CALL_MIN):
         x = (rng.standard_normal((3, n)) * 4).astype(np.float32)
         b = (rng.standard_normal(n) * 0.1).astype(np.float32)
         want = _apply(V.gelu_f32, (x + b).ravel(), fma=True).reshape(x.shape)
