@@ -33,6 +33,7 @@ import numpy as np
 
 from ._jit import njit
 from .atomics import call_address, fetch_add, load, pause, sched_getcpu, sched_yield, store
+from .jobargs import pack_args
 
 # Control array of one parallel call (the first CTL_SIZE slots of the job buffer).
 THREADS = 0  # threads taking part: sets the segments and the chunk size
@@ -157,6 +158,39 @@ def finish(sync, job, spin_checks):
     and does not run it (its arrays may be freed once the caller returns)."""
     store(job, DONE, load(sync, SEQ))
     _wait_zero(sync, BUSY, spin_checks)
+
+
+@njit
+def stage_args(stage, *args):
+    """Write the arguments of a pool kernel into ``stage`` (int64[JOB_SIZE]) from slot ARGS
+    on, as :func:`launch` copies them into the job buffer; return the slot after the last.
+    Compiled per argument types, but only this one call: the part of a launch that does not
+    depend on them (:func:`launch`) compiles once per process image and cache. The arguments
+    must fit (:func:`onnxjit.kernels.jobargs.job_layout`)."""
+    return pack_args(stage, ARGS, args)
+
+
+@njit
+def launch(sync, job, stage, end, fn, kernel, workers, spin):
+    """Publish a job: the kernel at address ``kernel``, run through the C entry point at
+    ``fn``, on the arguments in ``stage[ARGS:end]`` (:func:`stage_args`), for ``workers``
+    pool workers; run the caller's share and wait for the workers still inside it. Returns
+    ``job[ERROR]`` (non-zero: the kernel raised in some thread)."""
+    publish_begin(sync, spin)
+    for i in range(CTL_SIZE):
+        job[i] = 0
+    job[THREADS] = workers + 1
+    job[FN] = fn
+    job[KERNEL] = kernel
+    job[WORKERS] = workers
+    job[ERROR] = 0
+    job[DONE] = -1
+    for i in range(ARGS, end):
+        job[i] = stage[i]
+    publish_end(sync)
+    call_address(fn, job.ctypes.data)
+    finish(sync, job, spin)
+    return job[ERROR]
 
 
 # A spinning worker gives up its core every this many checks without a job.

@@ -13,12 +13,15 @@ kernel's arguments into a shared job buffer (data pointers, shapes, scalars) and
 and each worker calls the job's entry point: a C function (a Numba ``cfunc``) that rebuilds the
 arguments as arrays and runs the kernel. (Workers that were Python threads calling the kernel
 needed the GIL between jobs, and handing the GIL over woke a sleeping thread each time: they
-joined 20 to 30 us late on the development VM.) Per kernel and argument types, onnxjit generates
-the pair of functions once per argument-type signature: ``launch`` (packs, publishes, runs the
-caller's share, waits) and ``entry`` (what each thread runs: it rebuilds the arguments and calls
-the kernel's machine code through its address, so that entries are shared between kernels and
-compile in a fraction of a second), in a source file under the cache folder like every
-generated kernel, so that Numba caches them on disk.
+joined 20 to 30 us late on the development VM.) The caller writes the arguments with
+:func:`onnxjit.kernels.chunks.stage_args` (compiled per argument types: one intrinsic call,
+:mod:`onnxjit.kernels.jobargs`) and publishes, runs its share and waits with
+:func:`onnxjit.kernels.chunks.launch`, which is the same for every kernel. Per argument-type
+signature onnxjit generates the ``entry`` (what each thread runs: it rebuilds the arguments and
+calls the kernel's machine code through its address, so that entries are shared between
+kernels), in a source file under the cache folder like every generated kernel, so that Numba
+caches it on disk. Written as one Python statement per job-buffer slot, the launch and entry
+of a kernel with twenty arguments took 1 to 1.7 s to compile on a Zen 3; now 0.3 to 0.5 s.
 
 A worker that finds no job for about ``SPIN_SECONDS`` sleeps on a condition variable; the next
 caller wakes it, runs alone until it arrives, and the pool spins again for later kernels.
@@ -47,6 +50,7 @@ from numba.core import types
 
 from onnxjit.codegen import modcache
 from onnxjit.kernels import chunks as K
+from onnxjit.kernels import jobargs
 
 # How long an idle worker spins for the next job before it sleeps. The gaps between the
 # parallel kernels of one model run are mostly below a millisecond; waking a sleeping worker
@@ -60,6 +64,7 @@ class _Pool:
     def __init__(self) -> None:
         self.sync = np.zeros(K.SYNC_SIZE, np.int64)
         self.job = np.zeros(K.JOB_SIZE, np.int64)
+        self.stage = np.zeros(K.JOB_SIZE, np.int64)  # the next job's arguments (K.stage_args)
         self.cond = threading.Condition()
         self.busy = threading.Lock()  # held by the caller whose job is published
         self.threads: list[threading.Thread] = []
@@ -156,7 +161,7 @@ def spin_checks(seconds: float) -> int:
     return max(1, int(seconds * _checks_per_second))
 
 
-# -- generated launch / entry pairs -------------------------------------------------------------
+# -- generated entries -------------------------------------------------------------------------
 
 _ENTRIES: dict[tuple, Any] = {}  # (kernel, fingerprint of the arguments) -> _Entry or None
 _MODULES: dict[str, Any] = {}  # generated source -> module (one per argument-type signature)
@@ -164,132 +169,60 @@ _ENTRIES_LOCK = threading.Lock()
 
 
 class _Entry:
-    __slots__ = ("launch", "address", "kernel")
+    __slots__ = ("address", "kernel")
 
-    def __init__(self, launch: Any, address: int, kernel: int) -> None:
-        self.launch = launch
+    def __init__(self, address: int, kernel: int) -> None:
         self.address = address  # the C entry point every thread calls
         self.kernel = kernel  # the kernel's machine code, called by the entry
 
 
-class _Unsupported(Exception):
-    """An argument type the job buffer cannot carry (the kernel then runs on one thread)."""
-
-
-def _dtype_expr(dtype: types.Type) -> str:
-    if dtype == types.boolean:
-        return "np.bool_"
-    if isinstance(dtype, (types.Integer, types.Float)):
-        return f"np.{dtype.name}"
-    raise _Unsupported(f"array of {dtype}")
-
-
-class _Packer:
-    """Writes the statements that pack the arguments (in ``launch``) and rebuild them (in
-    ``entry``), one job-buffer slot at a time from ``ARGS``, and the Numba types the rebuilt
-    values have (the kernel is compiled for exactly those)."""
-
-    def __init__(self) -> None:
-        self.slot = K.ARGS
-        self.pack: list[str] = []
-
-    def take(self, n: int = 1) -> int:
-        s = self.slot
-        self.slot += n
-        if self.slot > K.JOB_SIZE:
-            raise _Unsupported("too many arguments for the job buffer")
-        return s
-
-    def value(self, ty: types.Type, src: str) -> tuple[str, types.Type]:
-        """Pack ``src`` (a launch expression of type ``ty``); return the entry expression and
-        its type."""
-        if isinstance(ty, types.Array):
-            if ty.layout != "C" or ty.ndim < 1:
-                raise _Unsupported(f"{ty} (only C-contiguous arrays of rank >= 1)")
-            s = self.take(1 + ty.ndim)
-            self.pack.append(f"job[{s}] = {src}.ctypes.data")
-            for d in range(ty.ndim):
-                self.pack.append(f"job[{s + 1 + d}] = {src}.shape[{d}]")
-            shape = ", ".join(f"job[{s + 1 + d}]" for d in range(ty.ndim))
-            dt = _dtype_expr(ty.dtype)
-            rebuilt = types.Array(ty.dtype, ty.ndim, "C")
-            return f"carray(as_pointer(job[{s}], {dt}), ({shape},))", rebuilt
-        if isinstance(ty, types.BaseTuple):
-            parts = [self.value(t, f"{src}[{i}]") for i, t in enumerate(ty.types)]
-            expr = "(" + "".join(p[0] + ", " for p in parts) + ")"
-            return expr, types.BaseTuple.from_types([p[1] for p in parts])
-        s = self.take()
-        if ty == types.boolean:
-            self.pack.append(f"job[{s}] = 1 if {src} else 0")
-            return f"job[{s}] != 0", types.boolean
-        if isinstance(ty, types.Integer):
-            self.pack.append(f"job[{s}] = {src}")
-            return f"np.{ty.name}(job[{s}])", ty
-        if isinstance(ty, types.Float):
-            self.pack.append(f"job[{s}] = f64_to_bits({src})")
-            return f"np.{ty.name}(bits_to_f64(job[{s}]))", ty
-        raise _Unsupported(f"argument of type {ty}")
+def _type_expr(ty: types.Type) -> str:
+    """Python source that evaluates, in the generated module, to the Numba type ``ty`` (one
+    that :func:`onnxjit.kernels.jobargs.job_layout` returns)."""
+    if isinstance(ty, types.Array):
+        return f'types.Array({_type_expr(ty.dtype)}, {ty.ndim}, "C")'
+    if isinstance(ty, types.BaseTuple):
+        return f"types.BaseTuple.from_types([{', '.join(_type_expr(t) for t in ty.types)}])"
+    return "types.boolean" if isinstance(ty, types.Boolean) else f"types.{ty.name}"
 
 
 def _generate(args: tuple) -> tuple[str, tuple[types.Type, ...]]:
-    """The launch/entry module for kernel arguments like ``args`` (any kernel: the entry
-    calls the kernel through the address in the job buffer), and the argument types the
-    kernel must be compiled for (the control array first)."""
-    arg_types = [numba.typeof(a) for a in args]
-    p = _Packer()
-    rebuilt = [p.value(t, f"a{i}") for i, t in enumerate(arg_types)]
-    names = ", ".join(f"a{i}" for i in range(len(args)))
-    pack = "\n".join(f"    {line}" for line in p.pack) or "    pass"
-    call_args = "".join(f"{expr}, " for expr, _ in rebuilt)
-    # Numba's cache keys these functions by this file only: the name must change with the
-    # files whose code they inline.
+    """The entry module for kernel arguments like ``args`` (any kernel: the entry calls the
+    kernel through the address in the job buffer), and the argument types the kernel must be
+    compiled for (the control array first); raises ``jobargs.Uncarried`` when the job buffer
+    cannot carry them."""
+    rebuilt, slots = jobargs.job_layout(types.BaseTuple.from_types([numba.typeof(a) for a in args]))
+    if K.ARGS + slots > K.JOB_SIZE:
+        raise jobargs.Uncarried(f"{slots} slots of arguments, the job buffer has room for "
+                                f"{K.JOB_SIZE - K.ARGS}")  # fmt: skip
+    # Numba's cache keys the entry by this file only: the name must change with the files
+    # whose code it inlines.
     here = Path(K.__file__).parent
     h = hashlib.sha256()
-    for f in (here / "chunks.py", here / "atomics.py", Path(__file__)):
+    for f in (here / "chunks.py", here / "atomics.py", here / "jobargs.py", Path(__file__)):
         with contextlib.suppress(OSError):
             h.update(f.read_bytes())
     source = f'''"""onnxjit generated pool entry (sources {h.hexdigest()[:16]}).
 
-argument types: {", ".join(str(t) for t in arg_types)}
+argument types: {", ".join(str(t) for t in rebuilt.types)}
 """
-import numpy as np
 from numba import carray, types
-from onnxjit.kernels._jit import centry, njit
-from onnxjit.kernels.atomics import (
-    as_pointer, bits_to_f64, call_address, call_native, f64_to_bits,
-)
-from onnxjit.kernels.chunks import (
-    CTL_SIZE, DONE, ERROR, FN, JOB_SIZE, KERNEL, THREADS, WORKERS, finish, publish_begin,
-    publish_end,
-)
+from onnxjit.kernels._jit import centry
+from onnxjit.kernels.atomics import call_native
+from onnxjit.kernels.chunks import ARGS, CTL_SIZE, ERROR, JOB_SIZE, KERNEL
+from onnxjit.kernels.jobargs import unpack_args
+
+ARG_TYPES = {_type_expr(rebuilt)}
 
 
 @centry(types.void(types.CPointer(types.int64)))
 def entry(jp):
     job = carray(jp, (JOB_SIZE,))
-    if call_native(job[KERNEL], (job[0:CTL_SIZE], {call_args})) != 0:
+    if call_native(job[KERNEL], (job[0:CTL_SIZE],) + unpack_args(job, ARGS, ARG_TYPES)) != 0:
         job[ERROR] = 1  # the caller reruns the kernel alone to raise it in Python
-
-
-@njit
-def launch(sync, job, fn, kernel, workers, spin, {names}):
-    publish_begin(sync, spin)
-    for i in range(CTL_SIZE):
-        job[i] = 0
-    job[THREADS] = workers + 1
-    job[FN] = fn
-    job[KERNEL] = kernel
-    job[WORKERS] = workers
-    job[ERROR] = 0
-    job[DONE] = -1
-{pack}
-    publish_end(sync)
-    call_address(fn, job.ctypes.data)
-    finish(sync, job, spin)
-    return job[ERROR]
 '''
     ctl_type = types.Array(types.int64, 1, "C")
-    return source, (ctl_type, *[t for _, t in rebuilt])
+    return source, (ctl_type, *rebuilt.types)
 
 
 def _native_address(kernel: Any, sig: tuple[types.Type, ...]) -> int:
@@ -308,13 +241,13 @@ def _entry_for(kernel: Any, args: tuple, key: tuple) -> _Entry | None:
             return _ENTRIES[key]
         try:
             source, sig = _generate(args)
-        except _Unsupported:
+        except jobargs.Uncarried:
             _ENTRIES[key] = None
             return None
         mod = _MODULES.get(source)
         if mod is None:
             mod = _MODULES[source] = modcache.load(source)
-        entry = _Entry(mod.launch, mod.entry.address, _native_address(kernel, sig))
+        entry = _Entry(mod.entry.address, _native_address(kernel, sig))
         _ENTRIES[key] = entry
         return entry
 
@@ -369,9 +302,12 @@ def _launch(entry: _Entry | None, kernel: Any, args: tuple, threads: int) -> Non
             pool.keep_off(K.current_cpu())
         if pool.sleeping:
             pool.wake()
-        failed = entry.launch(
-            pool.sync, pool.job, entry.address, entry.kernel, threads - 1, _caller_spin(), *args
-        )
+        stage = pool.stage
+        end = K.stage_args(stage, *args)
+        failed = K.launch(
+            pool.sync, pool.job, stage, end, entry.address, entry.kernel, threads - 1,
+            _caller_spin(),
+        )  # fmt: skip
     finally:
         pool.busy.release()
     if failed:

@@ -9,13 +9,16 @@ import os
 import sys
 import threading
 
+import numba
 import numpy as np
 import pytest
+from numba import types
 
 import onnxjit.threads
 from onnxjit import pool
+from onnxjit.kernels import jobargs
 from onnxjit.kernels._jit import njit, pjit
-from onnxjit.kernels.chunks import CTL_SIZE, MAX_SEGMENTS, THREADS, claim
+from onnxjit.kernels.chunks import ARGS, CTL_SIZE, JOB_SIZE, MAX_SEGMENTS, THREADS, claim
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.ops.gemm import Epilogue, matmul_into
@@ -130,6 +133,92 @@ def test_two_threads_start_a_worker():
     pool.run_parallel(_square_rows, x, y, threads=2)
     assert pool.worker_count() >= 1
     np.testing.assert_array_equal(y, _expected(x))
+
+
+def test_job_arguments_come_back_as_they_went_in():
+    """pack_args then unpack_args: arrays as views of the same memory with the same shape,
+    scalars with the same type and bits (NaN, -0.0), nested tuples in order."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    m = np.array([[True, False, True]])
+    i8 = np.arange(-3, 3, dtype=np.int8)
+    cube = np.ones((2, 1, 3), np.float64)
+    args = (x, np.int64(-5), 2.5, True, (m, np.float32(-0.0), (i8, np.int32(-7))), np.nan, cube)
+    rebuilt, slots = jobargs.job_layout(types.BaseTuple.from_types([numba.typeof(a) for a in args]))
+    # carried types come back as they are (C-contiguous arrays, scalars, tuples)
+    assert rebuilt == types.BaseTuple.from_types([numba.typeof(a) for a in args])
+    arg_types = rebuilt
+
+    @numba.njit
+    def round_trip(job, *a):
+        end = jobargs.pack_args(job, ARGS, a)
+        return end, jobargs.unpack_args(job, ARGS, arg_types)
+
+    job = np.zeros(JOB_SIZE, np.int64)
+    end, back = round_trip(job, *args)
+    assert (
+        end == ARGS + slots == ARGS + (1 + 2) + 1 + 1 + 1 + (1 + 2) + 1 + (1 + 1) + 1 + 1 + (1 + 3)
+    )
+
+    def same(a, b):
+        if isinstance(a, tuple):
+            assert isinstance(b, tuple) and len(a) == len(b)
+            for p, q in zip(a, b):
+                same(p, q)
+        elif isinstance(a, np.ndarray):
+            assert b.dtype == a.dtype and b.shape == a.shape and b.ctypes.data == a.ctypes.data
+            np.testing.assert_array_equal(b, a)
+        else:  # returned to Python as a Python scalar: compare the bits in a's type
+            want = np.asarray(a)
+            assert np.asarray(b, dtype=want.dtype).tobytes() == want.tobytes()
+
+    same(args, back)
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        (np.zeros((3, 4), order="F"), "C-contiguous"),
+        (np.zeros((3, 4))[:, ::2], "C-contiguous"),
+        (np.zeros(()), "rank >= 1"),
+        (np.zeros(3, np.complex64), "array of complex64"),
+        (1j, "argument of type complex128"),
+    ],
+)
+def test_job_layout_refuses_what_the_buffer_cannot_carry(value, why):
+    with pytest.raises(jobargs.Uncarried, match=why):
+        jobargs.job_layout(types.BaseTuple.from_types([types.int64, numba.typeof(value)]))
+
+
+@pjit
+def _mixed_args(ctl, x, scale, flag, extra, y):
+    bias, (shift, mask) = extra
+    n_items = x.shape[0]
+    while True:
+        lo, hi = claim(ctl, n_items)
+        if lo >= hi:
+            break
+        for r in range(lo, hi):
+            for j in range(x.shape[1]):
+                v = x[r, j] * scale + bias[j] + shift
+                y[r, j] = v if flag and mask[r, j] else -v
+
+
+@TWO
+def test_a_pool_kernel_gets_arguments_of_every_kind_in_every_thread():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4000, 5)).astype(np.float32)
+    bias = rng.standard_normal(5)
+    mask = rng.random((4000, 5)) < 0.5
+    for flag in (True, False):
+        # x * scale rounds in float32 (both float32), the rest is float64
+        want = (x * np.float32(0.75)).astype(np.float64) + bias - 2.0
+        want = np.where(mask & flag, want, -want)
+        for _ in range(5):  # whichever thread takes which rows
+            y = np.empty((4000, 5))
+            pool.run_parallel(
+                _mixed_args, x, np.float32(0.75), flag, (bias, (np.int8(-2), mask)), y, threads=2
+            )
+            np.testing.assert_allclose(y, want, rtol=1e-12)
 
 
 @TWO
