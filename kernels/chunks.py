@@ -33,7 +33,6 @@ import numpy as np
 
 from ._jit import njit
 from .atomics import call_address, fetch_add, load, pause, sched_getcpu, sched_yield, store
-from .jobargs import pack_args
 
 # Control array of one parallel call (the first CTL_SIZE slots of the job buffer).
 THREADS = 0  # threads taking part: sets the segments and the chunk size
@@ -161,19 +160,10 @@ def finish(sync, job, spin_checks):
 
 
 @njit
-def stage_args(stage, *args):
-    """Write the arguments of a pool kernel into ``stage`` (int64[JOB_SIZE]) from slot ARGS
-    on, as :func:`launch` copies them into the job buffer; return the slot after the last.
-    Compiled per argument types, but only this one call: the part of a launch that does not
-    depend on them (:func:`launch`) compiles once per process image and cache. The arguments
-    must fit (:func:`onnxjit.kernels.jobargs.job_layout`)."""
-    return pack_args(stage, ARGS, args)
-
-
-@njit
 def launch(sync, job, stage, end, fn, kernel, workers, spin):
     """Publish a job: the kernel at address ``kernel``, run through the C entry point at
-    ``fn``, on the arguments in ``stage[ARGS:end]`` (:func:`stage_args`), for ``workers``
+    ``fn``, on the arguments in ``stage[ARGS:end]`` (written by
+    :func:`onnxjit.kernels.jobargs.pack_args`), for ``workers``
     pool workers; run the caller's share and wait for the workers still inside it. Returns
     ``job[ERROR]`` (non-zero: the kernel raised in some thread)."""
     publish_begin(sync, spin)

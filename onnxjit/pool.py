@@ -14,14 +14,15 @@ and each worker calls the job's entry point: a C function (a Numba ``cfunc``) th
 arguments as arrays and runs the kernel. (Workers that were Python threads calling the kernel
 needed the GIL between jobs, and handing the GIL over woke a sleeping thread each time: they
 joined 20 to 30 us late on the development VM.) The caller writes the arguments with
-:func:`onnxjit.kernels.chunks.stage_args` (compiled per argument types: one intrinsic call,
-:mod:`onnxjit.kernels.jobargs`) and publishes, runs its share and waits with
-:func:`onnxjit.kernels.chunks.launch`, which is the same for every kernel. Per argument-type
-signature onnxjit generates the ``entry`` (what each thread runs: it rebuilds the arguments and
-calls the kernel's machine code through its address, so that entries are shared between
-kernels), in a source file under the cache folder like every generated kernel, so that Numba
-caches it on disk. Written as one Python statement per job-buffer slot, the launch and entry
-of a kernel with twenty arguments took 1 to 1.7 s to compile on a Zen 3; now 0.3 to 0.5 s.
+a generated ``launch`` (one intrinsic call, :mod:`onnxjit.kernels.jobargs`, and a call of
+:func:`onnxjit.kernels.chunks.launch`, which publishes, runs the caller's share and waits, the
+same for every kernel). Per argument-type signature onnxjit generates that ``launch`` (explicit
+parameters: a ``*args`` function costs Numba's dispatcher 0.25 us more per call) and the
+``entry`` (what each thread runs: it rebuilds the arguments and calls the kernel's machine code
+through its address, so that entries are shared between kernels), in a source file under the
+cache folder like every generated kernel, so that Numba caches them on disk. Written as one
+Python statement per job-buffer slot, the launch and entry of a kernel with twenty arguments
+took 1 to 1.7 s to compile on a Zen 3.
 
 A worker that finds no job for about ``SPIN_SECONDS`` sleeps on a condition variable; the next
 caller wakes it, runs alone until it arrives, and the pool spins again for later kernels.
@@ -64,7 +65,9 @@ class _Pool:
     def __init__(self) -> None:
         self.sync = np.zeros(K.SYNC_SIZE, np.int64)
         self.job = np.zeros(K.JOB_SIZE, np.int64)
-        self.stage = np.zeros(K.JOB_SIZE, np.int64)  # the next job's arguments (K.stage_args)
+        self.stage = np.zeros(
+            K.JOB_SIZE, np.int64
+        )  # the next job's arguments (the generated launch)
         self.cond = threading.Condition()
         self.busy = threading.Lock()  # held by the caller whose job is published
         self.threads: list[threading.Thread] = []
@@ -161,7 +164,7 @@ def spin_checks(seconds: float) -> int:
     return max(1, int(seconds * _checks_per_second))
 
 
-# -- generated entries -------------------------------------------------------------------------
+# -- generated launch / entry pairs -------------------------------------------------------------
 
 _ENTRIES: dict[tuple, Any] = {}  # (kernel, fingerprint of the arguments) -> _Entry or None
 _MODULES: dict[str, Any] = {}  # generated source -> module (one per argument-type signature)
@@ -169,9 +172,10 @@ _ENTRIES_LOCK = threading.Lock()
 
 
 class _Entry:
-    __slots__ = ("address", "kernel")
+    __slots__ = ("launch", "address", "kernel")
 
-    def __init__(self, address: int, kernel: int) -> None:
+    def __init__(self, launch: Any, address: int, kernel: int) -> None:
+        self.launch = launch  # the generated module's launch
         self.address = address  # the C entry point every thread calls
         self.kernel = kernel  # the kernel's machine code, called by the entry
 
@@ -187,10 +191,13 @@ def _type_expr(ty: types.Type) -> str:
 
 
 def _generate(args: tuple) -> tuple[str, tuple[types.Type, ...]]:
-    """The entry module for kernel arguments like ``args`` (any kernel: the entry calls the
-    kernel through the address in the job buffer), and the argument types the kernel must be
+    """The module of ``launch`` (the caller's side: it writes the arguments into the staging
+    buffer and calls :func:`onnxjit.kernels.chunks.launch`) and ``entry`` (each thread's)
+    for kernel arguments like ``args`` (any kernel: the entry calls the kernel through the
+    address in the job buffer), and the argument types the kernel must be
     compiled for (the control array first); raises ``jobargs.Uncarried`` when the job buffer
     cannot carry them."""
+    names = ", ".join(f"a{i}" for i in range(len(args)))
     rebuilt, slots = jobargs.job_layout(types.BaseTuple.from_types([numba.typeof(a) for a in args]))
     if K.ARGS + slots > K.JOB_SIZE:
         raise jobargs.Uncarried(f"{slots} slots of arguments, the job buffer has room for "
@@ -207,10 +214,10 @@ def _generate(args: tuple) -> tuple[str, tuple[types.Type, ...]]:
 argument types: {", ".join(str(t) for t in rebuilt.types)}
 """
 from numba import carray, types
-from onnxjit.kernels._jit import centry
+from onnxjit.kernels._jit import centry, njit
 from onnxjit.kernels.atomics import call_native
-from onnxjit.kernels.chunks import ARGS, CTL_SIZE, ERROR, JOB_SIZE, KERNEL
-from onnxjit.kernels.jobargs import unpack_args
+from onnxjit.kernels.chunks import ARGS, CTL_SIZE, ERROR, JOB_SIZE, KERNEL, launch as publish
+from onnxjit.kernels.jobargs import pack_args, unpack_args
 
 ARG_TYPES = {_type_expr(rebuilt)}
 
@@ -220,6 +227,11 @@ def entry(jp):
     job = carray(jp, (JOB_SIZE,))
     if call_native(job[KERNEL], (job[0:CTL_SIZE],) + unpack_args(job, ARGS, ARG_TYPES)) != 0:
         job[ERROR] = 1  # the caller reruns the kernel alone to raise it in Python
+
+
+@njit
+def launch(sync, job, stage, fn, kernel, workers, spin, {names}):
+    return publish(sync, job, stage, pack_args(stage, ARGS, ({names},)), fn, kernel, workers, spin)
 '''
     ctl_type = types.Array(types.int64, 1, "C")
     return source, (ctl_type, *rebuilt.types)
@@ -247,7 +259,7 @@ def _entry_for(kernel: Any, args: tuple, key: tuple) -> _Entry | None:
         mod = _MODULES.get(source)
         if mod is None:
             mod = _MODULES[source] = modcache.load(source)
-        entry = _Entry(mod.entry.address, _native_address(kernel, sig))
+        entry = _Entry(mod.launch, mod.entry.address, _native_address(kernel, sig))
         _ENTRIES[key] = entry
         return entry
 
@@ -302,11 +314,9 @@ def _launch(entry: _Entry | None, kernel: Any, args: tuple, threads: int) -> Non
             pool.keep_off(K.current_cpu())
         if pool.sleeping:
             pool.wake()
-        stage = pool.stage
-        end = K.stage_args(stage, *args)
-        failed = K.launch(
-            pool.sync, pool.job, stage, end, entry.address, entry.kernel, threads - 1,
-            _caller_spin(),
+        failed = entry.launch(
+            pool.sync, pool.job, pool.stage, entry.address, entry.kernel, threads - 1,
+            _caller_spin(), *args,
         )  # fmt: skip
     finally:
         pool.busy.release()
