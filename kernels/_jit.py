@@ -19,6 +19,7 @@ import warnings
 
 import numba
 from numba.core.caching import FunctionCache
+from numba.core.runtime import rtsys
 
 PARALLEL_THRESHOLD = 1 << 15
 
@@ -141,7 +142,17 @@ class _SafeCache(FunctionCache):
     def load_overload(self, sig, target_context):
         t0 = time.perf_counter()
         try:
-            data = super().load_overload(sig, target_context)
+            # Numba's load_overload refreshes the target context first: it imports every
+            # lowering registry (numba.np.linalg among them, whose BLAS check imports
+            # scipy.linalg: 0.2 s of the 0.29 s on a Zen 3), which loading machine code
+            # from disk does not use. The runtime (NRT), which that code calls, is the part
+            # it needs. Compiling refreshes the contexts itself (numba's CompilerBase), and
+            # parfors' reload hooks, the only ones Numba defines, do not concern kernels
+            # compiled without parallel=True.
+            rtsys.initialize(target_context)
+            data = None  # stays None where the guard swallows an error (as Numba's does)
+            with self._guard_against_spurious_io_errors():
+                data = self._load_overload(sig, target_context)
         except Exception as exc:
             self._drop(f"could not be read ({type(exc).__name__}: {exc}); compiling it again")
             return None

@@ -46,6 +46,9 @@ print("STATS " + json.dumps({
     "loaded": sorted({k["name"] for k in st["kernels"] if k["origin"] == "loaded"}),
     "compiled": sorted({k["name"] for k in st["kernels"] if k["origin"] == "compiled"}),
     "cache_dir": st["cache_dir"],
+    "scipy_linalg": "scipy.linalg" in sys.modules,
+    "blas_threads": sorted({i["num_threads"] for i in __import__("threadpoolctl").threadpool_info()
+                            if i["user_api"] == "blas"}),
 }))
 """
 
@@ -116,18 +119,22 @@ def _spawn(folder: Path, cache: Path, tag: str, preexec=None) -> subprocess.Pope
     )
 
 
-def _finish(proc: subprocess.Popen, folder: Path, tag: str, want) -> tuple[dict, str]:
+def _finish(
+    proc: subprocess.Popen, folder: Path, tag: str, want, atol: float = 1e-6
+) -> tuple[dict, str]:
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     stats = json.loads(next(ln[6:] for ln in out.splitlines() if ln.startswith("STATS ")))
     got = np.load(folder / f"out-{tag}.npz")
     for i, w in enumerate(want):
-        np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[f"arr_{i}"], w, rtol=1e-5, atol=atol)
     return stats, err
 
 
-def _child(folder: Path, cache: Path, tag: str, want, preexec=None) -> tuple[dict, str]:
-    return _finish(_spawn(folder, cache, tag, preexec), folder, tag, want)
+def _child(
+    folder: Path, cache: Path, tag: str, want, preexec=None, atol: float = 1e-6
+) -> tuple[dict, str]:
+    return _finish(_spawn(folder, cache, tag, preexec), folder, tag, want, atol)
 
 
 def test_second_process_loads_every_kernel_without_compiling(case, tmp_path):
@@ -246,3 +253,53 @@ def test_cache_key_covers_helpers_generators_and_versions(tmp_path, monkeypatch)
 
     monkeypatch.setattr(numba, "__version__", numba.__version__ + ".post1")
     assert jitcache.cache_key() not in (base, changed)
+
+
+def _transposed_b_model() -> onnx.ModelProto:
+    # Gemm with transB = 1 and B a graph input: the product goes to BLAS (a transposed B that
+    # is not a weight cannot be packed for the micro-kernel)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "wt"], ["y"], transB=1)],
+        "blas",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 48]),
+            helper.make_tensor_value_info("wt", TensorProto.FLOAT, [64, 48]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    return m
+
+
+def test_warm_start_loads_scipy_blas_only_for_a_blas_path_and_holds_it_at_one_thread(
+    case, tmp_path
+):
+    """Loading kernels from the cache does not import scipy.linalg (Numba's full context
+    refresh, which does, is skipped for loads); a model whose product goes to SciPy's BLAS
+    loads it before the kernel runs, at one thread like every other BLAS."""
+    folder, want = case
+    blas = tmp_path / "blas"
+    blas.mkdir()
+    model = _transposed_b_model()
+    onnx.save(model, blas / "model.onnx")
+    rng = np.random.default_rng(5)
+    feeds = {
+        "x": rng.standard_normal((300, 48)).astype(np.float32),
+        "wt": rng.standard_normal((64, 48)).astype(np.float32),
+    }
+    np.savez(blas / "feeds.npz", **feeds)
+    blas_want = ReferenceEvaluator(model).run(None, feeds)
+    # float32 sums of 48 products of standard normal values: rounding errors of ~1e-6 where
+    # the sum cancels to near 0, whichever order BLAS and the reference add in
+    atol = 1e-5
+    cache = tmp_path / "cache"
+    _child(folder, cache, "cold", want)
+    cold_blas, _ = _child(blas, cache, "cold", blas_want, atol=atol)
+    assert cold_blas["blas_threads"] == [1], cold_blas
+    plain, _ = _child(folder, cache, "warm", want)
+    assert plain["compiles"] == 0 and not plain["scipy_linalg"], plain
+    assert plain["blas_threads"] == [1], plain  # numpy's own BLAS
+    with_blas, _ = _child(blas, cache, "warm", blas_want, atol=atol)
+    assert with_blas["compiles"] == 0 and with_blas["scipy_linalg"], with_blas
+    assert with_blas["blas_threads"] == [1], with_blas

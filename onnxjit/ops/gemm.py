@@ -191,6 +191,8 @@ def bind(
     n_threads = threads.current()
     if constant_b and not tb and sb == 0 and k > 0:
         b, tb = packed_weight(b, k, n), kblas.B_PACKED
+    if tb and tb != kblas.B_PACKED:
+        threads.blas_ready()  # a transposed B goes to BLAS (kernels/cpu/blas.py)
     if n_threads > 1 and batch * m * n * k >= (PARALLEL_MACS if m > 1 else GEMV_PARALLEL_MACS):
         tm, tn = kblas.tiles(batch, m, n, k, n_threads, dtype.itemsize)
         sample_c = np.empty(1, dtype)
@@ -229,6 +231,16 @@ _SMALL_BLOCK_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 _small_blocks: bool | None = None
 
 
+def _host_has_avx512() -> bool:
+    """Whether this CPU has AVX-512F, as LLVM reads it (True when LLVM cannot tell)."""
+    import llvmlite.binding as llvm
+
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    except RuntimeError:
+        return True
+
+
 def small_blocks_in_place() -> bool:
     """Whether the BLAS Numba calls (SciPy's) multiplies small blocks without packing its
     operands, i.e. is an OpenBLAS whose core is one of ``_SMALL_BLOCK_CORES``. Convolution
@@ -236,6 +248,10 @@ def small_blocks_in_place() -> bool:
     memory, than the micro-kernel was); any other BLAS packs both operands at each call and
     the micro-kernel with weights packed once is used instead. Decided once per process."""
     global _small_blocks
+    if _small_blocks is None and not _host_has_avx512():
+        # OpenBLAS picks those cores only on CPUs with AVX-512: no need to load SciPy's
+        # linear algebra to ask (0.2 s of a warm start)
+        _small_blocks = False
     if _small_blocks is None:
         import scipy.linalg.cython_blas  # noqa: F401  (loads the library to inspect)
         from threadpoolctl import threadpool_info

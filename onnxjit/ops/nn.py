@@ -877,6 +877,7 @@ class _ConvPlan:
         bias, mode, _has_bias, has_res, act, p0, p1 = self.ep
         par = n_threads > 1 and batch * m * n * k >= blas.PARALLEL_MACS
         if blas.small_blocks_in_place():
+            threads.blas_ready()
             tm, tn, tk = _conv_tiles(m, n, k)
             a = w2.reshape(-1)
             ta, tb = False, kblas.B_BLAS
