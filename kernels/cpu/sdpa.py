@@ -17,6 +17,8 @@ first three dimensions are either 1 (broadcast) or ``(nb, nh, sq)`` and whose la
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._jit import njit, pjit
 from ..chunks import claim
 from ..vecmath import fence
@@ -126,9 +128,20 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, sca
     sf = s.reshape(s.size)
     q0 = b * qs[0] + h * qs[1]
     k0 = b * ks[0] + h * ks[1]
-    # K^T given: op(B) is B as stored; K given: transposed
-    gemm_call(False, not k_given_t, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf,
-              t * sq * sk, sk)  # fmt: skip
+    if k_given_t:  # K^T given: op(B) is B as stored
+        gemm_call(False, False, sq, sk, d, one, q, q0, qs[2], k, k0, ks[2], zero, sf,
+                  t * sq * sk, sk)  # fmt: skip
+    else:
+        # K given: its transpose, written out, is a B the micro-kernel reads as stored (a
+        # transposed B would go to BLAS, and loading SciPy's OpenBLAS costs a warm start
+        # 0.2 s); the copy is sk x d elements against the product's sq x sk x d
+        kt = np.empty(d * sk, k.dtype)
+        kr = ks[2]
+        for j in range(sk):
+            for p in range(d):
+                kt[p * sk + j] = k[k0 + j * kr + p]
+        gemm_call(False, False, sq, sk, d, one, q, q0, qs[2], kt, 0, sk, zero, sf,
+                  t * sq * sk, sk)  # fmt: skip
     mask, cond, has_mask, has_cond = masks
     fill, swap, where_first, nan_zero = opts
     for i in range(sq):
