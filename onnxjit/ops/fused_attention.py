@@ -281,6 +281,8 @@ def _heads_runner(
     layouts (the kernel, its pool entry and every size fixed); the result is (*batch, sq,
     dv), or (nb, sq, nh, dv) when ``y_bshd``."""
     nb, nh = (1,) * (2 - len(batch)) + tuple(batch)
+    if not k_given_t and sq <= ksdpa.BLAS_ROWS:
+        threads.blas_ready()  # Q K^T with K as stored goes to BLAS (kernels/cpu/sdpa.py)
     t = cdt.type
     tail_scale, tail_opts = t(scale), (t(fill), *opts)
     if y_bshd:
