@@ -20,11 +20,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = [
-    "as_pointer",
-    "bits_to_f64",
     "call_address",
     "call_native",
-    "f64_to_bits",
     "fetch_add",
     "load",
     "pause",
@@ -113,21 +110,6 @@ sched_getcpu = types.ExternalFunction("sched_getcpu", types.int32())
 
 
 @intrinsic
-def as_pointer(typingctx, addr, dtype):
-    """The address ``addr`` (an integer) as a typed pointer to ``dtype`` (a NumPy scalar type
-    such as ``np.float32``), for ``numba.carray``."""
-    if not isinstance(dtype, types.NumberClass):
-        raise TypeError(f"as_pointer needs a NumPy scalar type, got {dtype}")
-    sig = types.CPointer(dtype.instance_type)(addr, dtype)
-
-    def codegen(context, builder, sig, args):
-        a = context.cast(builder, args[0], sig.args[0], types.intp)
-        return builder.inttoptr(a, context.get_value_type(sig.return_type))
-
-    return sig, codegen
-
-
-@intrinsic
 def call_address(typingctx, fn, arg):
     """Call the C function ``void fn(int64 *arg)`` at address ``fn`` (both integers)."""
     sig = types.none(fn, arg)
@@ -140,30 +122,6 @@ def call_address(typingctx, fn, arg):
         a = builder.inttoptr(context.cast(builder, args[1], sig.args[1], types.intp), i64p)
         builder.call(f, [a])
         return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def f64_to_bits(typingctx, x):
-    """The IEEE bits of ``x`` (converted to float64 first) as an int64."""
-    sig = types.int64(x)
-
-    def codegen(context, builder, sig, args):
-        v = context.cast(builder, args[0], sig.args[0], types.float64)
-        return builder.bitcast(v, ir.IntType(64))
-
-    return sig, codegen
-
-
-@intrinsic
-def bits_to_f64(typingctx, bits):
-    """The float64 whose IEEE bits are the int64 ``bits``."""
-    sig = types.float64(bits)
-
-    def codegen(context, builder, sig, args):
-        v = context.cast(builder, args[0], sig.args[0], types.int64)
-        return builder.bitcast(v, ir.DoubleType())
 
     return sig, codegen
 

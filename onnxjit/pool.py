@@ -65,9 +65,8 @@ class _Pool:
     def __init__(self) -> None:
         self.sync = np.zeros(K.SYNC_SIZE, np.int64)
         self.job = np.zeros(K.JOB_SIZE, np.int64)
-        self.stage = np.zeros(
-            K.JOB_SIZE, np.int64
-        )  # the next job's arguments (the generated launch)
+        # the next job's arguments, written by the generated launch before it publishes
+        self.stage = np.zeros(K.JOB_SIZE, np.int64)
         self.cond = threading.Condition()
         self.busy = threading.Lock()  # held by the caller whose job is published
         self.threads: list[threading.Thread] = []
