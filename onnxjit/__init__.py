@@ -20,6 +20,7 @@ _checkout_kernels = _register_checkout_kernels(_Path(__file__).resolve().parent)
 if _checkout_kernels is not None:
     kernels = _checkout_kernels
 
+from onnxjit import compile_gc as _compile_gc  # noqa: F401  (holds the GC back in compiles)
 from onnxjit import config as _config  # noqa: F401  (configures the kernel cache first)
 from onnxjit import jitstats as _jitstats
 

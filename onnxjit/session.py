@@ -6,6 +6,7 @@ load (model.py) -> check (check.py) -> inline functions and bind implementations
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import buffers, check, ir, jitstats, limits, passes, registry, types
+from onnxjit import buffers, check, compile_gc, ir, jitstats, limits, passes, registry, types
 from onnxjit import progress as progress_mod
 from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidArgumentError, InvalidInputError, UnsupportedOperatorError
@@ -282,7 +283,9 @@ class InferenceSession:
         else:
             t0 = time.perf_counter_ns()
             try:
-                outputs = self._run_program(feeds, first, profiler, bar, record)
+                # a new signature's run compiles (or loads) its kernels
+                with compile_gc.held() if first else contextlib.nullcontext():
+                    outputs = self._run_program(feeds, first, profiler, bar, record)
             finally:
                 if bar is not None:
                     bar.close()
