@@ -46,6 +46,11 @@ _MIN_CHAINS = 8
 # weights do not stay in cache): 256x7x7 3x3 layers 242-251 -> 229-236 us, whole network
 # 4.49 -> 4.35 ms; 32 steps were no better.
 _A_AHEAD = 16
+# Steps of the inner dimension that the prefetch of B runs ahead in blocks of one or two rows
+# (matrix-vector products: B is a weight read once per product, from L3 or memory, and its
+# packed panels cross a 4 KiB page every 64 steps, where the hardware prefetchers stop).
+_B_AHEAD = 64
+_LINE = 64
 
 
 def _geometry(features: str, itemsize: int) -> tuple[int, int, int]:
@@ -102,7 +107,7 @@ class _Vectors:
         self.vty = vty = ir.VectorType(fty, lanes)
         self.vptr = vptr = vty.as_pointer()
         self.zero = ir.Constant(vty, None)
-        self.align = 4 if tag == "f32" else 8
+        self.align = self.itemsize = 4 if tag == "f32" else 8
         mty = ir.VectorType(_I1, lanes)
         suffix = f"v{lanes}{tag}"
         self.fma = cgutils.get_or_insert_function(
@@ -204,8 +209,17 @@ def _define(
     c_rows = [builder.gep(c, [builder.mul(c_rs, ir.Constant(_I64, i))]) for i in range(rows)]
 
     def step(
-        bld: ir.IRBuilder, kk: ir.Value, accs: list[ir.Value], ahead: bool = False
+        bld: ir.IRBuilder,
+        kk: ir.Value,
+        accs: list[ir.Value],
+        ahead: bool = False,
+        b_ahead: bool = False,
     ) -> list[ir.Value]:
+        if b_ahead:
+            # B's row _B_AHEAD steps on, every cache line of it (see _B_AHEAD)
+            ahead_row = bld.gep(b, [bld.mul(bld.add(kk, ir.Constant(_I64, _B_AHEAD)), b_rs)])
+            for line in range(0, nv * lanes * vec.itemsize, _LINE):
+                emit_prefetch(bld, bld.gep(ahead_row, [ir.Constant(_I64, line // vec.itemsize)]))
         if ahead:
             # A's first row _A_AHEAD steps on: a packed A is one stream, which a weight
             # read from memory (a network's late layers, not in any cache) needs asked for
@@ -244,7 +258,8 @@ def _define(
     new = []
     for s in range(sets):
         kk = builder.add(kphi, ir.Constant(_I64, s))
-        new += step(builder, kk, phis[s * n_acc : (s + 1) * n_acc], rows >= 4)
+        accs = phis[s * n_acc : (s + 1) * n_acc]
+        new += step(builder, kk, accs, rows >= 4, rows <= 2 and tab is None)
     knext = builder.add(kphi, ir.Constant(_I64, sets))
     loop_end = builder.block
     kphi.add_incoming(knext, loop_end)
