@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
@@ -75,4 +76,16 @@ class _Listener(event.Listener):
         _leave()
 
 
+def _after_fork_in_child() -> None:
+    # A fork while another thread compiled: that compilation does not go on in the child,
+    # which gets the caller's thresholds back and a fresh lock.
+    global _lock, _depth, _saved
+    _lock = threading.Lock()
+    if _depth and _saved is not None and gc.get_threshold() == COMPILING_THRESHOLDS:
+        gc.set_threshold(*_saved)
+    _depth, _saved = 0, None
+
+
 event.register("numba:compile", _Listener())
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import numba
 import numpy as np
@@ -91,4 +92,17 @@ def test_first_run_of_a_signature_holds_thresholds(thresholds, monkeypatch):
         (out,) = sess.run(None, feed)
         np.testing.assert_array_equal(out, np.maximum(feed["x"], 0))
     assert seen == [compile_gc.COMPILING_THRESHOLDS, (700, 10, 10)]
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_fork_during_a_section_gives_the_child_its_thresholds(thresholds):
+    with compile_gc.held():
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit status, never return to pytest
+            ok = gc.get_threshold() == (700, 10, 10) and not compile_gc.active()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert gc.get_threshold() == compile_gc.COMPILING_THRESHOLDS  # the parent's stays
+    assert os.waitstatus_to_exitcode(status) == 0
     assert gc.get_threshold() == (700, 10, 10)

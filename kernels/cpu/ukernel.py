@@ -22,8 +22,9 @@ between runs the next larger one, whose extra rows repeat the last real row of `
 not stored (15 kernels instead of 48: each costs compile time in every Numba function that
 calls :func:`ukernel`). Blocks of one or two rows (matrix-vector products) keep several
 accumulator sets over consecutive steps, so that the multiply-adds do not wait on each other's
-latency. Columns beyond ``nr`` are neither read from ``B`` nor written to ``C`` (masked vector
-loads and stores); a block at most one vector wide runs a one-vector kernel.
+latency, and prefetch B (a weight read once, across page boundaries) ahead of the steps.
+Columns beyond ``nr`` are neither read from ``B`` nor written to ``C`` (masked vector loads
+and stores); a block at most one vector wide runs a one-vector kernel.
 """
 
 from __future__ import annotations
