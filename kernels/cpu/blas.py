@@ -215,13 +215,17 @@ def _own_gemm(ta, packed, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
     # Long rows of B put the rows of a panel on few cache sets (a 2 KB stride: 2 of L1's 64)
     # and pages; short ones (a convolution's im2col block) are read well in place.
     pack = m > mr_max and not packed and ldb > 4 * nr_max
-    kcb = min(KC, k)
+    # One block of rows reads each step of B once: nothing to keep in L1, so the whole inner
+    # dimension goes in one pass (a packed weight is then one stream, panel after panel,
+    # that the micro-kernel's prefetch follows; in KC steps it jumped between panels).
+    kcs = KC if m > mr_max else k
+    kcb = min(kcs, k)
     ncb = min(NC, ((n + nr_max - 1) // nr_max) * nr_max)
     buf = np.empty(kcb * ncb if pack else 0, c.dtype)
     one = c.dtype.type(1)
     load0 = beta != 0
-    for pc in range(0, k, KC):
-        kc = min(KC, k - pc)
+    for pc in range(0, k, kcs):
+        kc = min(kcs, k - pc)
         first = pc == 0
         bt = beta if first else one
         lc = load0 if first else True
