@@ -29,6 +29,7 @@ from .._jit import njit, pjit
 from ..atomics import fetch_add, load, pause
 from ..chunks import claim
 from .blas import block_geometry
+from .conv import _u
 from .epilogue import ACT_NONE, activate
 from .shuffle import split_row
 from .ukernel import ukernel_tab
@@ -50,15 +51,6 @@ def tap_table(C, KH, KW, sh, sw, plane, Wp):
 
 
 @njit(inline="always")
-def _copy_run(dst, d0, src, s0, count):
-    """``dst[d0 : d0 + count] = src[s0 : s0 + count]`` for flat arrays, as an element loop on
-    unsigned indices (no negative-index wraparound for LLVM to keep: the loop vectorises)."""
-    d, s = np.uint64(d0), np.uint64(s0)
-    for w in range(np.uint64(count)):
-        dst[d + w] = src[s + w]
-
-
-@njit(inline="always")
 def _pad_channel(x, xp, n, c, geo):
     """Copy channel ``c`` of image ``n`` of ``x`` (N, C, H, W), padded by ``pt`` rows and
     ``pl`` columns before (``geo = (sh, sw, pt, pl)``), into its phase planes of ``xp`` (N,
@@ -70,17 +62,17 @@ def _pad_channel(x, xp, n, c, geo):
     H, W = x.shape[2], x.shape[3]
     Hq, Wq = xp.shape[2], xp.shape[3]
     if sh == 1 and sw == 1:
-        # Row by row on the flat arrays. Not the 2-D slice assignment ``xp[n, c, pt : pt + H,
-        # pl : pl + W] = x[n, c]``: for its shape mismatch error Numba compiles a message
-        # formatter (str, join, repr of tuples), 6 s of the ResNet-18 bench model's 39 s
-        # empty-cache start on the Zen 3; and these loops copy 2-3x faster (56 x 56 planes:
-        # 28 against 82 us for 64 channels).
-        xf = x.reshape(-1)
-        xpf = xp.reshape(-1)
-        src = (n * x.shape[1] + c) * H * W
-        dst = ((n * xp.shape[1] + c) * Hq + pt) * Wq + pl
+        # An element loop, its row and column offsets unsigned (no negative-index wraparound
+        # for LLVM to keep: the rows vectorise). Not the 2-D slice assignment ``xp[n, c, pt :
+        # pt + H, pl : pl + W] = x[n, c]``: for its shape mismatch error Numba compiles a
+        # message formatter (str, join, repr of tuples), 6 s of the ResNet-18 bench model's
+        # 39 s empty-cache start on the Zen 3; and this copies 2-3x faster (64 channels of
+        # 56 x 56: 24-33 against 70-99 us; 512 of 7 x 7: 11-12 against 22-33).
+        upl = _u(pl)
         for h in range(H):
-            _copy_run(xpf, dst + h * Wq, xf, src + h * W, W)
+            ph = _u(pt + h)
+            for w in range(_u(W)):
+                xp[n, c, ph, upl + w] = x[n, c, h, w]
         return
     if sw == 2:
         _pad_channel_w2(x, xp, n, c, geo)
