@@ -238,14 +238,20 @@ def _own_gemm(ta, packed, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
                     pack_panel(buf, dst, b, b_off + pc * ldb + jc + j0, ldb, kc, nr)
             for ic in range(0, m, MC):
                 mc = min(MC, m - ic)
-                for j0 in range(0, nc, nr_max):
-                    nr = min(nr_max, nc - j0)
-                    for i0 in range(ic, ic + mc, mr_max):
-                        mr = min(mr_max, ic + mc - i0)
-                        if a_packed:  # panel i0 / MR, whose steps are lda long
-                            ao = a_off + (i0 // mr_max) * lda * mr_max + pc * mr_max
-                        else:
-                            ao = a_off + i0 * a_rs + pc * a_cs
+                # Each block of MR rows sweeps the columns (its block of A stays in L1, its
+                # rows of C are written line after line), rather than each panel of B
+                # sweeping the blocks of rows (a column of C blocks, MC rows ldc apart:
+                # with 4 KiB rows all on one L1 set). Zen 3, one thread, alternating in one
+                # process: C2's 96 x 16 x 3136 product 0.88x the time, 144 x 24 x 784 0.94,
+                # 576 x 96 x 1024 0.87, 512^3 0.92; pre-packed B (MatMul weights) 0.96-1.02.
+                for i0 in range(ic, ic + mc, mr_max):
+                    mr = min(mr_max, ic + mc - i0)
+                    if a_packed:  # panel i0 / MR, whose steps are lda long
+                        ao = a_off + (i0 // mr_max) * lda * mr_max + pc * mr_max
+                    else:
+                        ao = a_off + i0 * a_rs + pc * a_cs
+                    for j0 in range(0, nc, nr_max):
+                        nr = min(nr_max, nc - j0)
                         co = c_off + i0 * ldc + jc + j0
                         if packed:
                             bo = b_off + ((jc + j0) // nr_max) * ldb * nr_max + pc * nr_max
