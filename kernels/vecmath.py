@@ -506,9 +506,13 @@ def exp_nonpos_normal_f32(xc):
     kf = t - _SHIFT_BIASED_F32
     r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
     s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)
-    p = _ONE_F32 + r * (
-        _ONE_F32 + r * (_EP0_F32 + r * (_EP1_F32 + r * (_EP2_F32 + r * (_EP3_F32 + r * _EP4_F32))))
-    )
+    # 1 + r + r^2 (E0 + E1 r + r^2 (E2 + E3 r + E4 r^2)) in Estrin's order: 4 dependent
+    # multiply-adds after r^2 instead of Horner's 6, one operation more. Softmax's exp pass
+    # waits on this chain more than on the vector units (Zen 3, 1024 x 1024 float32 rows at
+    # 2 threads, alternating in one process: 0.955 and 0.981 the time of Horner's)
+    r2 = r * r
+    q = (_EP0_F32 + _EP1_F32 * r) + r2 * ((_EP2_F32 + _EP3_F32 * r) + _EP4_F32 * r2)
+    p = _ONE_F32 + (r + r2 * q)
     return p * s
 
 
