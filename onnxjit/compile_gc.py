@@ -42,15 +42,21 @@ def _enter() -> None:
         _depth += 1
 
 
+def _restore() -> None:
+    # The thresholds saved on entry come back, unless whoever set other thresholds meanwhile
+    # keeps theirs.
+    global _saved
+    if _saved is not None and gc.get_threshold() == COMPILING_THRESHOLDS:
+        gc.set_threshold(*_saved)
+    _saved = None
+
+
 def _leave() -> None:
-    global _depth, _saved
+    global _depth
     with _lock:
         _depth = max(_depth - 1, 0)
-        if _depth == 0 and _saved is not None:
-            # whoever set other thresholds meanwhile keeps theirs
-            if gc.get_threshold() == COMPILING_THRESHOLDS:
-                gc.set_threshold(*_saved)
-            _saved = None
+        if _depth == 0:
+            _restore()
 
 
 @contextlib.contextmanager
@@ -79,11 +85,10 @@ class _Listener(event.Listener):
 def _after_fork_in_child() -> None:
     # A fork while another thread compiled: that compilation does not go on in the child,
     # which gets the caller's thresholds back and a fresh lock.
-    global _lock, _depth, _saved
+    global _lock, _depth
     _lock = threading.Lock()
-    if _depth and _saved is not None and gc.get_threshold() == COMPILING_THRESHOLDS:
-        gc.set_threshold(*_saved)
-    _depth, _saved = 0, None
+    _depth = 0
+    _restore()
 
 
 event.register("numba:compile", _Listener())
