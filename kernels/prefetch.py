@@ -15,7 +15,7 @@ from numba.extending import intrinsic
 
 from ._jit import njit
 
-_LINE_BYTES = 64
+LINE_BYTES = 64  # bytes per cache line
 
 
 def emit_prefetch(builder: ir.IRBuilder, ptr: ir.Value) -> None:
@@ -59,6 +59,6 @@ def _prefetch(typingctx, arr, idx):
 def prefetch_all(a):
     """Ask for every cache line of the C-contiguous array ``a`` (any rank) to be loaded;
     nothing for other layouts. Issues ``a.nbytes / 64`` prefetch instructions."""
-    step = max(1, _LINE_BYTES // a.itemsize)
+    step = max(1, LINE_BYTES // a.itemsize)
     for i in range(0, a.size, step):
         _prefetch(a, i)

@@ -34,7 +34,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..prefetch import emit_prefetch
+from ..prefetch import LINE_BYTES, emit_prefetch
 
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
@@ -51,7 +51,6 @@ _A_AHEAD = 16
 # (matrix-vector products: B is a weight read once per product, from L3 or memory, and its
 # packed panels cross a 4 KiB page every 64 steps, where the hardware prefetchers stop).
 _B_AHEAD = 64
-_LINE = 64
 
 
 def _geometry(features: str, itemsize: int) -> tuple[int, int, int]:
@@ -219,7 +218,7 @@ def _define(
         if b_ahead:
             # B's row _B_AHEAD steps on, every cache line of it (see _B_AHEAD)
             ahead_row = bld.gep(b, [bld.mul(bld.add(kk, ir.Constant(_I64, _B_AHEAD)), b_rs)])
-            for line in range(0, nv * lanes * vec.itemsize, _LINE):
+            for line in range(0, nv * lanes * vec.itemsize, LINE_BYTES):
                 emit_prefetch(bld, bld.gep(ahead_row, [ir.Constant(_I64, line // vec.itemsize)]))
         if ahead:
             # A's first row _A_AHEAD steps on: a packed A is one stream, which a weight
