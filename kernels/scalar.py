@@ -64,8 +64,6 @@ _CONSTS = {
     "TWO": 2.0,
     "THREE": 3.0,
     "SIXTH": 1.0 / 6.0,
-    "SQRT2_PI": 0.7978845608028654,  # sqrt(2/pi), for tanh-Gelu
-    "GELU_C": 0.044715,
 }
 
 _F32_GLOBALS = {k: np.float32(v) for k, v in _CONSTS.items()}
@@ -97,7 +95,7 @@ def _per_precision(body):
 
 
 # Placeholders so that linters know the names; _per_precision rebinds them per precision.
-ZERO = HALF = ONE = TWO = THREE = SIXTH = SQRT2_PI = GELU_C = None
+ZERO = HALF = ONE = TWO = THREE = SIXTH = None
 EXP = LOG1P = TANH = None
 
 
@@ -372,11 +370,6 @@ def _mish_f(x):
     return x * TANH(m + LOG1P(EXP(-abs(x))))
 
 
-def _gelu_tanh_f(x):
-    """Gelu, tanh form: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))); vectorisable."""
-    return HALF * x * (ONE + TANH(SQRT2_PI * (x + GELU_C * x * x * x)))
-
-
 def _shrink_f(x, lambd, bias):
     if x < -lambd:
         return x + bias
@@ -422,7 +415,8 @@ thresholdedrelu_f32, thresholdedrelu_f64 = _per_precision(_thresholdedrelu_f)
 mish_f32, mish_f64 = _per_precision(_mish_f)
 # Gelu, erf form: vecmath's (float32 without the 1 + erf cancellation, see its docstring)
 gelu_f32, gelu_f64 = _vm.gelu_f32, _vm.gelu_f64
-gelu_tanh_f32, gelu_tanh_f64 = _per_precision(_gelu_tanh_f)
+# Gelu, tanh form: vecmath's (float32 as x / (1 + e^(-2u)): one exp, one division)
+gelu_tanh_f32, gelu_tanh_f64 = _vm.gelu_tanh_f32, _vm.gelu_tanh_f64
 shrink_f32, shrink_f64 = _per_precision(_shrink_f)
 isinf_f32, isinf_f64 = _per_precision(_isinf_f)
 isposinf_f32, isposinf_f64 = _per_precision(_isposinf_f)

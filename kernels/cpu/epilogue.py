@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..vecmath import vgelu, vsigmoid, vtanh
+from ..vecmath import vgelu, vgelu_tanh, vsigmoid, vtanh
 
 # Activation codes (shared with onnxjit.ops.fused_gemm / fused_conv).
 ACT_NONE = 0
@@ -50,8 +50,6 @@ def activate(v, act, p0, p1):
     n = v.shape[0]
     # Constants in v's type: a float64 literal would promote float32 rows to the float64 math.
     t = v.dtype.type
-    half, one = t(0.5), t(1.0)
-    sqrt_2_pi, k3 = t(0.7978845608028654), t(0.044715)
     # Relu, LeakyRelu and Clip store ``x + 0`` where they keep x: storing either a new value
     # or the one just loaded is a conditional store, which LLVM vectorises with AVX2's
     # masked stores (vmaskmovps, microcoded on AMD Zen) or not at all. ``x + 0`` is x except
@@ -80,8 +78,7 @@ def activate(v, act, p0, p1):
             v[j] = vgelu(v[j])  # float32: vecmath.gelu_f32
     elif act == ACT_GELU_TANH:
         for j in range(n):
-            x = v[j]
-            v[j] = half * x * (one + vtanh(sqrt_2_pi * (x + k3 * x * x * x)))
+            v[j] = vgelu_tanh(v[j])  # float32: vecmath.gelu_tanh_f32
     elif act == ACT_HARD_SIGMOID:
         for j in range(n):
             t = v[j] * p0 + p1

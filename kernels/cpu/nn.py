@@ -23,7 +23,7 @@ from ..vecmath import (
     vexp_nonpos,
     vexp_nonpos_normal,
     vgelu,
-    vtanh,
+    vgelu_tanh,
 )
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
@@ -178,7 +178,6 @@ def softmax_rows_par(ctl, x, y, log):
             _softmax_row(x, y, r, log)
 
 
-_SQRT_2_PI = 0.7978845608028654
 # Rows at least this long go to the called row kernel _gelu_row, shorter ones to the inlined
 # loop: with the element loop inlined into the row loop LLVM runs out of registers for the
 # constants of the vectorised loop (it hoists those of its vector, remainder and both forms'
@@ -193,13 +192,9 @@ def _gelu_row_inline(x, bias, y, r, tanh_form):
     # Constants in x's type so that float32 stays float32 (a float64 literal would promote).
     n = x.shape[1]
     if tanh_form:
-        half = x.dtype.type(0.5)
-        one = x.dtype.type(1.0)
-        c = x.dtype.type(_SQRT_2_PI)
-        k = x.dtype.type(0.044715)
+        # float32: vecmath.gelu_tanh_f32 (x / (1 + e^(-2u))); float64: the formula
         for j in range(n):
-            v = x[r, j] + bias[j]
-            y[r, j] = half * v * (one + vtanh(c * (v + k * v * v * v)))
+            y[r, j] = vgelu_tanh(x[r, j] + bias[j])
     else:
         # float32: vecmath.gelu_f32 (no 1 + erf composition); float64: the formula with libm erf
         for j in range(n):
