@@ -371,8 +371,10 @@ _NAN_F64 = _f64(np.nan)
 @njit(inline="always")
 def _exp_poly_f32(r):
     """e^r for |r| <= ln2/2 (relative error well under 1 ulp before rounding)."""
-    p = _EP0_F32 + r * (_EP1_F32 + r * (_EP2_F32 + r * (_EP3_F32 + r * _EP4_F32)))
-    return _ONE_F32 + (r + r * r * p)
+    p = _pin(_EP0_F32) + r * (
+        _pin(_EP1_F32) + r * (_pin(_EP2_F32) + r * (_pin(_EP3_F32) + r * _pin(_EP4_F32)))
+    )
+    return _pin(_ONE_F32) + (r + r * r * p)
 
 
 @njit(inline="always")
@@ -407,10 +409,10 @@ def _exp_poly_f64(r):
 @njit(inline="always")
 def _exp_mid_f32(x):
     """e^x for -87 <= x <= 88 (one scale factor, 2^k stays normal); NaN propagates."""
-    t = x * _LOG2E_F32 + _SHIFT_F32
-    kf = t - _SHIFT_F32
+    t = x * _pin(_LOG2E_F32) + _pin(_SHIFT_F32)
+    kf = t - _pin(_SHIFT_F32)
     k = np.int64(np.float32(t).view(np.int32)) - _SHIFT_BITS_F32
-    r = (x - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
+    r = (x - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
     s = np.int32((k + 127) << 23).view(np.float32)
     return _exp_poly_f32(r) * s
 
@@ -440,10 +442,10 @@ def _exp_neg_2p64_f32(x):
     The error of :func:`exp_f32` with one scale factor and no underflow compare: ~25 % faster
     SiLU than the two-factor scaling of exp_f32 (256K float32 elements, one thread,
     development VM: 94 -> 70 us)."""
-    xc = _EXP_LO_F32 if x < _EXP_LO_F32 else x  # NaN stays NaN, and so does the result
-    t = xc * _LOG2E_F32 + _SHIFT_NEG_F32
-    kf = t - _SHIFT_NEG_F32
-    r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
+    xc = _pin(_EXP_LO_F32) if x < _pin(_EXP_LO_F32) else x  # NaN stays NaN, and so does the result
+    t = xc * _pin(_LOG2E_F32) + _pin(_SHIFT_NEG_F32)
+    kf = t - _pin(_SHIFT_NEG_F32)
+    r = (xc - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
     s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)  # 2^(k + 64)
     return _exp_poly_f32(r) * s
 
@@ -451,18 +453,18 @@ def _exp_neg_2p64_f32(x):
 @njit(inline="always")
 def exp_f32(x):
     """e^x in float32: <= 1 ulp; inf above 88.7228, +0 below -103.972, subnormals kept."""
-    xc0 = _EXP_HI_F32 if x > _EXP_HI_F32 else x
-    xc = _EXP_LO_F32 if xc0 < _EXP_LO_F32 else xc0
-    t = xc * _LOG2E_F32 + _SHIFT_F32
-    kf = t - _SHIFT_F32
+    xc0 = _pin(_EXP_HI_F32) if x > _pin(_EXP_HI_F32) else x
+    xc = _pin(_EXP_LO_F32) if xc0 < _pin(_EXP_LO_F32) else xc0
+    t = xc * _pin(_LOG2E_F32) + _pin(_SHIFT_F32)
+    kf = t - _pin(_SHIFT_F32)
     k = np.int64(np.float32(t).view(np.int32)) - _SHIFT_BITS_F32
-    r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
+    r = (xc - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
     k1 = k >> 1
     s1 = np.int32((k1 + 127) << 23).view(np.float32)
     s2 = np.int32((k - k1 + 127) << 23).view(np.float32)
     y = (_exp_poly_f32(r) * s1) * s2
-    y1 = _INF_F32 if x > _EXP_OVF_F32 else y
-    y2 = _ZERO_F32 if x < _EXP_UNF_F32 else y1
+    y1 = _pin(_INF_F32) if x > _pin(_EXP_OVF_F32) else y
+    y2 = _ZERO_F32 if x < _pin(_EXP_UNF_F32) else y1
     return x if x != x else y2
 
 
@@ -502,7 +504,7 @@ def exp_nonpos_f32(x):
     :func:`exp_f32` (no overflow handling, one scale factor, the biased shifter, e^r in
     plain Horner form, the zero from the scale factor itself): softmax's exp pass is compute
     bound. Positive x is outside the contract (results are wrong beyond ~88)."""
-    xc = _EXP_NONPOS_MIN_F32 if x < _EXP_NONPOS_MIN_F32 else x  # NaN stays NaN
+    xc = _pin(_EXP_NONPOS_MIN_F32) if x < _pin(_EXP_NONPOS_MIN_F32) else x  # NaN stays NaN
     return exp_nonpos_normal_f32(xc)
 
 
@@ -520,17 +522,19 @@ def exp_nonpos_normal_f32(xc):
     first (the row's smallest element). NaN propagates. Positive x (gelu_tanh_f32's use): e^x
     within the same bound up to 88.37; from there to 89.07 +inf (2^128 is the exponent field
     255; below 88.72 the true value is still finite), and garbage beyond 89.07."""
-    t = xc * _LOG2E_F32 + _SHIFT_BIASED_F32
-    kf = t - _SHIFT_BIASED_F32
-    r = (xc - kf * _LN2_HI_F32) - kf * _LN2_LO_F32
+    t = xc * _pin(_LOG2E_F32) + _pin(_SHIFT_BIASED_F32)
+    kf = t - _pin(_SHIFT_BIASED_F32)
+    r = (xc - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
     s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)
     # 1 + r + r^2 (E0 + E1 r + r^2 (E2 + E3 r + E4 r^2)) in Estrin's order: 4 dependent
     # multiply-adds after r^2 instead of Horner's 6, one operation more. Softmax's exp pass
     # waits on this chain more than on the vector units (Zen 3, 1024 x 1024 float32 rows at
     # 2 threads, alternating in one process: 0.955 and 0.981 the time of Horner's)
     r2 = r * r
-    q = (_EP0_F32 + _EP1_F32 * r) + r2 * ((_EP2_F32 + _EP3_F32 * r) + _EP4_F32 * r2)
-    p = _ONE_F32 + (r + r2 * q)
+    q = (_pin(_EP0_F32) + _pin(_EP1_F32) * r) + r2 * (
+        (_pin(_EP2_F32) + _pin(_EP3_F32) * r) + _pin(_EP4_F32) * r2
+    )
+    p = _pin(_ONE_F32) + (r + r2 * q)
     return p * s
 
 
@@ -602,6 +606,18 @@ def fence(typingctx, x):
     return sig, codegen
 
 
+# The float32 helpers' constants go through this fence (LLVM's ``llvm.arithmetic.fence``,
+# identity off x86-64): LLVM hoists the fenced value out of the loop (the intrinsic has no side
+# effects) but cannot rematerialise it from the constant pool inside the loop. Unfenced, a loop
+# whose registers run short reloads its constants there: with Numba's large code model each
+# reload is a 64-bit address move plus a broadcast, and the general-purpose registers holding
+# those addresses run short too. Inlined into a pool kernel (whose claim loop holds more
+# registers) the erf GELU's loop carried ~20 such reloads per 8 floats, ~30 % of its time;
+# fenced, the constants stay in vector registers or become stack operands of the FMAs
+# (256K float32, Zen 3: pool kernel 266 -> 183 us on one thread, 138 -> 99 us on two;
+# serial loops unchanged; the same bits). Zero is left alone: vxorps makes it for free.
+_pin = fence
+
 # ---------------------------------------------------------------------------------------------
 # log, log1p
 # ---------------------------------------------------------------------------------------------
@@ -618,12 +634,12 @@ def _log_norm_f32(x, eadj):
     ek = np.int32(np.int32(ix - _SQRT_HALF_BITS_F32) >> 23)
     m = np.int32(ix - np.int32(ek << 23)).view(np.float32)  # in [sqrt(1/2), sqrt(2))
     e = np.float32(ek) + eadj
-    f = m - _ONE_F32
-    s = f / (_TWO_F32 + f)
+    f = m - _pin(_ONE_F32)
+    s = f / (_pin(_TWO_F32) + f)
     z = s * s
-    r = z * (_LQ0_F32 + z * (_LQ1_F32 + z * (_LQ2_F32 + z * _LQ3_F32)))
-    hfsq = _HALF_F32 * f * f
-    return e * _LN2_HI_F32 + ((f - hfsq) + (s * (hfsq + r) + e * _LN2_LO_F32))
+    r = z * (_pin(_LQ0_F32) + z * (_pin(_LQ1_F32) + z * (_pin(_LQ2_F32) + z * _pin(_LQ3_F32))))
+    hfsq = _pin(_HALF_F32) * f * f
+    return e * _pin(_LN2_HI_F32) + ((f - hfsq) + (s * (hfsq + r) + e * _pin(_LN2_LO_F32)))
 
 
 @njit(inline="always")
@@ -654,12 +670,12 @@ def _log_norm_f64(x, eadj):
 @njit(inline="always")
 def log_f32(x):
     """Natural log in float32: <= 1 ulp; log(0) = -inf, log(<0) = NaN, subnormals handled."""
-    tiny = x < _TINY_F32
-    xs = x * _TWO23 if tiny else x
-    y = _log_norm_f32(xs, _MINUS23_F32 if tiny else _ZERO_F32)
+    tiny = x < _pin(_TINY_F32)
+    xs = x * _pin(_TWO23) if tiny else x
+    y = _log_norm_f32(xs, _pin(_MINUS23_F32) if tiny else _ZERO_F32)
     # x <= 0, inf and NaN: -inf, NaN, inf, NaN
-    special = (-_INF_F32 if x == _ZERO_F32 else _NAN_F32) if x <= _ZERO_F32 else x + x
-    return y if (x > _ZERO_F32 and x <= _MAX_F32) else special
+    special = (-_pin(_INF_F32) if x == _ZERO_F32 else _pin(_NAN_F32)) if x <= _ZERO_F32 else x + x
+    return y if (x > _ZERO_F32 and x <= _pin(_MAX_F32)) else special
 
 
 @njit(inline="always")
@@ -675,15 +691,19 @@ def log_f64(x):
 @njit(inline="always")
 def log1p_f32(x):
     """log(1 + x) in float32: <= 2 ulp; log1p(-1) = -inf, log1p(<-1) = NaN."""
-    u = _ONE_F32 + x
+    u = _pin(_ONE_F32) + x
     # TwoSum: 1 + x = u + d exactly
-    b = u - _ONE_F32
-    d = (_ONE_F32 - (u - b)) + (x - b)
-    uc = u if u > _TINY_F32 else _ONE_F32  # keep the core on normal input; fixed below
+    b = u - _pin(_ONE_F32)
+    d = (_pin(_ONE_F32) - (u - b)) + (x - b)
+    uc = u if u > _pin(_TINY_F32) else _pin(_ONE_F32)  # keep the core on normal input; fixed below
     y = _log_norm_f32(uc, _ZERO_F32) + d / uc
-    special = (-_INF_F32 if x == -_ONE_F32 else _NAN_F32) if x <= -_ONE_F32 else x + x
-    y1 = x if abs(x) < _LOG1P_TINY_F32 else y
-    return y1 if (x > -_ONE_F32 and x <= _MAX_F32) else special
+    special = (
+        (-_pin(_INF_F32) if x == -_pin(_ONE_F32) else _pin(_NAN_F32))
+        if x <= -_pin(_ONE_F32)
+        else x + x
+    )
+    y1 = x if abs(x) < _pin(_LOG1P_TINY_F32) else y
+    return y1 if (x > -_pin(_ONE_F32) and x <= _pin(_MAX_F32)) else special
 
 
 @njit(inline="always")
@@ -715,11 +735,17 @@ def tanh_f32(x):
     a = abs(x)
     z = a * a
     small = a + a * z * (
-        _TT0_F32 + z * (_TT1_F32 + z * (_TT2_F32 + z * (_TT3_F32 + z * (_TT4_F32 + z * _TT5_F32))))
+        _pin(_TT0_F32)
+        + z
+        * (
+            _pin(_TT1_F32)
+            + z
+            * (_pin(_TT2_F32) + z * (_pin(_TT3_F32) + z * (_pin(_TT4_F32) + z * _pin(_TT5_F32))))
+        )
     )
     e = exp_nonpos_f32(-(a + a))  # NaN stays NaN
-    big = _ONE_F32 - e / (_HALF_F32 + _HALF_F32 * e)
-    return math.copysign(small if a < _TANH_SMALL_F32 else big, x)
+    big = _pin(_ONE_F32) - e / (_pin(_HALF_F32) + _pin(_HALF_F32) * e)
+    return math.copysign(small if a < _pin(_TANH_SMALL_F32) else big, x)
 
 
 @njit(inline="always")
@@ -769,7 +795,7 @@ def sigmoid_f32(x):
     # quotients as with e^-|x| and 1 (powers of two scale exactly) while e stays normal; a
     # subnormal result is rounded once, by the division
     e = _exp_neg_2p64_f32(-abs(x))
-    return (_TWO_64_F32 if x >= _ZERO_F32 else e) / (_TWO_64_F32 + e)
+    return (_pin(_TWO_64_F32) if x >= _ZERO_F32 else e) / (_pin(_TWO_64_F32) + e)
 
 
 @njit(inline="always")
@@ -790,17 +816,35 @@ def erf_f32(x):
     a = abs(x)
     z = x * x
     small = x + x * (
-        _EE0M1 + z * (_EE1 + z * (_EE2 + z * (_EE3 + z * (_EE4 + z * (_EE5 + z * _EE6)))))
+        _pin(_EE0M1)
+        + z
+        * (
+            _pin(_EE1)
+            + z
+            * (_pin(_EE2) + z * (_pin(_EE3) + z * (_pin(_EE4) + z * (_pin(_EE5) + z * _pin(_EE6)))))
+        )
     )
-    ac = _ERF_SAT if a > _ERF_SAT else a  # NaN stays NaN
-    t = ac - _ERF_CENTRE
-    g = _EG0 + t * (
-        _EG1
-        + t * (_EG2 + t * (_EG3 + t * (_EG4 + t * (_EG5 + t * (_EG6 + t * (_EG7 + t * _EG8))))))
+    ac = _pin(_ERF_SAT) if a > _pin(_ERF_SAT) else a  # NaN stays NaN
+    t = ac - _pin(_ERF_CENTRE)
+    g = _pin(_EG0) + t * (
+        _pin(_EG1)
+        + t
+        * (
+            _pin(_EG2)
+            + t
+            * (
+                _pin(_EG3)
+                + t
+                * (
+                    _pin(_EG4)
+                    + t * (_pin(_EG5) + t * (_pin(_EG6) + t * (_pin(_EG7) + t * _pin(_EG8))))
+                )
+            )
+        )
     )
-    big0 = _ONE_F32 - _exp_mid_f32(-(ac * ac)) * g
-    big = _ONE_F32 if a >= _ERF_SAT else big0
-    return small if a < _ERF_SPLIT else (-big if x < _ZERO_F32 else big)
+    big0 = _pin(_ONE_F32) - _exp_mid_f32(-(ac * ac)) * g
+    big = _pin(_ONE_F32) if a >= _pin(_ERF_SAT) else big0
+    return small if a < _pin(_ERF_SPLIT) else (-big if x < _ZERO_F32 else big)
 
 
 @njit(inline="always")
@@ -820,17 +864,21 @@ def gelu_f32(x):
     ``GELU_F32_BUDGET``; gelu(+inf) = +inf, gelu(-inf) = NaN, exactly x for x >= 13.265 and -0
     for x <= -13.265, gelu(-0) = -0, NaN propagates. No libm call: loops vectorise."""
     a0 = abs(x)
-    a = _GELU_CLAMP if a0 > _GELU_CLAMP else a0  # NaN stays NaN
-    b = a * _GELU_C  # b^2 = a^2 / (2 ln 2): e^(-a^2/2) = 2^(-b^2)
-    t = _SHIFT_BIASED_F32 - b * b  # k + 127 in the low mantissa bits, k = round(-b^2)
-    kf = t - _SHIFT_BIASED_F32
+    a = _pin(_GELU_CLAMP) if a0 > _pin(_GELU_CLAMP) else a0  # NaN stays NaN
+    b = a * _pin(_GELU_C)  # b^2 = a^2 / (2 ln 2): e^(-a^2/2) = 2^(-b^2)
+    t = _pin(_SHIFT_BIASED_F32) - b * b  # k + 127 in the low mantissa bits, k = round(-b^2)
+    kf = t - _pin(_SHIFT_BIASED_F32)
     n = b * b + kf  # -r: 2^(-b^2) = 2^k 2^r with |r| <= 1/2
     # 2^r's polynomial in Estrin's order (see exp_nonpos_normal_f32)
     n2 = n * n
-    p = (_ONE_F32 + _GF1 * n) + n2 * ((_GF2 + _GF3 * n) + n2 * (_GF4 + _GF5 * n))
+    p = (_pin(_ONE_F32) + _pin(_GF1) * n) + n2 * (
+        (_pin(_GF2) + _pin(_GF3) * n) + n2 * (_pin(_GF4) + _pin(_GF5) * n)
+    )
     s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)  # 2^k (+0 at k = -127)
-    sb = (_GP0 + b * (_GP1 + b * _GP2)) / (_GQ0 + b * (_GQ1 + b * (_GQ2 + b * (_GQ3 + b))))
-    d = (p * s) * (_HALF_F32 + b * sb)  # Phi(-a)
+    sb = (_pin(_GP0) + b * (_pin(_GP1) + b * _pin(_GP2))) / (
+        _pin(_GQ0) + b * (_pin(_GQ1) + b * (_pin(_GQ2) + b * (_pin(_GQ3) + b)))
+    )
+    d = (p * s) * (_pin(_HALF_F32) + b * sb)  # Phi(-a)
     # max(x, 0) as x * 0 for x < 0: -inf * 0 is the NaN the formula gives at -inf (-inf * 0)
     # without a compare and select of its own; NaN, +-0 and +inf stay. The test is on the sign
     # bit, which x86's vblendvps reads from x itself (no compare): -0 and a negative NaN take
@@ -866,12 +914,12 @@ def gelu_tanh_f32(x):
     within ``GELU_TANH_F32_BUDGET``; +inf gives +inf, -inf NaN (-inf * 0, as the formula),
     NaN propagates, -0 stays -0, x far below 0 gives x e^(-2u) down to -0. No libm call:
     loops vectorise."""
-    z0 = x * (_GT_A + _GT_B * (x * x))  # -2u; +-inf when x^2 overflows
-    z1 = _GT_HI if z0 > _GT_HI else z0  # NaN stays NaN
-    z = _EXP_NONPOS_MIN_F32 if z1 < _EXP_NONPOS_MIN_F32 else z1
+    z0 = x * (_pin(_GT_A) + _pin(_GT_B) * (x * x))  # -2u; +-inf when x^2 overflows
+    z1 = _pin(_GT_HI) if z0 > _pin(_GT_HI) else z0  # NaN stays NaN
+    z = _pin(_EXP_NONPOS_MIN_F32) if z1 < _pin(_EXP_NONPOS_MIN_F32) else z1
     # e^z, +0 at the low clamp (x / 1 = x) and +inf at the high one (x / inf = -0, NaN for -inf)
     e = exp_nonpos_normal_f32(z)
-    return x / (_ONE_F32 + e)
+    return x / (_pin(_ONE_F32) + e)
 
 
 @njit(inline="always")
