@@ -323,7 +323,7 @@ def test_exp_keeps_subnormal_results() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# gelu_f32 (erf form, vecmath.GELU_F32_BUDGET)
+# gelu_f32 (erf form, vecmath.GELU_F32_BUDGET) and gelu_tanh_f32 (vecmath.GELU_TANH_F32_BUDGET)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -338,33 +338,49 @@ def _gelu_erfc64(x: np.ndarray) -> np.ndarray:
 # (2^k is +0 beyond it), the last normal 2^k, the result leaving the normal range
 _GELU_WIN = [math.sqrt(2 * math.log(2) * (k + 0.5)) for k in (0, 1, 2, 10, 60, 125, 126)]
 _GELU_WIN += [13.265, 13.2, 12.9, 1.0, 1e-4, 0.0]
+# where gelu_tanh_f32 changes: -2u reaching its clamps (-88 and 88.5: x near +-10.4),
+# e^(-2u) crossing 2^-24 (the result rounding to x, x near 4.2), the middle of the range, 0
+_GELU_TANH_WIN = [0.5, 1.0, 2.0, 4.2, 5.0, 10.3, 10.4, 10.5, 1e-4, 0.0]
 
 
-def _gelu_grid() -> np.ndarray:
+def _gelu_grid(windows: list[float] = _GELU_WIN, seed: int = 11) -> np.ndarray:
     """Every 64th float32 of 1e-3 <= |x| <= 16 (~3.7M values: a relative step of 64 ulps),
     binade samples below that down to the subnormals, every float32 within 2000 steps of the
-    points in _GELU_WIN (both signs)."""
+    points in ``windows`` (both signs)."""
     lo, hi = (int(np.float32(v).view(np.int32)) for v in (1e-3, 16.0))
     dense = np.arange(lo, hi + 1, 64, dtype=np.int32).view(np.float32)
-    small = _binades32(-149, -10, 300, seed=11)
-    wins = np.concatenate([_window32(w) for w in _GELU_WIN])
+    small = _binades32(-149, -10, 300, seed=seed)
+    wins = np.concatenate([_window32(w) for w in windows])
     return np.concatenate([_both(dense), _both(small), _both(wins[wins > 0]), [0.0, -0.0]])
 
 
+# form -> (float32 helper, float64 oracle, budget, grid windows)
+_GELU_FORMS = {
+    "erf": (V.gelu_f32, _gelu_erfc64, V.GELU_F32_BUDGET, _GELU_WIN),
+    "tanh": (V.gelu_tanh_f32, _gelu_tanh64, V.GELU_TANH_F32_BUDGET, _GELU_TANH_WIN),
+}
+_GELU_FORM = pytest.mark.parametrize("form", sorted(_GELU_FORMS))
+
+
 @_FMA
-def test_gelu_f32_within_budget(fma: bool) -> None:
-    """|gelu_f32(x) - gelu(x)| <= ulps * ulp(|gelu(x)|) + abs_x * |x| (vecmath.GELU_F32_BUDGET:
-    2 ulp + 7e-8 |x|; measured 2 ulp + 5.4e-8 |x| plain, 4.9e-8 |x| with contraction) against
-    float64 scipy, and never the wrong sign. The erf_f32 composition it replaces measured
-    2 ulp + 3.5e-8 |x|; the rational erf (x P(x^2) / Q(x^2)) it was weighed against,
-    ~2 ulp + 1.6e-7 |x| (its float32 Horner rounding alone is ~5 ulp of 0.5 erf)."""
-    x = _gelu_grid().astype(np.float32)
-    y = _apply(V.gelu_f32, x, fma)
+@_GELU_FORM
+def test_gelu_f32_within_budget(form: str, fma: bool) -> None:
+    """|gelu(x) - ref(x)| <= ulps * ulp(|ref(x)|) + abs_x * |x| against float64, and never the
+    wrong sign. erf form (vecmath.GELU_F32_BUDGET, 2 ulp + 7e-8 |x|): measured 2 ulp +
+    5.4e-8 |x| plain, 4.9e-8 |x| with contraction, against scipy's erfc; the erf_f32
+    composition it replaced measured 2 ulp + 3.5e-8 |x|, the rational erf (x P(x^2) / Q(x^2))
+    it was weighed against ~2 ulp + 1.6e-7 |x| (its float32 Horner rounding alone is ~5 ulp of
+    0.5 erf). tanh form (GELU_TANH_F32_BUDGET, 2 ulp + 2e-8 |x|): measured 1.5e-8 |x| plain,
+    1.4e-8 with contraction, against the float64 formula (whose own 1 + tanh loses digits
+    beyond |x| = 6, where the |x| term is a million times the result); the tanh_f32
+    composition it replaced needs 3.6e-8 |x|."""
+    fn, oracle, budget, windows = _GELU_FORMS[form]
+    x = _gelu_grid(windows, seed=11 if form == "erf" else 12).astype(np.float32)
+    y = _apply(fn, x, fma)
     assert y.dtype == np.float32
     x64 = x.astype(np.float64)
-    ref = _gelu_erfc64(x64)
+    ref = oracle(x64)
     ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
-    budget = V.GELU_F32_BUDGET
     excess = np.abs(y - ref) - budget["ulps"] * ulp - budget["abs_x"] * np.abs(x64)
     i = int(np.argmax(excess))
     assert excess[i] <= 0, (
@@ -375,155 +391,73 @@ def test_gelu_f32_within_budget(fma: bool) -> None:
 
 
 @_FMA
-def test_gelu_f32_special_values(fma: bool) -> None:
-    """NaN propagates, gelu(+inf) = +inf, gelu(-inf) = NaN (-inf * Phi(-inf), as the float64
-    formula and onnxruntime give), +-0 keep their sign, subnormal x
-    give x / 2 (to the last subnormal), x >= 6 gives x itself (gelu(x) rounds to x there) and
-    x <= -13.265 gives -0. For x < 0 there is no 1 + erf cancellation: relative error ~1e-6
-    down to x = -3 and 3e-4 down to -6, where the erf composition measured 1.2e-5 and 100 %."""
+@_GELU_FORM
+def test_gelu_f32_special_values(form: str, fma: bool) -> None:
+    """NaN propagates, gelu(+inf) = +inf, gelu(-inf) = NaN (-inf * 0, as the float64 formula
+    and onnxruntime give), +-0 keep their sign, subnormal x give x / 2 (to the last
+    subnormal), x >= 6 gives x itself (gelu(x) rounds to x there) and x far below 0 gives -0
+    (erf form: x <= -13.265; tanh form: x <= -11, also where x^2 overflows float32). For
+    x < 0 neither form has the 1 + erf (1 + tanh) cancellation: relative error under 2e-6
+    (erf; tanh 1.5e-6) down to x = -3 and 5e-4 (tanh 1e-5) down to -6, where the compositions
+    measured 1.2e-5 and 100 %."""
+    fn, oracle, _, _ = _GELU_FORMS[form]
     f32 = np.float32
     sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], f32)
-    y = _apply(V.gelu_f32, sp, fma)
+    y = _apply(fn, sp, fma)
     assert np.isnan(y[0]) and y[1] == np.inf and np.isnan(y[2])
     assert y[3] == 0 and not np.signbit(y[3]) and y[4] == 0 and np.signbit(y[4])
-    big = np.concatenate([np.linspace(6, 20, 5001, dtype=f32), f32([1e5, 1e30, 3.4028235e38])])
-    np.testing.assert_array_equal(_apply(V.gelu_f32, big, fma), big)
-    y = _apply(V.gelu_f32, -big[big >= f32(13.265)], fma)
+    big = np.concatenate([np.linspace(6, 20, 5001, dtype=f32), f32([1e5, 1e20, 1e30, 3.4e38])])
+    np.testing.assert_array_equal(_apply(fn, big, fma), big)
+    y = _apply(fn, -big[big >= (f32(13.265) if form == "erf" else 11)], fma)
     assert np.all(y == 0) and np.all(np.signbit(y))
     sub = _binades32(-149, -127, 200, seed=3)
     for s in (sub, -sub):
-        y = _apply(V.gelu_f32, s, fma).astype(np.float64)
+        y = _apply(fn, s, fma).astype(np.float64)
         assert np.all(np.abs(y - s.astype(np.float64) / 2) <= 2.0**-149)
-    for lo, hi, rel in ((-3, -1e-3, 2e-6), (-6, -3, 5e-4)):
+    tails = (
+        ((-3, -1e-3, 2e-6), (-6, -3, 5e-4))
+        if form == "erf"
+        else ((-3, -1e-3, 1.5e-6), (-6, -3, 1e-5))
+    )
+    for lo, hi, rel in tails:
         x = np.linspace(lo, hi, 20001, dtype=f32)
-        y = _apply(V.gelu_f32, x, fma)
-        ref = _gelu_erfc64(x.astype(np.float64))
+        y = _apply(fn, x, fma)
+        ref = oracle(x.astype(np.float64))
         assert np.max(np.abs(y - ref) / np.abs(ref)) < rel, (lo, hi)
 
 
-def test_gelu_kernels_use_gelu_f32() -> None:
+@_GELU_FORM
+def test_gelu_kernels_use_vecmath_gelu(form: str) -> None:
     """The fused Gelu kernel (nn.gelu_rows, short and long rows) and the GEMM/conv epilogue
-    (ACT_GELU) give exactly gelu_f32's values on float32 (compiled, as they are, with
-    contraction) and keep the formula with libm's erf on float64."""
+    (ACT_GELU, ACT_GELU_TANH) give exactly gelu_f32's (gelu_tanh_f32's) values on float32
+    (compiled, as they are, with contraction) and keep the formula on float64 (libm's erf;
+    tanh_f64)."""
     from onnxjit.kernels.cpu import epilogue as ep
     from onnxjit.kernels.cpu import nn as knn
 
+    fn = _GELU_FORMS[form][0]
+    tanh_form = form == "tanh"
+    act = ep.ACT_GELU_TANH if tanh_form else ep.ACT_GELU
+    formula64 = _gelu_tanh64 if tanh_form else _gelu64
     rng = np.random.default_rng(4)
     # short rows (inlined loop), long odd and even rows (the two-half loop and its tail)
     for n in (7, knn._GELU_CALL_MIN + 5, 2 * knn._GELU_CALL_MIN):
         x = (rng.standard_normal((3, n)) * 4).astype(np.float32)
         b = (rng.standard_normal(n) * 0.1).astype(np.float32)
-        want = _apply(V.gelu_f32, (x + b).ravel(), fma=True).reshape(x.shape)
+        want = _apply(fn, (x + b).ravel(), fma=True).reshape(x.shape)
         y = np.empty_like(x)
-        knn.gelu_rows(x, b, y, False)
+        knn.gelu_rows(x, b, y, tanh_form)
         np.testing.assert_array_equal(y, want)
         v = (x + b)[0].copy()
-        ep.activate(v, ep.ACT_GELU, np.float32(0), np.float32(0))
+        ep.activate(v, act, np.float32(0), np.float32(0))
         np.testing.assert_array_equal(v, want[0])
-        # float64: libm's erf against scipy's, 1 + erf cancelling for x < 0 as in the formula
+        # float64: 1 + erf (1 + tanh) cancelling for x < 0 as in the formula
         x64, b64 = x.astype(np.float64), b.astype(np.float64)
         y64 = np.empty_like(x64)
-        knn.gelu_rows(x64, b64, y64, False)
+        knn.gelu_rows(x64, b64, y64, tanh_form)
         v64 = x64[0] + b64
-        ep.activate(v64, ep.ACT_GELU, 0.0, 0.0)
-        ref64 = _gelu64(x64 + b64)
-        tol64 = 1e-14 * np.abs(ref64) + 2 * np.finfo(np.float64).eps * np.abs(x64 + b64)
-        assert np.all(np.abs(y64 - ref64) <= tol64) and np.all(np.abs(v64 - ref64[0]) <= tol64[0])
-
-
-# ---------------------------------------------------------------------------------------------
-# gelu_tanh_f32 (tanh form, vecmath.GELU_TANH_F32_BUDGET)
-# ---------------------------------------------------------------------------------------------
-
-# where gelu_tanh_f32 changes: k = round(-2u log2(e)) steps, -2u reaching the clamps (-88 and
-# 88.5: x near 10.4 and -10.4), e^(-2u) crossing 2^-24 (the result rounding to x), 0
-_GELU_TANH_WIN = [0.5, 1.0, 2.0, 4.2, 5.0, 10.3, 10.4, 10.5, 1e-4, 0.0]
-
-
-def _gelu_tanh_grid() -> np.ndarray:
-    """Every 64th float32 of 1e-3 <= |x| <= 16, binade samples below that down to the
-    subnormals, every float32 within 2000 steps of the points in _GELU_TANH_WIN (both signs)."""
-    lo, hi = (int(np.float32(v).view(np.int32)) for v in (1e-3, 16.0))
-    dense = np.arange(lo, hi + 1, 64, dtype=np.int32).view(np.float32)
-    small = _binades32(-149, -10, 300, seed=12)
-    wins = np.concatenate([_window32(w) for w in _GELU_TANH_WIN])
-    return np.concatenate([_both(dense), _both(small), _both(wins[wins > 0]), [0.0, -0.0]])
-
-
-@_FMA
-def test_gelu_tanh_f32_within_budget(fma: bool) -> None:
-    """|gelu_tanh_f32(x) - gelu_tanh(x)| <= ulps * ulp(|gelu_tanh(x)|) + abs_x * |x|
-    (vecmath.GELU_TANH_F32_BUDGET: 2 ulp + 2e-8 |x|; measured 1.4e-8 |x| with contraction,
-    1.5e-8 plain) against the float64 formula, and never the wrong sign. The float32 formula
-    (tanh_f32 composed) it replaced needs 2 ulp + 3.6e-8 |x|. Beyond |x| = 6 float64's own
-    1 + tanh loses digits, but there the |x| term is a million times the result."""
-    x = _gelu_tanh_grid().astype(np.float32)
-    y = _apply(V.gelu_tanh_f32, x, fma)
-    assert y.dtype == np.float32
-    x64 = x.astype(np.float64)
-    ref = _gelu_tanh64(x64)
-    ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
-    budget = V.GELU_TANH_F32_BUDGET
-    excess = np.abs(y - ref) - budget["ulps"] * ulp - budget["abs_x"] * np.abs(x64)
-    i = int(np.argmax(excess))
-    assert excess[i] <= 0, (
-        f"x={x[i]!r}: got {y[i]!r}, want {ref[i]!r} "
-        f"({abs(y[i] - ref[i]) / ulp[i]:.2f} ulp, {abs(y[i] - ref[i]) / abs(x64[i]):.3g} |x|)"
-    )
-    assert not np.any((x > 0) & (y < 0)) and not np.any((x < 0) & (y > 0))
-
-
-@_FMA
-def test_gelu_tanh_f32_special_values(fma: bool) -> None:
-    """NaN propagates, +inf gives +inf, -inf NaN (-inf * 0, as the float64 formula), +-0 keep
-    their sign, subnormal x give x / 2, large x give x itself and large negative x -0 (also
-    where x^2 overflows float32). For x < 0 there is no 1 + tanh cancellation: relative error
-    under 1.5e-6 down to x = -3 and 1e-5 down to -6 (measured 8e-7 and 4.3e-6; the composition
-    it replaced: 1.2e-5 and 100 %)."""
-    f32 = np.float32
-    sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], f32)
-    y = _apply(V.gelu_tanh_f32, sp, fma)
-    assert np.isnan(y[0]) and y[1] == np.inf and np.isnan(y[2])
-    assert y[3] == 0 and not np.signbit(y[3]) and y[4] == 0 and np.signbit(y[4])
-    big = np.concatenate([np.linspace(6, 20, 5001, dtype=f32), f32([1e5, 1e20, 1e30, 3.4e38])])
-    np.testing.assert_array_equal(_apply(V.gelu_tanh_f32, big, fma), big)
-    y = _apply(V.gelu_tanh_f32, -big[big >= 11], fma)
-    assert np.all(y == 0) and np.all(np.signbit(y))
-    sub = _binades32(-149, -127, 200, seed=3)
-    for s in (sub, -sub):
-        y = _apply(V.gelu_tanh_f32, s, fma).astype(np.float64)
-        assert np.all(np.abs(y - s.astype(np.float64) / 2) <= 2.0**-149)
-    for lo, hi, rel in ((-3, -1e-3, 1.5e-6), (-6, -3, 1e-5)):
-        x = np.linspace(lo, hi, 20001, dtype=f32)
-        y = _apply(V.gelu_tanh_f32, x, fma)
-        ref = _gelu_tanh64(x.astype(np.float64))
-        assert np.max(np.abs(y - ref) / np.abs(ref)) < rel, (lo, hi)
-
-
-def test_gelu_tanh_kernels_use_gelu_tanh_f32() -> None:
-    """The fused Gelu kernel's tanh form (nn.gelu_rows, short and long rows) and the
-    GEMM/conv epilogue (ACT_GELU_TANH) give exactly gelu_tanh_f32's values on float32
-    (compiled, as they are, with contraction) and the float64 formula on float64."""
-    from onnxjit.kernels.cpu import epilogue as ep
-    from onnxjit.kernels.cpu import nn as knn
-
-    rng = np.random.default_rng(6)
-    for n in (7, knn._GELU_CALL_MIN + 5, 2 * knn._GELU_CALL_MIN):
-        x = (rng.standard_normal((3, n)) * 4).astype(np.float32)
-        b = (rng.standard_normal(n) * 0.1).astype(np.float32)
-        want = _apply(V.gelu_tanh_f32, (x + b).ravel(), fma=True).reshape(x.shape)
-        y = np.empty_like(x)
-        knn.gelu_rows(x, b, y, True)
-        np.testing.assert_array_equal(y, want)
-        v = (x + b)[0].copy()
-        ep.activate(v, ep.ACT_GELU_TANH, np.float32(0), np.float32(0))
-        np.testing.assert_array_equal(v, want[0])
-        x64, b64 = x.astype(np.float64), b.astype(np.float64)
-        y64 = np.empty_like(x64)
-        knn.gelu_rows(x64, b64, y64, True)
-        v64 = x64[0] + b64
-        ep.activate(v64, ep.ACT_GELU_TANH, 0.0, 0.0)
-        ref64 = _gelu_tanh64(x64 + b64)
+        ep.activate(v64, act, 0.0, 0.0)
+        ref64 = formula64(x64 + b64)
         tol64 = 1e-14 * np.abs(ref64) + 2 * np.finfo(np.float64).eps * np.abs(x64 + b64)
         assert np.all(np.abs(y64 - ref64) <= tol64) and np.all(np.abs(v64 - ref64[0]) <= tol64[0])
 
