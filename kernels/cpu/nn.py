@@ -189,7 +189,6 @@ _GELU_CALL_MIN = 256
 
 @njit(inline="always")
 def _gelu_row_inline(x, bias, y, r, tanh_form):
-    # Constants in x's type so that float32 stays float32 (a float64 literal would promote).
     n = x.shape[1]
     if tanh_form:
         # float32: vecmath.gelu_tanh_f32 (x / (1 + e^(-2u))); float64: the formula
