@@ -897,15 +897,15 @@ def gelu_f64(x):
 # gelu (tanh form)
 # ---------------------------------------------------------------------------------------------
 
-# -2u = x (_GT_A + _GT_B x^2) with u = sqrt(2/pi) (x + 0.044715 x^3)
-_GT_A64 = -2.0 * math.sqrt(2.0 / math.pi)
-_GT_A = _f32(_GT_A64)
-_GT_B = _f32(_GT_A64 * 0.044715)
+# u = sqrt(2/pi) (x + 0.044715 x^3)
+_SQRT_2_PI_F64 = _f64(math.sqrt(2.0 / math.pi))
+_GELU_K3_F64 = _f64(0.044715)
+# -2u = x (_GT_A + _GT_B x^2)
+_GT_A = _f32(-2.0 * _SQRT_2_PI_F64)
+_GT_B = _f32(-2.0 * _SQRT_2_PI_F64 * _GELU_K3_F64)
 # -2u is clamped to [_EXP_NONPOS_MIN_F32, _GT_HI]: k = round(-2u log2(e)) then lies in
 # [-127, 128], whose biased exponent fields 0 and 255 make 2^k +0 and +inf.
 _GT_HI = _f32(88.5)
-_SQRT_2_PI_F64 = _f64(math.sqrt(2.0 / math.pi))
-_GELU_K3_F64 = _f64(0.044715)
 
 
 @njit(inline="always")

@@ -496,7 +496,7 @@ class _Emitter:
         acc = _name("acc")
         n_last = _name(f"n{self.rank - 1}")
         if self.reduce in ("sum", "mean"):
-            if dt == np.float32:
+            if self._blocked_sum():
                 # blocked (see _blocked_sum_loop): float32 partial sums per block of
                 # _SUM_BLOCK elements, the block sums added in float64
                 init = [_assign("acc", _np_call("float64", ast.Constant(0)))]
