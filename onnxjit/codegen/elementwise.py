@@ -597,9 +597,8 @@ class _Emitter:
     def _stream_function(self) -> list[ast.stmt]:
         """``kernel_stream(ctl, y0, x0.., n0)``: :func:`kernel_par` for outputs far larger
         than the caches. The pool claims blocks of streaming.BLOCK_BYTES; ``kernel_blk`` (the
-        serial kernel with the pool kernel's interleaved streams: a 64M-element GELU took
-        17.3 ms with them, 37.7 without) computes each into a scratch array that stays in L1
-        and kernels/streaming.py stores it with
+        serial kernel, with the pool kernel's interleaved streams where it has them) computes
+        each into a scratch array that stays in L1 and kernels/streaming.py stores it with
         non-temporal stores (no read of the output lines first). The elements before the
         output's first 64-byte boundary and after its last whole block go through ``kernel``
         in place (claims 0 and blocks + 1)."""
@@ -782,10 +781,13 @@ _INTERLEAVE_COST_ROWS = 16.0
 # cost 20, 6.5 against 7.0; the tanh GELU, 12, 6.8 against 7.5).
 _INTERLEAVE_COST_SERIAL = 30.0
 
-# Kernels costing at most this per element get kernel_stream (see kernels/streaming.py): a
-# SiLU (11) ran 1.37x faster with it at 64M float32 elements; dearer chains are bound by
-# their arithmetic, where streamed stores stall the core instead of draining behind it.
-_STREAM_MAX_COST = 12.0
+# Kernels costing at most this per element get kernel_stream (see kernels/streaming.py);
+# dearer chains are bound by their arithmetic, where streamed stores stall the core instead of
+# draining behind it. 64M float32 elements, 2 threads, 1 KiB blocks, streamed against the
+# ordinary pool kernel in one process on the Zen 3 VM: x / (x^2 + 1) after a multiply-add
+# (cost 8) 0.67, sqrt(x^2) + x (6) 0.70, e^(x/2) (11) 1.00, SiLU (11) 1.06-1.18. (On the
+# Xeon development VM of earlier sessions, with 16 KiB blocks, SiLU ran 1.37x faster streamed.)
+_STREAM_MAX_COST = 8.0
 
 
 def _chain_cost(exprs: Sequence[Expr]) -> float:
