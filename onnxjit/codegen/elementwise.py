@@ -336,17 +336,14 @@ class _Emitter:
     def _present(self, k: int) -> list[int]:
         return [d for d in range(self.rank) if self.masks[k][d]]
 
-    def function(
-        self, name: str, parallel: bool, inplace: int | None = None, streams: int | None = None
-    ) -> ast.FunctionDef:
+    def function(self, name: str, parallel: bool, inplace: int | None = None) -> ast.FunctionDef:
         """``name(ctl?, y0.., x0.., n0..)``; with ``inplace = k`` output 0 is stored through
         input k (the caller passes x_k's buffer as y0 too, which the body leaves unused): one
         array written and read at the same index, where two that alias would fail LLVM's
-        run-time overlap check and run the loop's scalar version (see inplace_inputs).
-        ``streams``: interleaved streams of the innermost loop (default: the module's for pool
-        or serial kernels, see interleave_streams)."""
-        if streams is None:
-            streams = self.interleave if parallel else self.interleave_serial
+        run-time overlap check and run the loop's scalar version (see inplace_inputs). The
+        innermost loop walks the module's interleaved streams for pool or serial kernels (see
+        interleave_streams)."""
+        streams = self.interleave if parallel else self.interleave_serial
         r = self.rank
         levels: list[list[ast.stmt]] = [[] for _ in range(r + 1)]
         # Offsets: output q{d}, inputs o{k}_{d}; Horner over the dims an array is present in.
@@ -596,9 +593,9 @@ class _Emitter:
 
     def _stream_function(self) -> list[ast.stmt]:
         """``kernel_stream(ctl, y0, x0.., n0)``: :func:`kernel_par` for outputs far larger
-        than the caches. The pool claims blocks of streaming.BLOCK_BYTES; ``kernel_blk`` (the
-        serial kernel, with the pool kernel's interleaved streams where it has them) computes
-        each into a scratch array that stays in L1 and kernels/streaming.py stores it with
+        than the caches. The pool claims blocks of streaming.BLOCK_BYTES; the serial
+        ``kernel`` computes each into a scratch array that stays in L1 (chains cheap enough to
+        stream are below _INTERLEAVE_COST: one stream) and kernels/streaming.py stores it with
         non-temporal stores (no read of the output lines first). The elements before the
         output's first 64-byte boundary and after its last whole block go through ``kernel``
         in place (claims 0 and blocks + 1)."""
@@ -625,7 +622,7 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
                 if hi > lo:
                     {call("kernel", "y0[lo:hi]", "lo", "hi", "hi - lo")}
             else:
-                {call("kernel_blk", "buf", "lo", "hi", str(block))}
+                {call("kernel", "buf", "lo", "hi", str(block))}
                 stream_block(y0, lo, buf)
     stream_fence()
 """
@@ -657,10 +654,6 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
             fns.append(self.function(f"kernel_par_ip{k}", True, k))
         stream = self.streams_output()
         if stream:
-            if self.interleave > 1:
-                fns.append(self.function("kernel_blk", False, streams=self.interleave))
-            else:
-                fns.append(_assign("kernel_blk", _name("kernel")))
             fns.extend(self._stream_function())
         imports: list[ast.stmt] = [
             ast.Import(names=[ast.alias(name="numpy", asname="np")]),
