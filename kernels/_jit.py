@@ -13,7 +13,9 @@ must round exactly as numpy does.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import platform
 import time
 import warnings
 
@@ -77,6 +79,21 @@ def _wide_vectors() -> bool:
         return False
     numba.config.CPU_FEATURES = ",".join(features + ["-prefer-256-bit"])
     return True
+
+
+@functools.cache
+def vector_registers() -> int:
+    """How many vector registers the compiled kernels have: 16 on x86 without AVX-512 (ymm0 to
+    ymm15), 32 with it (and on other targets, such as AArch64's v0 to v31). Read from the
+    feature string Numba compiles for (the user's NUMBA_CPU_FEATURES where set)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+        return 32
+    features = numba.config.CPU_FEATURES
+    if features is None:
+        from numba.core.codegen import get_host_cpu_features
+
+        features = get_host_cpu_features()
+    return 32 if "+avx512f" in features.split(",") else 16
 
 
 _FMA = {"contract"}

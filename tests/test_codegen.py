@@ -175,7 +175,13 @@ def test_heavy_chains_walk_their_innermost_loop_in_interleaved_streams():
     assert "i1_span" not in ew.generate_source((_affine(),), ((True, True), (False, True)))
 
 
-def test_cheap_chains_over_rows_walk_one_stream():
+@pytest.fixture
+def many_registers(monkeypatch):
+    """The stream policy of a CPU with 32 vector registers (AVX-512), whatever this one has."""
+    monkeypatch.setattr(_jit, "vector_registers", lambda: 32)
+
+
+def test_cheap_chains_over_rows_walk_one_stream(many_registers):
     # one vecmath helper and an add: interleaved over one collapsed dim, not over rows (rank 2,
     # a row-broadcast operand), where the streams would be short segments of each row
     x, b = E.inp(0, np.float32), E.inp(1, np.float32)
@@ -191,7 +197,31 @@ def _function_source(src: str, name: str) -> str:
     return src[start:] if end < 0 else src[start:end]
 
 
-def test_serial_kernels_interleave_only_long_chains():
+def test_lone_helpers_walk_one_stream_with_16_vector_registers(monkeypatch):
+    # without AVX-512 four streams of one vecmath helper spill its constants: one stream,
+    # while a chain of three helpers still interleaves
+    monkeypatch.setattr(_jit, "vector_registers", lambda: 16)
+    x = E.inp(0, np.float32)
+    for e in (E.call("gelu", x), E.op("mul", x, E.call("sigmoid", x))):
+        assert ew.interleave_streams((e,), 1) == 1
+        assert "i0_span" not in ew.generate_source((e,), ((True,),))
+    assert ew.interleave_streams((_heavy_chain(),), 1) > 1
+
+
+def test_vector_registers_follow_the_feature_string(monkeypatch):
+    # an x86 feature string with and without AVX-512 (vector_registers is cached: call the
+    # function it wraps)
+    monkeypatch.setattr(_jit.platform, "machine", lambda: "x86_64")
+    read = _jit.vector_registers.__wrapped__
+    monkeypatch.setattr(_jit.numba.config, "CPU_FEATURES", "+avx2,+fma,-avx512f")
+    assert read() == 16
+    monkeypatch.setattr(_jit.numba.config, "CPU_FEATURES", "+avx2,+fma,+avx512f,+avx512vl")
+    assert read() == 32
+    monkeypatch.setattr(_jit.platform, "machine", lambda: "aarch64")
+    assert read() == 32
+
+
+def test_serial_kernels_interleave_only_long_chains(many_registers):
     # the serial kernel takes small work only: one stream unless the chain is long (compile
     # time); the pool kernel keeps the module's streams; a chain this dear has no streaming
     # twin (elementwise._STREAM_MAX_COST)

@@ -759,6 +759,12 @@ _STREAM_COST = 16.0
 # same chain took 2 ms instead of 0.24.
 _INTERLEAVE_COST = 10.0
 _STREAMS = 4
+# The same threshold where the kernels have 16 vector registers (x86 without AVX-512; the
+# figures above come from an AVX-512 Xeon with 32): there four streams of a lone vecmath
+# helper spill its constants and temporaries. Zen 3 VM, AVX2, 2 threads, four streams against
+# one in one process: the erf GELU (12) 1.19x the time at 256K and 1.20x at 4M, the tanh GELU
+# (12) 1.05x and 1.04x, SiLU (11) 1.01x and 0.95x; the 16-op chain (49) still 0.60x and 0.73x.
+_INTERLEAVE_COST_FEW_REGS = 16.0
 # Kernels of rank 2 and more interleave only from this cost: their streams split each row of
 # the innermost dim into short segments, which the hardware prefetchers follow poorly once the
 # data comes from memory. Bias + GELU (13) over 64M float32 as [65536, 1024], 2 threads,
@@ -793,8 +799,10 @@ def interleave_streams(exprs: Sequence[Expr], rank: int = 1, serial: bool = Fals
     for ``exprs`` over ``rank`` collapsed dims walks its innermost loop in."""
     if serial:
         least = _INTERLEAVE_COST_SERIAL
+    elif rank > 1:
+        least = _INTERLEAVE_COST_ROWS
     else:
-        least = _INTERLEAVE_COST if rank <= 1 else _INTERLEAVE_COST_ROWS
+        least = _INTERLEAVE_COST if _jit.vector_registers() >= 32 else _INTERLEAVE_COST_FEW_REGS
     return _STREAMS if _chain_cost(exprs) >= least else 1
 
 
