@@ -762,7 +762,7 @@ _STREAMS = 4
 # The same threshold where the kernels have 16 vector registers (x86 without AVX-512; the
 # figures above come from an AVX-512 Xeon with 32): there four streams of a lone vecmath
 # helper spill its constants and temporaries. Zen 3 VM, AVX2, 2 threads, four streams against
-# one in one process: the erf GELU (12) 1.19x the time at 256K and 1.20x at 4M, the tanh GELU
+# one in one process: the erf GELU (12) 1.19x the time at 256K and ~1.2x at 4M, the tanh GELU
 # (12) 1.05x and 1.04x, SiLU (11) 1.01x and 0.95x; the 16-op chain (49) still 0.60x and 0.73x.
 _INTERLEAVE_COST_FEW_REGS = 16.0
 # Kernels of rank 2 and more interleave only from this cost: their streams split each row of
