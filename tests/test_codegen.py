@@ -288,6 +288,53 @@ def test_writing_over_an_input_runs_the_in_place_variant(monkeypatch, threads, c
     assert k == 0 and name == ("kernel_par_ip0" if parallel else "kernel_ip0")
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_rows_beyond_the_caches_run_the_one_stream_twin(monkeypatch, threads, in_place):
+    # a row kernel walking interleaved streams runs its one-stream twin once the data passes
+    # _ROW_STREAMS_MAX_BYTES (lowered here), into a fresh buffer or over its input, with the
+    # numbers of the four-stream kernel (the same operations per element) and of numpy
+    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 10)
+    real = ew.run_parallel
+    launched = []
+
+    def spy(kernel, *args, **kw):
+        launched.append(kernel.__name__)
+        return real(kernel, *args, threads=threads)
+
+    monkeypatch.setattr(ew, "run_parallel", spy)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((37, 1021)).astype(np.float32)
+    b = rng.standard_normal(1021).astype(np.float32)
+    e = _heavy_chain()
+    ew._PLANS.clear()
+    want = ew.apply(e, [a, b])
+    assert launched == ["kernel_par"]
+    monkeypatch.setattr(ew, "_ROW_STREAMS_MAX_BYTES", a.nbytes)
+    ew._PLANS.clear()
+    try:
+        if in_place:
+            buf = a.copy()
+            (got,) = ew.apply_many((e,), [buf, b], out=[buf])
+            assert got is buf
+        else:
+            got = ew.apply(e, [a, b])
+    finally:
+        ew._PLANS.clear()
+    assert launched[-1] == ("kernel_par_1s_ip0" if in_place else "kernel_par_1s")
+    np.testing.assert_array_equal(got, want)
+    x, bb = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(got, x / (1.0 + 1.0 / (np.tanh(x + bb) + 2.0)), rtol=2e-6)
+
+
+def test_only_interleaved_row_kernels_have_a_one_stream_twin():
+    rows = ((True, True), (False, True))
+    assert "def kernel_par_1s(" in ew.generate_source((_heavy_chain(),), rows)
+    assert "def kernel_par_1s(" not in ew.generate_source((_affine(),), rows)
+    flat = ((True,), (True,))
+    assert "def kernel_par_1s(" not in ew.generate_source((_heavy_chain(),), flat)
+
+
 def test_multiple_outputs_share_one_loop():
     x, y = E.inp(0, np.int32), E.inp(1, np.int32)
     q = E.call("div", x, y)

@@ -336,14 +336,17 @@ class _Emitter:
     def _present(self, k: int) -> list[int]:
         return [d for d in range(self.rank) if self.masks[k][d]]
 
-    def function(self, name: str, parallel: bool, inplace: int | None = None) -> ast.FunctionDef:
+    def function(
+        self, name: str, parallel: bool, inplace: int | None = None, streams: int | None = None
+    ) -> ast.FunctionDef:
         """``name(ctl?, y0.., x0.., n0..)``; with ``inplace = k`` output 0 is stored through
         input k (the caller passes x_k's buffer as y0 too, which the body leaves unused): one
         array written and read at the same index, where two that alias would fail LLVM's
-        run-time overlap check and run the loop's scalar version (see inplace_inputs). The
-        innermost loop walks the module's interleaved streams for pool or serial kernels (see
-        interleave_streams)."""
-        streams = self.interleave if parallel else self.interleave_serial
+        run-time overlap check and run the loop's scalar version (see inplace_inputs).
+        ``streams``: interleaved streams of the innermost loop (default: the module's for pool
+        or serial kernels, see interleave_streams)."""
+        if streams is None:
+            streams = self.interleave if parallel else self.interleave_serial
         r = self.rank
         levels: list[list[ast.stmt]] = [[] for _ in range(r + 1)]
         # Offsets: output q{d}, inputs o{k}_{d}; Horner over the dims an array is present in.
@@ -652,6 +655,12 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
         for k in self.inplace_inputs():
             fns.append(self.function(f"kernel_ip{k}", False, k))
             fns.append(self.function(f"kernel_par_ip{k}", True, k))
+        # pool kernels over rows walking interleaved streams get a one-stream twin for data
+        # beyond the caches (see _ROW_STREAMS_MAX_BYTES), compiled only when such data comes
+        if self.rank > 1 and self.interleave > 1 and not self.reduce:
+            fns.append(self.function(f"kernel_par{_ONE_STREAM}", True, streams=1))
+            for k in self.inplace_inputs():
+                fns.append(self.function(f"kernel_par{_ONE_STREAM}_ip{k}", True, k, streams=1))
         stream = self.streams_output()
         if stream:
             fns.extend(self._stream_function())
@@ -772,6 +781,14 @@ _INTERLEAVE_COST_FEW_REGS = 16.0
 # 256K: equal), while the 8-op E1 chain (20) still gains from four (64M: 33.4 ms against
 # 36.9) and the 16-op one (49) much more (256K: 205 us against 307).
 _INTERLEAVE_COST_ROWS = 16.0
+# ... and only while the output and one full-size input together fit in this many bytes; the
+# pool then runs the module's one-stream twin (suffix _ONE_STREAM). The 8-op E1 chain (20)
+# over rows of 1024 float32, Zen 3 VM, 2 threads, one stream against four in one process:
+# 1.05-1.13x the time at 256K elements (2 MiB), 0.99x at 1M (8 MiB), 0.62x at 2M, 0.64x at
+# 4M and 0.73x at 64M (81 ms against 53). Four streams over rows from other rows (rows i,
+# i + s, i + 2s, i + 3s side by side, or four neighbouring rows) were no faster than one.
+_ROW_STREAMS_MAX_BYTES = 8 << 20
+_ONE_STREAM = "_1s"
 # Serial kernels (work under the parallel threshold) interleave only from this cost: there the
 # four streams' longer body mostly costs compile time (bench O1, 18 generated kernels of tiny
 # tensors: 19 s from an empty cache with four streams in every kernel, 4.5 s with one in the
@@ -904,7 +921,18 @@ class _Plan:
     kernel (a stored dtype the kernel cannot write), else None.
     """
 
-    __slots__ = ("out_shape", "sizes", "size", "entry", "alloc", "post", "work", "narrow", "stream")
+    __slots__ = (
+        "out_shape",
+        "sizes",
+        "size",
+        "entry",
+        "alloc",
+        "post",
+        "work",
+        "narrow",
+        "stream",
+        "one_stream",
+    )
 
     def __init__(self, out_shape, sizes, size, entry, alloc, post, narrow):
         self.out_shape = out_shape
@@ -923,6 +951,13 @@ class _Plan:
             and hasattr(entry.module, "kernel_stream")
             and post == (None,)
             and size * alloc[0].itemsize >= streaming.MIN_BYTES
+        )
+        # the pool kernel walks one stream: rows of data beyond the caches (see
+        # _ROW_STREAMS_MAX_BYTES)
+        self.one_stream = (
+            entry is not None
+            and hasattr(entry.module, f"kernel_par{_ONE_STREAM}")
+            and 2 * size * alloc[0].itemsize > _ROW_STREAMS_MAX_BYTES
         )
 
 
@@ -1097,7 +1132,9 @@ def _plan_kernel(plan: _Plan, parallel: bool, inplace: int | None = None) -> Any
         return mod.kernel_stream
     if inplace is not None:
         return inplace_kernel(plan, inplace, parallel)
-    return mod.kernel_par if parallel else mod.kernel
+    if not parallel:
+        return mod.kernel
+    return getattr(mod, f"kernel_par{_ONE_STREAM}") if plan.one_stream else mod.kernel_par
 
 
 def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
@@ -1106,7 +1143,10 @@ def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
     ``_Emitter.inplace_inputs``). The ordinary kernel would also be right, but run its loop
     unvectorised: LLVM's run-time check finds the output overlapping an input."""
     mod = plan.entry.module
-    return getattr(mod, f"kernel_par_ip{k}" if parallel else f"kernel_ip{k}", None)
+    if not parallel:
+        return getattr(mod, f"kernel_ip{k}", None)
+    par = f"kernel_par{_ONE_STREAM}" if plan.one_stream else "kernel_par"
+    return getattr(mod, f"{par}_ip{k}", None)
 
 
 def writes_in_place(plan: _Plan, k: int) -> bool:
