@@ -434,15 +434,19 @@ def test_gelu_kernels_use_vecmath_gelu(form: str) -> None:
     tanh_f64)."""
     from onnxjit.kernels.cpu import epilogue as ep
     from onnxjit.kernels.cpu import nn as knn
+    from onnxjit.kernels.prefetch import ROW_STREAMS_MAX_BYTES
 
     fn = _GELU_FORMS[form][0]
     tanh_form = form == "tanh"
     act = ep.ACT_GELU_TANH if tanh_form else ep.ACT_GELU
     formula64 = _gelu_tanh64 if tanh_form else _gelu64
     rng = np.random.default_rng(4)
-    # short rows (inlined loop), long odd and even rows (the two-half loop and its tail)
-    for n in (7, knn._GELU_CALL_MIN + 5, 2 * knn._GELU_CALL_MIN):
-        x = (rng.standard_normal((3, n)) * 4).astype(np.float32)
+    # short rows (inlined loop), long odd and even rows (the two-half loop and its tail), and
+    # rows of more data than prefetch.ROW_STREAMS_MAX_BYTES (one pass per row)
+    n_long = 2 * knn._GELU_CALL_MIN
+    big = ROW_STREAMS_MAX_BYTES // (2 * 4 * n_long) + 1
+    for rows, n in ((3, 7), (3, knn._GELU_CALL_MIN + 5), (3, n_long), (big, n_long)):
+        x = (rng.standard_normal((rows, n)) * 4).astype(np.float32)
         b = (rng.standard_normal(n) * 0.1).astype(np.float32)
         want = _apply(fn, (x + b).ravel(), fma=True).reshape(x.shape)
         y = np.empty_like(x)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..prefetch import prefetch_all
+from ..prefetch import ROW_STREAMS_MAX_BYTES, prefetch_all
 from ..vecmath import (
     EXP_NONPOS_NORMAL_MIN,
     fence,
@@ -201,16 +201,18 @@ def _gelu_row_inline(x, bias, y, r, tanh_form):
 
 
 @njit(fma=True)
-def _gelu_row(x, bias, y, r, tanh_form):
+def _gelu_row(x, bias, y, r, tanh_form, halves):
     """Row ``r`` of :func:`gelu_rows`, called (not inlined) for long rows."""
-    if tanh_form:
+    if tanh_form or not halves:
         _gelu_row_inline(x, bias, y, r, tanh_form)
         return
-    # The erf form walks the two halves of the row in one loop: each element is a chain of
-    # ~25 dependent vector operations, and two independent chains side by side in the
-    # instruction stream give the out-of-order core twice the work to overlap within its
-    # scheduler window (Zen 3 at 2 threads, 256 x 1024 float32: 161-187 us a run instead
-    # of 175-206; both halves are contiguous, so the loop still vectorises).
+    # With ``halves`` the erf form walks the two halves of the row in one loop: each element
+    # is a chain of ~25 dependent vector operations, and two independent chains side by side
+    # in the instruction stream give the out-of-order core twice the work to overlap within
+    # its scheduler window (Zen 3 at 2 threads, 256 x 1024 float32: 161-187 us a run instead
+    # of 175-206; both halves are contiguous, so the loop still vectorises). Only for data
+    # that fits prefetch.ROW_STREAMS_MAX_BYTES: from memory the half-row segments defeat the
+    # prefetchers (64M elements: 56 ms in halves, 30 in one pass).
     n = x.shape[1]
     h = n // 2
     for j in range(h):
@@ -223,8 +225,9 @@ def _gelu_row(x, bias, y, r, tanh_form):
 @njit(inline="always")
 def _gelu_rows_range(x, bias, y, lo, hi, tanh_form):
     if x.shape[1] >= _GELU_CALL_MIN:
+        halves = 2 * x.size * x.itemsize <= ROW_STREAMS_MAX_BYTES
         for r in range(lo, hi):
-            _gelu_row(x, bias, y, r, tanh_form)
+            _gelu_row(x, bias, y, r, tanh_form, halves)
     else:
         for r in range(lo, hi):
             _gelu_row_inline(x, bias, y, r, tanh_form)

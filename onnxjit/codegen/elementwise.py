@@ -42,7 +42,7 @@ import numpy as np
 
 from onnxjit.codegen import modcache
 from onnxjit.codegen.expr import BINARY, UNARY, Const, Expr, Input, Op, input_dtypes, walk
-from onnxjit.kernels import _jit, streaming
+from onnxjit.kernels import _jit, prefetch, streaming
 from onnxjit.kernels import scalar as _scalar
 from onnxjit.pool import run_parallel
 
@@ -781,13 +781,14 @@ _INTERLEAVE_COST_FEW_REGS = 16.0
 # 256K: equal), while the 8-op E1 chain (20) still gains from four (64M: 33.4 ms against
 # 36.9) and the 16-op one (49) much more (256K: 205 us against 307).
 _INTERLEAVE_COST_ROWS = 16.0
-# ... and only while the output and one full-size input together fit in this many bytes; the
-# pool then runs the module's one-stream twin (suffix _ONE_STREAM). The 8-op E1 chain (20)
-# over rows of 1024 float32, Zen 3 VM, 2 threads, one stream against four in one process:
-# 1.05-1.13x the time at 256K elements (2 MiB), 0.99x at 1M (8 MiB), 0.62x at 2M, 0.64x at
-# 4M and 0.73x at 64M (81 ms against 53). Four streams over rows from other rows (rows i,
-# i + s, i + 2s, i + 3s side by side, or four neighbouring rows) were no faster than one.
-_ROW_STREAMS_MAX_BYTES = 8 << 20
+# ... and only while the output and one full-size input together fit in
+# prefetch.ROW_STREAMS_MAX_BYTES; beyond, the pool runs the module's one-stream twin (suffix
+# _ONE_STREAM). The 8-op E1 chain (20) over rows of 1024 float32, Zen 3 VM, 2 threads, one
+# stream against four in one process: 1.05-1.13x the time at 256K elements (2 MiB), 0.99x at
+# 1M (8 MiB), 0.62x at 2M, 0.64x at 4M and 0.73x at 64M (81 ms against 53). Four streams
+# taken from four rows (rows i, i + s, i + 2s, i + 3s side by side, or four neighbouring
+# rows) were no faster than one.
+_ROW_STREAMS_MAX_BYTES = prefetch.ROW_STREAMS_MAX_BYTES
 _ONE_STREAM = "_1s"
 # Serial kernels (work under the parallel threshold) interleave only from this cost: there the
 # four streams' longer body mostly costs compile time (bench O1, 18 generated kernels of tiny
