@@ -15,7 +15,7 @@ from onnxjit.codegen import elementwise as ew
 from onnxjit.codegen import expr as E
 from onnxjit.codegen import modcache
 from onnxjit.config import SETTINGS
-from onnxjit.kernels import _jit
+from onnxjit.kernels import _jit, prefetch
 
 F32 = np.dtype(np.float32)
 
@@ -292,7 +292,7 @@ def test_writing_over_an_input_runs_the_in_place_variant(monkeypatch, threads, c
 @pytest.mark.parametrize("in_place", [False, True])
 def test_rows_beyond_the_caches_run_the_one_stream_twin(monkeypatch, threads, in_place):
     # a row kernel walking interleaved streams runs its one-stream twin once the data passes
-    # _ROW_STREAMS_MAX_BYTES (lowered here), into a fresh buffer or over its input, with the
+    # prefetch.ROW_STREAMS_MAX_BYTES (lowered here), into a fresh buffer or over its input, with the
     # numbers of the four-stream kernel (the same operations per element) and of numpy
     monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 10)
     real = ew.run_parallel
@@ -310,7 +310,7 @@ def test_rows_beyond_the_caches_run_the_one_stream_twin(monkeypatch, threads, in
     ew._PLANS.clear()
     want = ew.apply(e, [a, b])
     assert launched == ["kernel_par"]
-    monkeypatch.setattr(ew, "_ROW_STREAMS_MAX_BYTES", a.nbytes)
+    monkeypatch.setattr(prefetch, "ROW_STREAMS_MAX_BYTES", a.nbytes)
     ew._PLANS.clear()
     try:
         if in_place:

@@ -656,7 +656,7 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
             fns.append(self.function(f"kernel_ip{k}", False, k))
             fns.append(self.function(f"kernel_par_ip{k}", True, k))
         # pool kernels over rows walking interleaved streams get a one-stream twin for data
-        # beyond the caches (see _ROW_STREAMS_MAX_BYTES), compiled only when such data comes
+        # beyond the caches (see prefetch.ROW_STREAMS_MAX_BYTES), compiled only when such data comes
         if self.rank > 1 and self.interleave > 1 and not self.reduce:
             fns.append(self.function(f"kernel_par{_ONE_STREAM}", True, streams=1))
             for k in self.inplace_inputs():
@@ -788,7 +788,6 @@ _INTERLEAVE_COST_ROWS = 16.0
 # 1M (8 MiB), 0.62x at 2M, 0.64x at 4M and 0.73x at 64M (81 ms against 53). Four streams
 # taken from four rows (rows i, i + s, i + 2s, i + 3s side by side, or four neighbouring
 # rows) were no faster than one.
-_ROW_STREAMS_MAX_BYTES = prefetch.ROW_STREAMS_MAX_BYTES
 _ONE_STREAM = "_1s"
 # Serial kernels (work under the parallel threshold) interleave only from this cost: there the
 # four streams' longer body mostly costs compile time (bench O1, 18 generated kernels of tiny
@@ -954,11 +953,11 @@ class _Plan:
             and size * alloc[0].itemsize >= streaming.MIN_BYTES
         )
         # the pool kernel walks one stream: rows of data beyond the caches (see
-        # _ROW_STREAMS_MAX_BYTES)
+        # _INTERLEAVE_COST_ROWS)
         self.one_stream = (
             entry is not None
             and hasattr(entry.module, f"kernel_par{_ONE_STREAM}")
-            and 2 * size * alloc[0].itemsize > _ROW_STREAMS_MAX_BYTES
+            and 2 * size * alloc[0].itemsize > prefetch.ROW_STREAMS_MAX_BYTES
         )
 
 
