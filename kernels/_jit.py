@@ -96,6 +96,18 @@ def vector_registers() -> int:
     return 32 if "+avx512f" in features.split(",") else 16
 
 
+@functools.cache
+def cpu_name() -> str:
+    """LLVM's name of the CPU the kernels are compiled for ("znver3", "icelake-server", ...):
+    the user's NUMBA_CPU_NAME where set (other than "host"), else the host's."""
+    name = numba.config.CPU_NAME
+    if name and name != "host":
+        return name
+    import llvmlite.binding as llvm
+
+    return llvm.get_host_cpu_name()
+
+
 _FMA = {"contract"}
 
 

@@ -13,9 +13,18 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._jit import njit
+from ._jit import cpu_name, njit
 
 LINE_BYTES = 64  # bytes per cache line
+
+# Whether row kernels ask for their next row's lines at the start of each row (softmax). On
+# the Xeon development VM this hid the first misses of every row (2 threads, 1024 x 1024
+# float32: 164-175 us a run instead of 183-195); on the Zen 3 VM, whose prefetchers keep up
+# (the time is the exp pass's), the 64 prefetches at each row start cost more than they
+# hide: without them the same softmax took 0.96-0.99 the time, and 0.94 with 4096 x 128
+# (kernels alternating in one process). Decided per CPU family, as measured: off on AMD Zen
+# (LLVM's "znver*" names), on elsewhere.
+NEXT_ROW = not cpu_name().startswith("znver")
 
 # Kernels that walk each row in several interleaved segments (to overlap independent
 # dependency chains) do so only while the data they read and write fits in this many bytes:

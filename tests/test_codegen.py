@@ -221,6 +221,19 @@ def test_vector_registers_follow_the_feature_string(monkeypatch):
     assert read() == 32
 
 
+def test_cpu_name_follows_numba_cpu_name(monkeypatch):
+    # NUMBA_CPU_NAME where set, LLVM's host name for "host" or unset (cpu_name is cached:
+    # call the function it wraps)
+    import llvmlite.binding as llvm
+
+    read = _jit.cpu_name.__wrapped__
+    monkeypatch.setattr(_jit.numba.config, "CPU_NAME", "skylake-avx512")
+    assert read() == "skylake-avx512"
+    for unset in ("host", None):
+        monkeypatch.setattr(_jit.numba.config, "CPU_NAME", unset)
+        assert read() == llvm.get_host_cpu_name()
+
+
 def test_serial_kernels_interleave_only_long_chains(many_registers):
     # the serial kernel takes small work only: one stream unless the chain is long (compile
     # time); the pool kernel keeps the module's streams; a chain this dear has no streaming

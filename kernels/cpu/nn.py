@@ -13,7 +13,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..prefetch import ROW_STREAMS_MAX_BYTES, prefetch_all
+from ..prefetch import NEXT_ROW, ROW_STREAMS_MAX_BYTES, prefetch_all
 from ..vecmath import (
     EXP_NONPOS_NORMAL_MIN,
     fence,
@@ -138,11 +138,9 @@ def _softmax_row(x, y, r, log):
     n = x.shape[1]
     if n == 0:
         return
-    if r + 1 < x.shape[0]:
+    if NEXT_ROW and r + 1 < x.shape[0]:
         # the next row starts on another page, where the hardware prefetchers stop: ask for
-        # it now so that its loads overlap this row's exp pass (2 threads, 1024 x 1024
-        # float32, with exp_nonpos_f32's select-free underflow: 164-175 us a run instead
-        # of 183-195 on the development VM)
+        # it now so that its loads overlap this row's exp pass (see prefetch.NEXT_ROW)
         prefetch_all(x[r + 1])
     mx, mn = softmax_row_range(x, r)
     total = exp_sum(x, y, r, mx, mn)
