@@ -27,9 +27,14 @@ _BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # more than it saves (a tile's BLAS call repacks its operands; waking a worker costs some
 # 100 us on the development VM when it is not spinning).
 PARALLEL_MACS = 1 << 18
-# A matrix-vector product is memory-bound: 2**16 multiply-adds read 256 KB of float32 weight,
-# some 5 us, which two threads halve (each keeps its half of the weight in its own cache).
-GEMV_PARALLEL_MACS = 1 << 16
+# A matrix-vector product is memory-bound: two threads halve the weight each reads (and each
+# can keep its half in its own cache), but a 2-thread launch costs some 5 us more than a
+# serial call on the Zen 3 VM (mostly Numba's unboxing of the kernel's arguments), which only
+# products from about 2**17 multiply-adds repay there (float32, one thread against two,
+# alternating in one process: 256 x 256 took 1.25 the time on two threads, 512 x 256 0.99,
+# 256 x 768 0.89, 1024 x 256 0.82). Whole models against the 2**16 used before: M1 gemm/b1
+# 0.98 the time, T2 gpt2_step 0.99.
+GEMV_PARALLEL_MACS = 1 << 17
 
 
 def _operand(x: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, bool] | None:
