@@ -30,8 +30,9 @@ NEXT_ROW = not cpu_name().startswith("znver")
 # dependency chains) do so only while the data they read and write fits in this many bytes:
 # from memory the short segments, several per page, defeat the prefetchers. Zen 3 VM, 2
 # threads, rows of 1024 float32: an 8-op elementwise chain in four segments against one took
-# 0.95 the time at 256K elements, 1.01 at 1M, 1.6 at 2M and 1.4-1.6 up to 64M; the bias + GELU
-# row kernel in two halves against one 0.96 at 256K, 1.2 at 4M and 1.8 at 64M.
+# 0.95 the time at 256K elements, 1.01 at 1M, 1.6 at 2M and 1.4-1.6 up to 64M; a bias + GELU
+# row kernel (since replaced by the generated one) in two halves against one 0.96 at 256K,
+# 1.2 at 4M and 1.8 at 64M.
 ROW_STREAMS_MAX_BYTES = 8 << 20
 
 

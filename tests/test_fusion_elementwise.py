@@ -150,18 +150,30 @@ def test_internal_gelu_joins_a_group(with_bias, dtype, elem):
     np.testing.assert_allclose(got, want, **tol)
 
 
-def test_internal_gelu_alone_runs_a_generated_kernel(monkeypatch):
-    # without a bias onnxjit's Gelu runs one generated kernel (which streams large outputs),
-    # not the row kernel of kernels/cpu/nn.py that it runs with a bias
-    from onnxjit.kernels.cpu import nn as knn
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_internal_gelu_runs_a_generated_kernel(monkeypatch, with_bias):
+    # onnxjit's Gelu, with or without a bias, runs one generated kernel (which streams large
+    # outputs): the first run through onnxjit.ops.elementwise.apply, later ones through the
+    # fast path prepared from it, whose kernel plan is bound once
+    from onnxjit.ops import elementwise as ew
 
-    def row_kernel(*args):
-        raise AssertionError("the row kernel ran")
+    calls = {"apply": 0, "bind_plan": 0}
+    for name in calls:
+        real = getattr(ew, name)
 
-    monkeypatch.setattr(knn, "gelu_rows", row_kernel)
-    monkeypatch.setattr(knn, "gelu_rows_par", row_kernel)
+        def spy(*args, _real=real, _name=name):
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(ew, name, spy)
     rng = np.random.default_rng(5)
-    m = _model(_gelu_nodes(), [_vi("x", shape=[6, 32])], [_vi("y", shape=[6, 32])], _gelu_consts())
+    nodes, consts, x = [], _gelu_consts(), "x"
+    if with_bias:
+        nodes.append(helper.make_node("Add", ["x", "bias"], ["xb"]))
+        consts.append(_const("bias", rng.standard_normal(32).astype(np.float32)))
+        x = "xb"
+    nodes += _gelu_nodes(x)
+    m = _model(nodes, [_vi("x", shape=[6, 32])], [_vi("y", shape=[6, 32])], consts)
     sess = onnxjit.InferenceSession(m.SerializeToString())
     assert [(n.domain, n.op_type) for n in sess.graph_nodes()] == [("onnxjit", "Gelu")]
     feeds = {"x": rng.standard_normal((6, 32)).astype(np.float32) * 3}
@@ -169,6 +181,7 @@ def test_internal_gelu_alone_runs_a_generated_kernel(monkeypatch):
         got = sess.run(None, feeds)[0]
         want = ReferenceEvaluator(m).run(None, feeds)[0]
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    assert calls == {"apply": 1, "bind_plan": 1}
 
 
 def test_intermediate_used_outside_becomes_an_output():

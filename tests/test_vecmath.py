@@ -428,37 +428,34 @@ def test_gelu_f32_special_values(form: str, fma: bool) -> None:
 
 @_GELU_FORM
 def test_gelu_kernels_use_vecmath_gelu(form: str) -> None:
-    """The fused Gelu kernel (nn.gelu_rows, short and long rows) and the GEMM/conv epilogue
-    (ACT_GELU, ACT_GELU_TANH) give exactly gelu_f32's (gelu_tanh_f32's) values on float32
-    (compiled, as they are, with contraction) and keep the formula on float64 (libm's erf;
-    tanh_f64)."""
+    """onnxjit's fused Gelu with a bias row (one generated kernel: small, odd and long rows,
+    and more data than prefetch.ROW_STREAMS_MAX_BYTES, where the row kernel walks one stream)
+    and the GEMM/conv epilogue (ACT_GELU, ACT_GELU_TANH) give exactly gelu_f32's
+    (gelu_tanh_f32's) values of x + bias on float32 (compiled, as they are, with contraction)
+    and keep the formula on float64 (libm's erf; tanh_f64)."""
     from onnxjit.kernels.cpu import epilogue as ep
-    from onnxjit.kernels.cpu import nn as knn
     from onnxjit.kernels.prefetch import ROW_STREAMS_MAX_BYTES
+    from onnxjit.ops.elementwise import generated_gelu
 
     fn = _GELU_FORMS[form][0]
     tanh_form = form == "tanh"
+    approximate = "tanh" if tanh_form else "none"
     act = ep.ACT_GELU_TANH if tanh_form else ep.ACT_GELU
     formula64 = _gelu_tanh64 if tanh_form else _gelu64
     rng = np.random.default_rng(4)
-    # short rows (inlined loop), long odd and even rows (the two-half loop and its tail), and
-    # rows of more data than prefetch.ROW_STREAMS_MAX_BYTES (one pass per row)
-    n_long = 2 * knn._GELU_CALL_MIN
+    n_long = 1024
     big = ROW_STREAMS_MAX_BYTES // (2 * 4 * n_long) + 1
-    for rows, n in ((3, 7), (3, knn._GELU_CALL_MIN + 5), (3, n_long), (big, n_long)):
+    for rows, n in ((3, 7), (3, 517), (3, n_long), (big, n_long)):
         x = (rng.standard_normal((rows, n)) * 4).astype(np.float32)
         b = (rng.standard_normal(n) * 0.1).astype(np.float32)
         want = _apply(fn, (x + b).ravel(), fma=True).reshape(x.shape)
-        y = np.empty_like(x)
-        knn.gelu_rows(x, b, y, tanh_form)
-        np.testing.assert_array_equal(y, want)
+        np.testing.assert_array_equal(generated_gelu(x, approximate, b), want)
         v = (x + b)[0].copy()
         ep.activate(v, act, np.float32(0), np.float32(0))
         np.testing.assert_array_equal(v, want[0])
         # float64: 1 + erf (1 + tanh) cancelling for x < 0 as in the formula
         x64, b64 = x.astype(np.float64), b.astype(np.float64)
-        y64 = np.empty_like(x64)
-        knn.gelu_rows(x64, b64, y64, tanh_form)
+        y64 = generated_gelu(x64, approximate, b64)
         v64 = x64[0] + b64
         ep.activate(v64, act, 0.0, 0.0)
         ref64 = formula64(x64 + b64)

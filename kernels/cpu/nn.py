@@ -13,7 +13,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from ..chunks import claim
-from ..prefetch import NEXT_ROW, ROW_STREAMS_MAX_BYTES, prefetch_all
+from ..prefetch import NEXT_ROW, prefetch_all
 from ..vecmath import (
     EXP_NONPOS_NORMAL_MIN,
     fence,
@@ -22,8 +22,6 @@ from ..vecmath import (
     vexp,
     vexp_nonpos,
     vexp_nonpos_normal,
-    vgelu,
-    vgelu_tanh,
 )
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
@@ -174,80 +172,6 @@ def softmax_rows_par(ctl, x, y, log):
             break
         for r in range(chunk_lo, chunk_hi):
             _softmax_row(x, y, r, log)
-
-
-# Rows at least this long go to the called row kernel _gelu_row, shorter ones to the inlined
-# loop: with the element loop inlined into the row loop LLVM runs out of registers for the
-# constants of the vectorised loop (it hoists those of its vector, remainder and both forms'
-# loops to the function entry) and reloads them from memory on every iteration (float32 erf
-# form: ~17 cycles per 16 floats instead of ~15.5 on the development VM), while a call costs
-# ~3 ns per row, which rows of a few dozen floats do not repay.
-_GELU_CALL_MIN = 256
-
-
-@njit(inline="always")
-def _gelu_row_inline(x, bias, y, r, tanh_form):
-    n = x.shape[1]
-    if tanh_form:
-        # float32: vecmath.gelu_tanh_f32 (x / (1 + e^(-2u))); float64: the formula
-        for j in range(n):
-            y[r, j] = vgelu_tanh(x[r, j] + bias[j])
-    else:
-        # float32: vecmath.gelu_f32 (no 1 + erf composition); float64: the formula with libm erf
-        for j in range(n):
-            y[r, j] = vgelu(x[r, j] + bias[j])
-
-
-@njit(fma=True)
-def _gelu_row(x, bias, y, r, tanh_form, halves):
-    """Row ``r`` of :func:`gelu_rows`, called (not inlined) for long rows."""
-    if tanh_form or not halves:
-        _gelu_row_inline(x, bias, y, r, tanh_form)
-        return
-    # With ``halves`` the erf form walks the two halves of the row in one loop: each element
-    # is a chain of ~25 dependent vector operations, and two independent chains side by side
-    # in the instruction stream give the out-of-order core twice the work to overlap within
-    # its scheduler window (Zen 3 at 2 threads, 256 x 1024 float32: 161-187 us a run instead
-    # of 175-206; both halves are contiguous, so the loop still vectorises). Only for data
-    # that fits prefetch.ROW_STREAMS_MAX_BYTES: from memory the half-row segments defeat the
-    # prefetchers (64M elements: 56 ms in halves, 30 in one pass).
-    n = x.shape[1]
-    h = n // 2
-    for j in range(h):
-        y[r, j] = vgelu(x[r, j] + bias[j])
-        y[r, h + j] = vgelu(x[r, h + j] + bias[h + j])
-    if n % 2:
-        y[r, n - 1] = vgelu(x[r, n - 1] + bias[n - 1])
-
-
-@njit(inline="always")
-def _gelu_rows_range(x, bias, y, lo, hi, tanh_form):
-    if x.shape[1] >= _GELU_CALL_MIN:
-        halves = 2 * x.size * x.itemsize <= ROW_STREAMS_MAX_BYTES
-        for r in range(lo, hi):
-            _gelu_row(x, bias, y, r, tanh_form, halves)
-    else:
-        for r in range(lo, hi):
-            _gelu_row_inline(x, bias, y, r, tanh_form)
-
-
-@njit(fma=True)
-def gelu_rows(x, bias, y, tanh_form):
-    """GELU of ``x + bias`` for ``x`` (R, n) and ``bias`` (n,) into ``y``: the erf form
-    ``0.5 v (1 + erf(v / sqrt 2))``, or with ``tanh_form`` the tanh approximation
-    ``0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))``."""
-    _gelu_rows_range(x, bias, y, 0, x.shape[0], tanh_form)
-
-
-@pjit(fma=True)
-def gelu_rows_par(ctl, x, bias, y, tanh_form):
-    """Parallel twin of :func:`gelu_rows` (threads over rows)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        _gelu_rows_range(x, bias, y, chunk_lo, chunk_hi, tanh_form)
 
 
 @njit

@@ -927,11 +927,15 @@ def _internal_gelu_builder(attrs: dict, x: E.Expr, bias: E.Expr | None = None) -
     return _gelu_builder(attrs, x)
 
 
-def generated_gelu(x: np.ndarray, approximate: str) -> np.ndarray:
-    """GELU of the floating-point array ``x`` in one generated kernel (onnxjit's internal
-    Gelu op without a bias); ``approximate`` is "none" (erf form) or "tanh"."""
+def generated_gelu(x: np.ndarray, approximate: str, bias: np.ndarray | None = None) -> np.ndarray:
+    """GELU of the floating-point array ``x`` (+ ``bias`` of the same dtype, broadcast as an
+    Add) in one generated kernel (onnxjit's internal Gelu op); ``approximate`` is "none" (erf
+    form) or "tanh"."""
     attrs = {"approximate": approximate}
-    return _ew(("onnxjit.Gelu", approximate), lambda v: _internal_gelu_builder(attrs, v), (x,))
+    key = ("onnxjit.Gelu", approximate)
+    if bias is None:
+        return _ew(key, lambda v: _internal_gelu_builder(attrs, v), (x,))
+    return _ew(key, lambda v, b: _internal_gelu_builder(attrs, v, b), (x, bias))
 
 
 @_fusible("Clip", since=6)

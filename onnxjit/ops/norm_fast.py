@@ -128,34 +128,8 @@ def _prepare_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any
 
 @fast_path(fused_norm.gelu)
 def _prepare_gelu(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    x = args[0]
-    bias = args[1] if len(args) > 1 else None
-    if bias is None:
-        # without a bias onnxjit's Gelu hands x as it is to the code generator (generated_gelu)
-        return prepare_generated(ctx, args, kwargs, result)
-    if not ctx.constant_args(args, (1,)):
-        return None  # the fast path keys on the bias object: initializers only
-    rn = _rows_of(x, -1)
-    if rn is None:
-        return None
-    rows, n = rn
-    shape, dtype = x.shape, x.dtype
-    if bias.ndim > 1 or bias.size != n or bias.dtype != dtype:
-        return None
-    bi = np.ascontiguousarray(bias).reshape(n)
-    tanh_form = kwargs["approximate"] == "tanh"
-    x2 = x.reshape(rows, n)
-    go = _bound(knn.gelu_rows, knn.gelu_rows_par, x.size, (x2, bi, x2, tanh_form))
-    y_slot = Slot(shape, dtype)
-
-    def fast(x3: Any, b3: Any = None) -> Any:
-        if not plain_array(x3, shape, dtype) or b3 is not bias:
-            return MISS
-        y = y_slot.get()
-        go(x3.reshape(rows, n), bi, y.reshape(rows, n), tanh_form)
-        return y
-
-    return fast
+    # onnxjit's Gelu hands x (and its bias) as they are to the code generator (generated_gelu)
+    return prepare_generated(ctx, args, kwargs, result)
 
 
 @fast_path(fused_norm.rms_norm)
