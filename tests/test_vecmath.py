@@ -429,10 +429,10 @@ def test_gelu_f32_special_values(form: str, fma: bool) -> None:
 @_GELU_FORM
 def test_gelu_kernels_use_vecmath_gelu(form: str) -> None:
     """onnxjit's fused Gelu with a bias row (one generated kernel: small, odd and long rows,
-    and more data than prefetch.ROW_STREAMS_MAX_BYTES, where the row kernel walks one stream)
-    and the GEMM/conv epilogue (ACT_GELU, ACT_GELU_TANH) give exactly gelu_f32's
-    (gelu_tanh_f32's) values of x + bias on float32 (compiled, as they are, with contraction)
-    and keep the formula on float64 (libm's erf; tanh_f64)."""
+    and more data than prefetch.ROW_STREAMS_MAX_BYTES, on the pool) and the GEMM/conv
+    epilogue (ACT_GELU, ACT_GELU_TANH) give exactly gelu_f32's (gelu_tanh_f32's) values of
+    x + bias on float32 (compiled, as they are, with contraction) and keep the formula on
+    float64 (libm's erf; tanh_f64)."""
     from onnxjit.kernels.cpu import epilogue as ep
     from onnxjit.kernels.prefetch import ROW_STREAMS_MAX_BYTES
     from onnxjit.ops.elementwise import generated_gelu

@@ -1132,9 +1132,12 @@ def _plan_kernel(plan: _Plan, parallel: bool, inplace: int | None = None) -> Any
         return mod.kernel_stream
     if inplace is not None:
         return inplace_kernel(plan, inplace, parallel)
-    if not parallel:
-        return mod.kernel
-    return getattr(mod, f"kernel_par{_ONE_STREAM}") if plan.one_stream else mod.kernel_par
+    return getattr(mod, _pool_kernel(plan) if parallel else "kernel")
+
+
+def _pool_kernel(plan: _Plan) -> str:
+    """The name of the plan's pool kernel: its one-stream twin for rows beyond the caches."""
+    return f"kernel_par{_ONE_STREAM}" if plan.one_stream else "kernel_par"
 
 
 def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
@@ -1142,11 +1145,8 @@ def inplace_kernel(plan: _Plan, k: int, parallel: bool) -> Any:
     buffer as the output too), or None where the module has none (see
     ``_Emitter.inplace_inputs``). The ordinary kernel would also be right, but run its loop
     unvectorised: LLVM's run-time check finds the output overlapping an input."""
-    mod = plan.entry.module
-    if not parallel:
-        return getattr(mod, f"kernel_ip{k}", None)
-    par = f"kernel_par{_ONE_STREAM}" if plan.one_stream else "kernel_par"
-    return getattr(mod, f"{par}_ip{k}", None)
+    name = _pool_kernel(plan) if parallel else "kernel"
+    return getattr(plan.entry.module, f"{name}_ip{k}", None)
 
 
 def writes_in_place(plan: _Plan, k: int) -> bool:
