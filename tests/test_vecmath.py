@@ -180,11 +180,21 @@ def _nonpos_exp_grid() -> np.ndarray:
     return x[(x <= 0) & (x >= np.float32(V.EXP_NONPOS_NORMAL_MIN))]
 
 
+# expm1 (x <= 0): k changes at odd multiples of -ln2/2, 2^k - 1 stops being exact below
+# -17.33 (the result is -1), the clamp at -20
+_EXPM1_WIN = [-0.34657359, -1.03972077, -1.73286795, -17.328679, -20.0, -1e-4, 0.0]
+
+
+def _nonpos_expm1_grid() -> np.ndarray:
+    return -_grid32(-149, 7, [-w for w in _EXPM1_WIN], False)
+
+
 F32_CASES = {
     # name: (function, oracle, grid)
     "exp_f32": (V.exp_f32, np.exp, lambda: _grid32(-149, 7, _EXP_WIN, True)),
     "exp_nonpos_f32": (V.exp_nonpos_f32, np.exp, lambda: _nonpos_exp_grid()),
     "exp_nonpos_normal_f32": (V.exp_nonpos_normal_f32, np.exp, lambda: _nonpos_exp_grid()),
+    "expm1_nonpos_f32": (V.expm1_nonpos_f32, np.expm1, lambda: _nonpos_expm1_grid()),
     "log_f32": (V.log_f32, np.log, lambda: _grid32(-149, 127, _LOG_WIN, False)),
     "log1p_f32": (
         V.log1p_f32,
@@ -509,6 +519,60 @@ def test_composite_helpers(name, f32, f64, oracle, ulp, absx) -> None:
     assert not bad64.any(), (name, x64[bad64][:5], y64[bad64][:5], ref[bad64][:5])
 
 
+# ELU family (kernels/scalar.py on vecmath.expm1_nonpos_f32): name, helper with its parameters
+# bound, float64 oracle, ulp bound (expm1's 1.5 plus half an ulp per multiply after it).
+_ELU_ALPHA, _SELU_GAMMA, _CELU_ALPHA = 1.6732632, 1.050701, 2.0
+_ELUS = [
+    (
+        "elu",
+        lambda x: S.elu_f32(x, np.float32(_ELU_ALPHA)),
+        lambda x: np.where(x < 0, np.float64(np.float32(_ELU_ALPHA)) * np.expm1(x), x),
+        2.0,
+    ),
+    (
+        "selu",
+        lambda x: S.selu_f32(x, np.float32(_ELU_ALPHA), np.float32(_SELU_GAMMA)),
+        lambda x: (
+            np.float64(np.float32(_SELU_GAMMA))
+            * np.where(x <= 0, np.float64(np.float32(_ELU_ALPHA)) * np.expm1(x), x)
+        ),
+        2.5,
+    ),
+    (
+        "celu",
+        lambda x: S.celu_f32(x, np.float32(_CELU_ALPHA)),
+        lambda x: np.where(x < 0, _CELU_ALPHA * np.expm1(x / _CELU_ALPHA), x),
+        2.0,
+    ),
+    (
+        # a negative alpha puts x / alpha above 0, outside expm1_nonpos: libm's expm1 then.
+        # The oracle takes x / alpha rounded to float32 as the helper does: e^u turns that
+        # rounding into a relative error of ~u ulps, which is the input's, not the helper's.
+        "celu_negative_alpha",
+        lambda x: S.celu_f32(x, np.float32(-1.5)),
+        lambda x: np.where(
+            x < 0, -1.5 * np.expm1((x.astype(np.float32) / np.float32(-1.5)).astype(np.float64)), x
+        ),
+        2.0,
+    ),
+]
+
+
+@_FMA
+@pytest.mark.parametrize("name,fn,oracle,ulp", _ELUS, ids=[e[0] for e in _ELUS])
+def test_elu_family_helpers(name, fn, oracle, ulp, fma) -> None:
+    """Elu, Selu and Celu in float32 against float64 numpy: within ``ulp`` ulps everywhere
+    (both sides of 0, the saturation at -alpha, huge values, inf and NaN)."""
+    x = _grid32(-149, 7, [0.0, -0.34657359, -17.328679, -20.0], True, per=300)
+    x = np.concatenate([x, np.array([np.inf, -np.inf, np.nan, 1e30, -1e30, -0.0], np.float32)])
+    f = numba.njit(inline="always")(fn)
+    y = _apply(f, x, fma)
+    with np.errstate(all="ignore"):
+        ref = oracle(x.astype(np.float64))
+    err = _ulps32(y, ref)
+    assert err.max() <= ulp, _worst(err, x, y, ref)
+
+
 def test_scalar_resolves_float_families_to_vecmath() -> None:
     from onnxjit.codegen.elementwise import helper_name
 
@@ -569,12 +633,22 @@ def _has_avx2() -> bool:
         return False
 
 
+# one-argument forms of the ELU helpers, for the vectorisation check below
+_ELU_ONE_ARG = numba.njit(inline="always")(lambda x: S.elu_f32(x, np.float32(1.0)))
+_SELU_ONE_ARG = numba.njit(inline="always")(
+    lambda x: S.selu_f32(x, np.float32(1.6732632), np.float32(1.050701))
+)
+
+
 @pytest.mark.skipif(not _has_avx2(), reason="the x86 SIMD check needs a CPU with AVX2")
 @pytest.mark.parametrize(
     "fn",
     [
         V.exp_f32,
         V.exp_nonpos_f32,
+        V.expm1_nonpos_f32,
+        _ELU_ONE_ARG,
+        _SELU_ONE_ARG,
         V.log_f32,
         V.tanh_f32,
         V.sigmoid_f32,
@@ -586,6 +660,9 @@ def _has_avx2() -> bool:
     ids=[
         "exp_f32",
         "exp_nonpos",
+        "expm1_nonpos_f32",
+        "elu_f32",
+        "selu_f32",
         "log_f32",
         "tanh_f32",
         "sigmoid_f32",
