@@ -1088,9 +1088,11 @@ def fusible_ops() -> dict[str, int]:
 # -- fast path ---------------------------------------------------------------------------------
 def prepare_generated(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
     """A fast path for an elementwise op whose implementation handed its own arguments, as
-    they are, to :func:`_ew` (most ops; those that add attribute operands or convert their
-    inputs first get none; omitted optional inputs at the end, None, are not handed): the
-    kernel plan for these shapes and dtypes, fixed."""
+    they are, to :func:`_ew`, possibly followed by 0-d operands made from its attributes
+    (LeakyRelu's alpha, Elu's, HardSigmoid's alpha and beta: fixed for the node, as its
+    attributes are, once the input dtypes are; ops that convert their inputs first get none;
+    omitted optional inputs at the end, None, are not handed): the kernel plan for these
+    shapes and dtypes, fixed."""
     rec = getattr(_LAST, "call", None)
     _LAST.call = None
     if rec is None:
@@ -1099,20 +1101,24 @@ def prepare_generated(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
     n_all = len(args)
     while args and args[-1] is None:  # omitted optional inputs (onnxjit's Gelu bias)
         args = args[:-1]
-    if len(arrays) != len(args) or any(a is not b for a, b in zip(arrays, args)):
+    n_used = len(args)
+    if len(arrays) < n_used or any(a is not b for a, b in zip(arrays, args)):
+        return None
+    attrs = tuple(arrays[n_used:])
+    if any(type(a) is not np.ndarray or a.ndim != 0 for a in attrs):
         return None
     if any(type(a) is not np.ndarray or not a.flags.c_contiguous for a in args):
         return None
-    plan = plan_for((e,), args, (out_dtype,))
+    operands = (*args, *attrs)
+    plan = plan_for((e,), operands, (out_dtype,))
     if not plan.size or plan.narrow or plan.post != (None,):
         return None
     shapes = tuple(a.shape for a in args)
     dtypes = tuple(a.dtype for a in args)
     out_shape, out_dt, sizes = plan.out_shape, plan.alloc[0], tuple(plan.sizes)
-    go = bind_plan(plan, args)
+    go = bind_plan(plan, operands)
     out_slot = Slot(out_shape, out_dt)
-
-    n_used = len(shapes)
+    tail = (*[a.reshape(-1) for a in attrs], *sizes)  # the attribute operands, then the sizes
 
     def fast(*xs: Any) -> Any:
         if len(xs) != n_all or any(x is not None for x in xs[n_used:]):
@@ -1124,7 +1130,7 @@ def prepare_generated(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
             if not x.flags.c_contiguous or not x.flags.writeable:
                 return MISS
         out = out_slot.get()
-        go(out.reshape(-1), *[x.reshape(-1) for x in xs], *sizes)
+        go(out.reshape(-1), *[x.reshape(-1) for x in xs], *tail)
         return out
 
     return fast
