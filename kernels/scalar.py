@@ -18,10 +18,11 @@ exists for the operand type:
 Numba's CPU target types ``math.floor``/``math.ceil`` as int (Python semantics) and lacks
 ``math.fmod``, so those three use the numpy scalar functions, which keep the float type.
 
-exp, log, log1p, tanh, sigmoid and erf of float32 (and float64, except erf) come from
-:mod:`onnxjit.kernels.vecmath`: plain arithmetic instead of libm calls, so that LLVM vectorises
-the generated loops (ulp budgets in ``vecmath.ULP_BUDGET``). The generic ``exp``/``log``/
-``tanh`` below (libm) remain for any other type.
+exp, log, log1p, tanh, sigmoid and erf of float32 (and float64, except erf), and atan, asin
+and acos of float32, come from :mod:`onnxjit.kernels.vecmath`: plain arithmetic instead of
+libm calls, so that LLVM vectorises the generated loops (ulp budgets in
+``vecmath.ULP_BUDGET``). The generic ``exp``/``log``/``tanh``/``atan``... below (libm) remain
+for any other type.
 
 Integer helpers compute in Numba's promoted integer type (int64/uint64); the generator casts
 the result back to the operand type, which wraps exactly like numpy.
@@ -37,6 +38,9 @@ import numpy as np
 from . import vecmath as _vm
 from ._jit import njit
 from .vecmath import (  # noqa: F401  (re-exported: the code generator picks these by name)
+    acos_f32,
+    asin_f32,
+    atan_f32,
     erf_f32,
     erf_f64,
     exp_f32,

@@ -1,5 +1,5 @@
 """Vectorisable exp, log, log1p, tanh, sigmoid, erf and GELU (erf and tanh forms) for float32 and
-float64.
+float64, and expm1 (x <= 0), atan, asin and acos for float32.
 
 Numba lowers ``math.exp`` and friends to one libm call per element, and a loop with a call in it
 is never vectorised by LLVM. The functions here use only arithmetic, comparisons (which LLVM
@@ -41,6 +41,12 @@ with mpmath; tests/test_vecmath.py checks each function's error over dense grids
   **erf_f64 keeps math.erf**: a float64 erf at full accuracy needs several rational pieces
   (hence several evaluated polynomials per element in a branch-free version) and would be
   slower than libm's for the modest gain; float64 erf is rare in models.
+* atan (float32): |x| reduced to |t| <= 1/2 by pi/2 + atan(-1/|x|) above tan(3pi/8) or
+  pi/4 + atan((|x| - 1) / (|x| + 1)) from 1/2 (one selected division per lane), an odd
+  polynomial, the offset in two parts. asin / acos (float32): w + w^3 S(w^2) on [0, 0.7] and
+  above through asin(a) = pi/2 - 2 asin(sqrt((1 - a) / 2)) (acos: pi/2 - asin(x), or
+  2 asin(sqrt((1 - |x|) / 2)) and pi minus that). Over every float32: atan 1.71 ulp, asin
+  1.28, acos 1.07. float64 keeps libm's.
 * gelu (erf form, float32): not 0.5 x (1 + erf(x / sqrt 2)) but, with a = |x| clamped to 13.265
   and Phi the normal CDF, D = Phi(-a) = e^(-a^2/2) R(a) and gelu(x) = max(x, 0) - a D (that is
   x - x Phi(-x) for x >= 0 and x Phi(x) for x < 0). e^(-a^2/2) = 2^k 2^r with k = round(v),
@@ -93,6 +99,9 @@ ULP_BUDGET = {
     "tanh_f32": 2,
     "sigmoid_f32": 3,
     "erf_f32": 2,
+    "atan_f32": 2,
+    "asin_f32": 2,
+    "acos_f32": 2,
     "exp_f64": 2,
     "log_f64": 2,
     "log1p_f64": 2,
@@ -892,6 +901,124 @@ def erf_f32(x):
 def erf_f64(x):
     """erf in float64: libm's (see the module docstring for why)."""
     return math.erf(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# atan, asin, acos (float32; float64 keeps libm)
+# ---------------------------------------------------------------------------------------------
+
+_TAN_3PI8_F32 = _f32(2.414213562373095)
+# from here atan(a) = pi/4 + atan((a - 1) / (a + 1)): at 0.5 rather than tan(pi/8) so that
+# a - 1 is exact (Sterbenz); below tan(pi/8) it rounded, 2.1 ulp in the result
+_ATAN_MID_F32 = _f32(0.5)
+# pi/2, pi/4 and pi as float32 plus the rest (added separately, so the result keeps ~8 more bits)
+_PIO2_HI_F32 = _f32(math.pi / 2)
+_PIO2_LO_F32 = _f32(math.pi / 2 - float(_f32(math.pi / 2)))
+_PIO4_HI_F32 = _f32(math.pi / 4)
+_PIO4_LO_F32 = _f32(math.pi / 4 - float(_f32(math.pi / 4)))
+_PI_HI_F32 = _f32(math.pi)
+_PI_LO_F32 = _f32(math.pi - float(_f32(math.pi)))
+# atan(t) = t + t^3 A(t^2) for |t| <= 1/2: A fitted (0.089 ulp before rounding)
+_AT0_F32, _AT1_F32, _AT2_F32, _AT3_F32, _AT4_F32 = (
+    _f32(c)
+    for c in (
+        -0.3333323430631789,
+        0.19994226689311861,
+        -0.14175010770771007,
+        0.10160015760821722,
+        -0.05132598323753142,
+    )
+)
+# asin(w) = w + w^3 S(w^2) for 0 <= w <= 0.7: S fitted (0.029 ulp before rounding). Above
+# 0.7, asin(a) = pi/2 - 2 asin(sqrt((1 - a) / 2)) with sqrt((1 - a) / 2) <= 0.39; the split
+# sits at 0.7 rather than the usual 0.5, where pi/2 - 2p halves 2p and doubles its error
+# (the sqrt's rounding: 2.4 ulp there).
+_ASIN_SPLIT_F32 = _f32(0.7)
+_AS_F32 = tuple(
+    _f32(c)
+    for c in (
+        0.16666632051544547,
+        0.07502178824956454,
+        0.0441772445955222,
+        0.035139500588461686,
+        -0.004016145540358802,
+        0.09984021037478977,
+        -0.12591661598784554,
+        0.11851885177362566,
+    )
+)
+_AS0_F32, _AS1_F32, _AS2_F32, _AS3_F32, _AS4_F32, _AS5_F32, _AS6_F32, _AS7_F32 = _AS_F32
+
+
+@njit(inline="always")
+def atan_f32(x):
+    """atan in float32: <= 2 ulp; +-pi/2 at +-inf, NaN propagates, atan(-0) = -0.
+
+    |x| reduced to |t| <= 1/2 by atan(a) = pi/2 + atan(-1/a) (a > tan(3pi/8)) or
+    pi/4 + atan((a - 1) / (a + 1)) (a >= 1/2): one division for every lane, its
+    numerator and denominator selected; then the odd polynomial, the offset added in two
+    parts, and the sign of x."""
+    a = abs(x)
+    big = a > _pin(_TAN_3PI8_F32)
+    mid = a >= _pin(_ATAN_MID_F32)
+    num = -_pin(_ONE_F32) if big else (a - _pin(_ONE_F32) if mid else a)
+    den = a if big else (a + _pin(_ONE_F32) if mid else _pin(_ONE_F32))
+    t = num / den
+    hi = _pin(_PIO2_HI_F32) if big else (_pin(_PIO4_HI_F32) if mid else _ZERO_F32)
+    lo = _pin(_PIO2_LO_F32) if big else (_pin(_PIO4_LO_F32) if mid else _ZERO_F32)
+    z = t * t
+    p = t + t * z * (
+        _pin(_AT0_F32)
+        + z * (_pin(_AT1_F32) + z * (_pin(_AT2_F32) + z * (_pin(_AT3_F32) + z * _pin(_AT4_F32))))
+    )
+    return math.copysign(hi + (p + lo), x)
+
+
+@njit(inline="always")
+def _asin_core_f32(a):
+    """``(p, big)``: p = asin(a) for 0 <= a <= 0.7 (big False), else p = asin(sqrt((1 - a)
+    / 2)) (big True; NaN for a > 1). 1 - a is exact there (Sterbenz)."""
+    big = a > _pin(_ASIN_SPLIT_F32)
+    z = _pin(_HALF_F32) * (_pin(_ONE_F32) - a) if big else a * a
+    w = math.sqrt(z) if big else a
+    s = _pin(_AS0_F32) + z * (
+        _pin(_AS1_F32)
+        + z
+        * (
+            _pin(_AS2_F32)
+            + z
+            * (
+                _pin(_AS3_F32)
+                + z
+                * (
+                    _pin(_AS4_F32)
+                    + z * (_pin(_AS5_F32) + z * (_pin(_AS6_F32) + z * _pin(_AS7_F32)))
+                )
+            )
+        )
+    )
+    return w + w * z * s, big
+
+
+@njit(inline="always")
+def asin_f32(x):
+    """asin in float32: <= 2 ulp; NaN outside [-1, 1] and for NaN, asin(-0) = -0."""
+    p, big = _asin_core_f32(abs(x))
+    r = _pin(_PIO2_HI_F32) - (_pin(_TWO_F32) * p - _pin(_PIO2_LO_F32)) if big else p
+    return math.copysign(r, x)
+
+
+@njit(inline="always")
+def acos_f32(x):
+    """acos in float32: <= 2 ulp; NaN outside [-1, 1] and for NaN.
+
+    |x| <= 0.7: pi/2 - asin(x) (no cancellation: the result is >= 0.79); above,
+    2 asin(sqrt((1 - x) / 2)), and pi minus that for x < -0.7."""
+    p, big = _asin_core_f32(abs(x))
+    small = _pin(_PIO2_HI_F32) - (math.copysign(p, x) - _pin(_PIO2_LO_F32))
+    twice = _pin(_TWO_F32) * p
+    far = _pin(_PI_HI_F32) - (twice - _pin(_PI_LO_F32)) if x < _ZERO_F32 else twice
+    return far if big else small
 
 
 # ---------------------------------------------------------------------------------------------

@@ -189,6 +189,18 @@ def _nonpos_expm1_grid() -> np.ndarray:
     return -_grid32(-149, 7, [-w for w in _EXPM1_WIN], False)
 
 
+# atan: the reduction's switch points tan(pi/8) and tan(3pi/8), 1; asin/acos: the split at
+# 0.7, the ends of the domain (values past +-1 give NaN, which the test leaves out)
+_ATAN_WIN = [0.41421356, 2.4142135, 1.0, 1e-4, 0.0]
+_ASIN_WIN = [0.7, -0.7, 0.5, 1.0, -1.0, 1e-4, 0.0]
+
+
+def _unit_grid() -> np.ndarray:
+    # up to |x| < 16: the test drops the NaN results past +-1 (test_inverse_trig_special_values
+    # checks them), so the binades below 1 are the ones measured
+    return _grid32(-149, 3, _ASIN_WIN, True)
+
+
 F32_CASES = {
     # name: (function, oracle, grid)
     "exp_f32": (V.exp_f32, np.exp, lambda: _grid32(-149, 7, _EXP_WIN, True)),
@@ -210,6 +222,9 @@ F32_CASES = {
     "tanh_f32": (V.tanh_f32, np.tanh, lambda: _grid32(-149, 6, _TANH_WIN, True)),
     "sigmoid_f32": (V.sigmoid_f32, _sigmoid64, lambda: _grid32(-149, 7, _EXP_WIN, True)),
     "erf_f32": (V.erf_f32, _erf64, lambda: _grid32(-149, 3, _ERF_WIN, True)),
+    "atan_f32": (V.atan_f32, np.arctan, lambda: _grid32(-149, 127, _ATAN_WIN, True)),
+    "asin_f32": (V.asin_f32, np.arcsin, _unit_grid),
+    "acos_f32": (V.acos_f32, np.arccos, _unit_grid),
 }
 
 
@@ -633,6 +648,29 @@ def _has_avx2() -> bool:
         return False
 
 
+@_FMA
+@pytest.mark.parametrize(
+    "fn,oracle",
+    [(V.atan_f32, np.arctan), (V.asin_f32, np.arcsin), (V.acos_f32, np.arccos)],
+    ids=["atan", "asin", "acos"],
+)
+def test_inverse_trig_special_values(fn, oracle, fma) -> None:
+    """NaN in, NaN out; outside [-1, 1] asin and acos give NaN; atan(+-inf) = +-pi/2 and the
+    sign of a zero is kept by the odd functions; the ends of the domain are exact."""
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1.0000001, -1.0000001, 3.0e38],
+                 np.float32)  # fmt: skip
+    y = _apply(fn, x, fma)
+    with np.errstate(all="ignore"):
+        want = oracle(x.astype(np.float64)).astype(np.float32)
+    for xi, yi, wi in zip(x, y, want):
+        if np.isnan(wi):
+            assert np.isnan(yi), (fn.__name__, xi, yi)
+        else:
+            assert abs(float(yi) - float(wi)) <= np.spacing(abs(wi)), (fn.__name__, xi, yi, wi)
+            if wi == 0:
+                assert np.signbit(yi) == np.signbit(wi), (fn.__name__, xi, yi)
+
+
 # one-argument forms of the ELU helpers, for the vectorisation check below
 _ELU_ONE_ARG = numba.njit(inline="always")(lambda x: S.elu_f32(x, np.float32(1.0)))
 _SELU_ONE_ARG = numba.njit(inline="always")(
@@ -647,6 +685,9 @@ _SELU_ONE_ARG = numba.njit(inline="always")(
         V.exp_f32,
         V.exp_nonpos_f32,
         V.expm1_nonpos_f32,
+        V.atan_f32,
+        V.asin_f32,
+        V.acos_f32,
         _ELU_ONE_ARG,
         _SELU_ONE_ARG,
         V.log_f32,
@@ -661,6 +702,9 @@ _SELU_ONE_ARG = numba.njit(inline="always")(
         "exp_f32",
         "exp_nonpos",
         "expm1_nonpos_f32",
+        "atan_f32",
+        "asin_f32",
+        "acos_f32",
         "elu_f32",
         "selu_f32",
         "log_f32",

@@ -736,10 +736,12 @@ def generate_source(
 # is worth threads (not for anything exact). The vecmath functions and the activations built
 # on them are polynomials of some 20 to 40 instructions; the libm ones are scalar calls.
 _VECMATH = ("exp", "log", "log1p", "tanh", "sigmoid", "erf", "softplus", "elu", "selu", "celu")
-_LIBM = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+_LIBM = ("sin", "cos", "tan", "sinh", "cosh", "asinh", "acosh", "atanh")
 _NODE_COST: dict[str, float] = {
     **dict.fromkeys(_VECMATH, 10.0),
     **dict.fromkeys(_LIBM, 30.0),
+    # vecmath in float32 (a division, a square root for asin/acos); libm in float64
+    **dict.fromkeys(("atan", "asin", "acos"), 12.0),
     "gelu": 12.0,
     "gelu_tanh": 12.0,
     "mish": 25.0,
