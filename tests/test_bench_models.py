@@ -298,3 +298,26 @@ def test_blocks_have_equal_run_counts_filling_the_slower_engines_block(
     assert n >= harness.MIN_BLOCK_RUNS == 3
     assert n * slower >= block_ms
     assert n == 3 or (n - 1) * slower < block_ms  # no more runs than that takes
+
+
+# ----------------------------------------------------------------------------------------------
+# bench/ops.py: the one-node models of the operator sweep
+
+
+def _sweep_ops() -> list[str]:
+    from bench import ops
+
+    return [o for o in f"{ops.UNARY},{ops.BINARY}".split(",") if o]
+
+
+@pytest.mark.parametrize("op", _sweep_ops())
+def test_operator_sweep_models_run_and_match_onnxruntime(op):
+    """Every one-node model of ``python -m bench.ops`` is valid, its inputs lie in the
+    operator's domain, and onnxjit matches onnxruntime on it (the sweep's ratios mean
+    something only then)."""
+    from bench import ops
+
+    c = ops.case(op, 2048)
+    for name, x in c.feeds.items():
+        assert np.isfinite(x).all(), (op, name)
+    _check(c.model, [c.feeds], rtol=c.rtol, atol=c.atol, levels=(99,))
