@@ -534,6 +534,16 @@ EXP_NONPOS_NORMAL_MIN = -87.33654
 
 
 @njit(inline="always")
+def _reduce_biased_f32(x):
+    """``(r, 2^k)`` with x = k ln2 + r, |r| <= ln2 / 2, k built with the biased shifter (one
+    shift, no add; 2^k is +0 for k < -126, +inf for k > 127)."""
+    t = x * _pin(_LOG2E_F32) + _pin(_SHIFT_BIASED_F32)
+    kf = t - _pin(_SHIFT_BIASED_F32)
+    r = (x - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
+    return r, np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)
+
+
+@njit(inline="always")
 def exp_nonpos_normal_f32(xc):
     """e^x in float32 for ``EXP_NONPOS_NORMAL_MIN <= x <= 0`` (results normal): the same
     values as :func:`exp_nonpos_f32` there, without its clamp. Down to -87.68 results are
@@ -541,10 +551,7 @@ def exp_nonpos_normal_f32(xc):
     first (the row's smallest element). NaN propagates. Positive x (gelu_tanh_f32's use): e^x
     within the same bound up to 88.37; from there to 89.07 +inf (2^128 is the exponent field
     255; below 88.72 the true value is still finite), and garbage beyond 89.07."""
-    t = xc * _pin(_LOG2E_F32) + _pin(_SHIFT_BIASED_F32)
-    kf = t - _pin(_SHIFT_BIASED_F32)
-    r = (xc - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
-    s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)
+    r, s = _reduce_biased_f32(xc)
     # 1 + r + r^2 (E0 + E1 r + r^2 (E2 + E3 r + E4 r^2)) in Estrin's order: 4 dependent
     # multiply-adds after r^2 instead of Horner's 6, one operation more. Softmax's exp pass
     # waits on this chain more than on the vector units (Zen 3, 1024 x 1024 float32 rows at
@@ -581,10 +588,7 @@ def expm1_nonpos_f32(x):
     2347 us; measured against float64 over every non-positive float32: 1.16 ulp without
     contraction, 1.01 with."""
     xc = _pin(_EXPM1_NONPOS_MIN_F32) if x < _pin(_EXPM1_NONPOS_MIN_F32) else x  # NaN stays
-    t = xc * _pin(_LOG2E_F32) + _pin(_SHIFT_BIASED_F32)
-    kf = t - _pin(_SHIFT_BIASED_F32)
-    r = (xc - kf * _pin(_LN2_HI_F32)) - kf * _pin(_LN2_LO_F32)
-    s = np.int32(np.float32(t).view(np.int32) << 23).view(np.float32)  # 2^k
+    r, s = _reduce_biased_f32(xc)
     return s * _expm1_poly_f32(r) + (s - _pin(_ONE_F32))
 
 
