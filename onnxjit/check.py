@@ -15,7 +15,6 @@ messages name operators as ``Softmax-13``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
 
 import onnx
 import onnx.defs
@@ -243,9 +242,8 @@ class _GraphChecker:
                         + (" or outer-scope value" if where != "graph" else "")
                         + "; add it to the graph inputs or fix the name"
                     )
-            for attr_value in node.attrs.values():
-                for sub in _graphs(attr_value):
-                    self.check(sub, outer | frozenset(defined), f"a subgraph of {node.describe()}")
+            for sub in ir.subgraphs(node):
+                self.check(sub, outer | frozenset(defined), f"a subgraph of {node.describe()}")
             for out in node.outputs:
                 if not out:
                     continue
@@ -398,15 +396,6 @@ _REPLACEMENTS = {
 
 def _bound(n: int) -> str:
     return "unbounded" if n >= 2**31 - 1 else str(n)
-
-
-def _graphs(value) -> Iterable[ir.Graph]:
-    if isinstance(value, ir.Graph):
-        yield value
-    elif isinstance(value, list):
-        for v in value:
-            if isinstance(v, ir.Graph):
-                yield v
 
 
 def _has_cycle(nodes: list[ir.Node]) -> bool:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import onnx.defs
 
+from onnxjit import ir
 from onnxjit.errors import InvalidArgumentError, UnsupportedOperatorError
 from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD
 
@@ -262,10 +263,8 @@ def bind_graph(graph: Any, opsets: dict[str, int], problems: list[str]) -> None:
     the implementation does not accept are reported too.
     """
     for node in graph.nodes:
-        for value in node.attrs.values():
-            for sub in value if isinstance(value, list) else [value]:
-                if hasattr(sub, "nodes") and hasattr(sub, "initializers"):
-                    bind_graph(sub, opsets, problems)
+        for sub in ir.subgraphs(node):
+            bind_graph(sub, opsets, problems)
         if node.impl is not None:
             continue
         domain = normalize_domain(node.domain)

@@ -522,3 +522,76 @@ def test_large_constant_of_shape_is_computed_not_stored():
         want = ort_outputs(model, {"x": x})[0]
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want)
     assert cache_stats(step.kwargs["body"])["entries"] == 0
+
+
+def test_cse_compares_long_list_attributes():
+    """Long list attributes (a linear model's coefficients here, a tree ensemble's in real
+    models), which CSE keys in one piece, merge only when every element is the same: one ulp
+    apart, or -0.0 against 0.0, keeps both nodes."""
+    coef = np.random.default_rng(12).standard_normal(80).astype(np.float32)
+    near = coef.copy()
+    near[41] = np.nextafter(near[41], np.float32(2))
+    zero, nzero = coef.copy(), coef.copy()
+    zero[7], nzero[7] = 0.0, -0.0
+
+    def linear(out, c):
+        return helper.make_node(
+            "LinearRegressor", ["x"], [out], domain="ai.onnx.ml", name=out,
+            coefficients=[float(v) for v in c], intercepts=[0.5],
+        )  # fmt: skip
+
+    graph = helper.make_graph(
+        [
+            linear("a", coef),
+            linear("b", coef),
+            linear("c", near),
+            linear("d", zero),
+            linear("e", nzero),
+            helper.make_node("Sum", ["a", "b", "c", "d", "e"], ["y"]),
+        ],
+        "long_lists",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 80])],
+        [_out("y", TensorProto.FLOAT, 2)],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    )
+    model.ir_version = 8
+    x = np.random.default_rng(13).standard_normal((4, 80)).astype(np.float32)
+    sess = _check(model, {"x": x}, rtol=1e-5, atol=1e-5)
+    names = _names(sess)
+    assert "b" not in names
+    assert {"a", "c", "d", "e"} <= set(names)
+
+
+def test_cse_keys_of_long_lists_agree_with_element_keys():
+    """The one-piece key of a long list equals another list's exactly when the element by
+    element keys do (NaN payloads alike, -0.0 apart from 0.0, ints apart from floats and from
+    bools), and lists it cannot pack fall back to those keys."""
+    from onnxjit.passes import cse
+
+    def by_element(v):
+        return tuple(cse._canon(x) for x in v)
+
+    base = [float(v) for v in np.random.default_rng(14).standard_normal(100)]
+    payload_nan = float(np.array([0x7FF8000000000001], np.int64).view(np.float64)[0])
+    ints = [int(v * 1000) for v in base]
+    lists = [
+        base,
+        list(base),
+        base[:-1] + [0.0],
+        base[:-1] + [-0.0],
+        base[:-1] + [float("nan")],
+        base[:-1] + [payload_nan],
+        ints,
+        [float(v) for v in ints],
+        ints[:-1] + [2**70],  # beyond int64: not packed
+        ints[:-1] + [True],  # mixed: not packed
+        [v != 0 for v in ints],  # bools: not packed
+        [str(v) for v in ints],
+        [str(v).encode() for v in ints],
+    ]
+    for a in lists:
+        for b in lists:
+            assert (cse._canon(a) == cse._canon(b)) == (by_element(a) == by_element(b)), (a, b)
+    assert cse._canon(base)[0] == "L" and cse._canon(ints[:-1] + [2**70])[0] == "l"

@@ -67,18 +67,11 @@ def eliminate_noops(graph: ir.Graph) -> int:
         return 0
     # Readers were renamed on the way; subgraphs reading bypassed values from outside still
     # need it.
-    rename_reads([n for n in kept if _has_subgraph(n)], rename)
+    rename_reads([n for n in kept if ir.subgraphs(n)], rename)
     graph.nodes = kept
     for i, n in enumerate(graph.nodes):
         n.index = i
     return len(rename)
-
-
-def _has_subgraph(node: ir.Node) -> bool:
-    return any(
-        isinstance(v, ir.Graph) or (isinstance(v, list) and v and isinstance(v[0], ir.Graph))
-        for v in node.attrs.values()
-    )
 
 
 Known = dict[str, TensorType]

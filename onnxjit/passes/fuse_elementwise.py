@@ -42,19 +42,13 @@ def _candidate(node: ir.Node, idx: GraphIndex) -> bool:
         return False
     if len(node.outputs) != 1 or not node.outputs[0] or not node.inputs or not node.inputs[0]:
         return False
-    if any(isinstance(v, (ir.Graph, list)) and v and _has_graph(v) for v in node.attrs.values()):
+    if ir.subgraphs(node):
         return False
     if node.op_type == "Clip":
         return all(not x or _inlinable(idx, x) for x in node.inputs[1:])
     if node.op_type == "CastLike":
         return len(node.inputs) > 1 and idx.const(node.inputs[1]) is not None
     return True
-
-
-def _has_graph(v: object) -> bool:
-    if isinstance(v, list):
-        return any(isinstance(g, ir.Graph) for g in v)
-    return isinstance(v, ir.Graph)
 
 
 class _Groups:

@@ -75,19 +75,10 @@ def _has_gradient(graph: ir.Graph) -> bool:
     for node in graph.nodes:
         if node.op_type == "Gradient" and normalize_domain(node.domain) == GRADIENT_DOMAIN:
             return True
-        for g in _subgraphs(node):
+        for g in ir.subgraphs(node):
             if _has_gradient(g):
                 return True
     return False
-
-
-def _subgraphs(node: ir.Node) -> list[ir.Graph]:
-    out: list[ir.Graph] = []
-    for value in node.attrs.values():
-        for g in value if isinstance(value, list) else [value]:
-            if isinstance(g, ir.Graph):
-                out.append(g)
-    return out
 
 
 def _all_names(graph: ir.Graph) -> set[str]:
@@ -95,7 +86,7 @@ def _all_names(graph: ir.Graph) -> set[str]:
     for node in graph.nodes:
         names.update(node.inputs)
         names.update(node.outputs)
-        for g in _subgraphs(node):
+        for g in ir.subgraphs(node):
             names |= _all_names(g)
     return names
 
@@ -142,7 +133,7 @@ def _topological(nodes: list[ir.Node]) -> list[ir.Node]:
 def _outer_reads(node: ir.Node) -> list[str]:
     """Names a node's subgraphs read from the enclosing scope (so they are ordered too)."""
     reads: list[str] = []
-    for g in _subgraphs(node):
+    for g in ir.subgraphs(node):
         defined = set(g.initializers) | {v.name for v in g.inputs}
         for n in g.nodes:
             reads.extend(x for x in n.inputs + _outer_reads(n) if x and x not in defined)
@@ -196,7 +187,7 @@ class _Expander:
 
     def graph(self, graph: ir.Graph) -> None:
         for node in graph.nodes:
-            for g in _subgraphs(node):
+            for g in ir.subgraphs(node):
                 self.graph(g)
         while True:
             idx = next(
@@ -276,7 +267,7 @@ class _Expander:
         if not self.reuse:
             rename = dict(zip(leaves, gnode.inputs, strict=True))
             for n in fwd:
-                if _subgraphs(n):
+                if ir.subgraphs(n):
                     raise UnsupportedOperatorError(
                         f"{gnode.describe()}: cannot differentiate through {n.describe()}: "
                         "operators with subgraphs are not supported by the Gradient expansion"
@@ -310,7 +301,7 @@ class _Expander:
             outs_g = [self.total(grads.get(o)) if o else None for o in n.outputs]
             if all(g is None for g in outs_g):
                 continue
-            if _subgraphs(n):
+            if ir.subgraphs(n):
                 raise UnsupportedOperatorError(
                     f"{gnode.describe()}: cannot differentiate through {n.describe()}: "
                     "operators with subgraphs are not supported by the Gradient expansion"
@@ -431,7 +422,7 @@ class _Expander:
         for name, arr in graph.initializers.items():
             self._shapes[name] = tuple(np.shape(arr))
         for n in graph.nodes:
-            for g in _subgraphs(n):
+            for g in ir.subgraphs(n):
                 self._collect_shapes(g)
 
 

@@ -43,10 +43,8 @@ class _Inliner:
         opsets = opsets or self.model.opset_imports
         new_nodes: list[ir.Node] = []
         for node in graph.nodes:
-            for value in node.attrs.values():
-                for sub in value if isinstance(value, list) else [value]:
-                    if isinstance(sub, ir.Graph):
-                        self.graph(sub, depth, opsets)
+            for sub in ir.subgraphs(node):
+                self.graph(sub, depth, opsets)
             body = self.expand(node, depth, opsets)
             if body is None:
                 new_nodes.append(node)
@@ -117,10 +115,8 @@ class _Inliner:
         # Subgraphs inside the body may call functions too.
         holder = ir.Graph(name="", nodes=result, inputs=[], outputs=[])
         for n in result:
-            for value in n.attrs.values():
-                for g in value if isinstance(value, list) else [value]:
-                    if isinstance(g, ir.Graph):
-                        self.graph(g, depth + 1, body_opsets)
+            for g in ir.subgraphs(n):
+                self.graph(g, depth + 1, body_opsets)
         return holder.nodes
 
     def schema_function(
@@ -219,10 +215,8 @@ class _Inliner:
                     if ref in attr_types:
                         n.attr_types[key] = attr_types[ref]
             n.attr_refs = {}
-            for value in n.attrs.values():
-                for g in value if isinstance(value, list) else [value]:
-                    if isinstance(g, ir.Graph):
-                        _rename_in_graph(g, rename, attrs)
+            for g in ir.subgraphs(n):
+                _rename_in_graph(g, rename, attrs)
             n.name = f"{call.name or call.op_type}/{n.name or n.op_type}"
             dom = normalize_domain(n.domain)
             if (dom, n.op_type, n.overload) not in self.functions:
@@ -255,10 +249,8 @@ def _rename_in_graph(g: ir.Graph, rename: dict[str, str], attrs: dict[str, Any])
             if ref in attrs:
                 n.attrs[key] = attrs[ref]
         n.attr_refs = {}
-        for value in n.attrs.values():
-            for sub in value if isinstance(value, list) else [value]:
-                if isinstance(sub, ir.Graph):
-                    _rename_in_graph(sub, rename, attrs)
+        for sub in ir.subgraphs(n):
+            _rename_in_graph(sub, rename, attrs)
     for v in g.outputs:
         if v.name in rename and v.name not in {o for n in g.nodes for o in n.outputs}:
             v.name = rename[v.name]

@@ -85,7 +85,7 @@ def fold_node(
         node.impl is not None
         and node.op_type not in NONDETERMINISTIC
         and all(not x or x in constants for x in node.inputs)
-        and not any(_graphs(v) for v in node.attrs.values())
+        and not ir.subgraphs(node)
     )
     if not foldable:
         return None
@@ -123,9 +123,8 @@ def eliminate_identities(graph: ir.Graph) -> int:
         kept.append(node)
     if rename:
         for node in kept:
-            for value in node.attrs.values():
-                for g in _graphs(value):
-                    _rename_outer(g, rename)
+            for g in ir.subgraphs(node):
+                _rename_outer(g, rename)
     graph.nodes = kept
     _reindex(graph)
     return len(rename)
@@ -152,9 +151,8 @@ def remove_dead_nodes(graph: ir.Graph) -> int:
         if any(o and o in live for o in node.outputs):
             kept_rev.append(node)
             live.update(x for x in node.inputs if x)
-            for value in node.attrs.values():
-                for g in _graphs(value):
-                    live.update(_outer_reads(g))
+            for g in ir.subgraphs(node):
+                live.update(_outer_reads(g))
     removed = len(graph.nodes) - len(kept_rev)
     graph.nodes = list(reversed(kept_rev))
     _reindex(graph)
@@ -173,18 +171,16 @@ def rename_reads(nodes: Iterable[ir.Node], rename: dict[str, str]) -> None:
         return
     for node in nodes:
         node.inputs = [rename.get(x, x) for x in node.inputs]
-        for value in node.attrs.values():
-            for g in _graphs(value):
-                _rename_outer(g, rename)
+        for g in ir.subgraphs(node):
+            _rename_outer(g, rename)
 
 
 def _outer_reads(g: ir.Graph) -> set[str]:
     """Every name a subgraph (or its nested subgraphs) reads; superset of outer reads."""
     names = {x for n in g.nodes for x in n.inputs if x} | {v.name for v in g.outputs}
     for n in g.nodes:
-        for value in n.attrs.values():
-            for sub in _graphs(value):
-                names |= _outer_reads(sub)
+        for sub in ir.subgraphs(n):
+            names |= _outer_reads(sub)
     return names
 
 
@@ -196,20 +192,11 @@ def _rename_outer(g: ir.Graph, rename: dict[str, str]) -> None:
         return
     for n in g.nodes:
         n.inputs = [active.get(x, x) for x in n.inputs]
-        for value in n.attrs.values():
-            for sub in _graphs(value):
-                _rename_outer(sub, active)
+        for sub in ir.subgraphs(n):
+            _rename_outer(sub, active)
     for v in g.outputs:
         if v.name in active:
             v.name = active[v.name]
-
-
-def _graphs(value) -> list[ir.Graph]:
-    if isinstance(value, ir.Graph):
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, ir.Graph)]
-    return []
 
 
 def _nbytes(v) -> int:

@@ -201,20 +201,14 @@ class GraphIndex:
 
 def _reads(n: ir.Node) -> list[str]:
     names = [x for x in n.inputs if x]
-    for value in n.attrs.values():
-        graphs = value if isinstance(value, list) else [value]
-        for g in graphs:
-            if isinstance(g, ir.Graph):
-                names.extend(_subgraph_reads(g))
+    for g in ir.subgraphs(n):
+        names.extend(_subgraph_reads(g))
     return names
 
 
 def _subgraph_reads(g: ir.Graph) -> set[str]:
     names = {x for n in g.nodes for x in n.inputs if x} | {v.name for v in g.outputs}
     for n in g.nodes:
-        for value in n.attrs.values():
-            graphs = value if isinstance(value, list) else [value]
-            for sub in graphs:
-                if isinstance(sub, ir.Graph):
-                    names |= _subgraph_reads(sub)
+        for sub in ir.subgraphs(n):
+            names |= _subgraph_reads(sub)
     return names

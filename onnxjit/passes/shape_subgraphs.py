@@ -142,10 +142,7 @@ class _TypeTracker:
 def _inferable(node: ir.Node) -> bool:
     if node.domain == "onnxjit" or node.since_version is None:
         return False
-    return not any(
-        isinstance(v, ir.Graph) or (isinstance(v, list) and v and isinstance(v[0], ir.Graph))
-        for v in node.attrs.values()
-    )
+    return not ir.subgraphs(node)
 
 
 def _merge(inferred: onnx.TypeProto | None, vi: ir.ValueInfo | None) -> onnx.TypeProto | None:
@@ -290,7 +287,7 @@ def cache_shape_subgraphs(graph: ir.Graph) -> int:
     shape_values: set[str] = set()
     member_ids: set[int] = set()
     for node in graph.nodes:
-        if node.domain not in ("", "ai.onnx") or _has_graph(node) or not node.outputs:
+        if node.domain not in ("", "ai.onnx") or ir.subgraphs(node) or not node.outputs:
             continue
         if node.op_type in ("Shape", "Size"):
             ok = bool(node.inputs and node.inputs[0])
@@ -397,18 +394,9 @@ def _all_reads(node: ir.Node) -> list[str]:
     from onnxjit.passes.optimize import _outer_reads
 
     names = [x for x in node.inputs if x]
-    for value in node.attrs.values():
-        for g in value if isinstance(value, list) else [value]:
-            if isinstance(g, ir.Graph):
-                names.extend(_outer_reads(g))
+    for g in ir.subgraphs(node):
+        names.extend(_outer_reads(g))
     return list(dict.fromkeys(names))
-
-
-def _has_graph(node: ir.Node) -> bool:
-    return any(
-        isinstance(v, ir.Graph) or (isinstance(v, list) and v and isinstance(v[0], ir.Graph))
-        for v in node.attrs.values()
-    )
 
 
 def _value_info(graph: ir.Graph, name: str) -> ir.ValueInfo:
