@@ -10,15 +10,16 @@ Nested compilations (a kernel compiling a helper it calls) count individually in
 :func:`compile_count`, and their time is included in the outermost one's; a kernel record
 (:class:`KernelRecord`) is kept for each outermost compilation and each load.
 
-A record is charged to the session on whose behalf it happened by looking up the Python stack
-when the (rare, slow) event fires: the innermost ``InferenceSession`` method and the plan step
-being run. Nothing is added to the run path.
+A record is charged to the session on whose behalf it happened, and to the node being planned
+then: the session names its record list for the duration of its set-up and runs
+(:func:`charge_to`), and the planner the node it is planning (:func:`planning`), both in
+thread-local state, so that the (rare, slow) compile event finds them. Nothing is added to the
+run path of a known signature but two thread-local assignments per run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -64,37 +65,33 @@ def _function_info(py_func: Any) -> tuple[str, str]:
     return f"{module}.{name}" if module else name, code.co_filename if code else "?"
 
 
-def _owner() -> tuple[Any, Any, Any]:
-    """(session, program, step) of the innermost session method and plan step on this
-    thread's stack (each None when absent)."""
-    from onnxjit import plan, session
+def charge_to(records: list[KernelRecord] | None) -> list[KernelRecord] | None:
+    """Charge kernels compiled or loaded on this thread from now on to ``records`` (a
+    session's list; None: to nobody); returns the previous list, for restoring it."""
+    previous = getattr(_local, "records", None)
+    _local.records = records
+    return previous
 
-    session_codes = session.InferenceSession._STATS_CODES
-    step_codes = plan.Program._STEP_CODES
-    sess = prog = step = None
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        if step is None and code in step_codes:
-            step = frame.f_locals.get("step")
-            prog = frame.f_locals.get("self")
-        elif code in session_codes:
-            sess = frame.f_locals.get("self")
-            break
-        frame = frame.f_back
-    return sess, prog, step
+
+@contextlib.contextmanager
+def planning(program: Any, node: Any) -> Iterator[None]:
+    """Charge kernels brought in while ``node`` of ``program`` is planned to that node."""
+    outer = getattr(_local, "planning", None)
+    _local.planning = (program, node)
+    try:
+        yield
+    finally:
+        _local.planning = outer
 
 
 def _record(rec: KernelRecord) -> None:
-    try:
-        sess, prog, step = _owner()
-    except Exception:  # statistics must never break a compile
-        sess = prog = step = None
-    if step is not None:
-        rec.node = step.node.describe()
-        rec.program = prog
-        rec.runs_before = max(getattr(prog, "runs", 1) - 1, 0)
-    sink = getattr(sess, "_kernel_records", None)
+    where = getattr(_local, "planning", None)
+    if where is not None:
+        program, node = where
+        rec.node = node.describe()
+        rec.program = program
+        rec.runs_before = max(getattr(program, "runs", 1) - 1, 0)
+    sink = getattr(_local, "records", None)
     if sink is not None:
         sink.append(rec)
 

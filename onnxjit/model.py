@@ -731,6 +731,15 @@ def _clear_negative_dims(tp: onnx.TypeProto) -> None:
                 d.ClearField("dim_value")
 
 
+def attribute_default(name: str, proto: AttributeProto) -> Any:
+    """A schema's default attribute value (which may carry no name), decoded as a node's
+    attribute is (strings as str, tensors as arrays)."""
+    named = AttributeProto()
+    named.CopyFrom(proto)
+    named.name = name
+    return _Loader(None).attribute_value(named)
+
+
 def _decode_str(b: bytes | str) -> str:
     if isinstance(b, str):
         return b

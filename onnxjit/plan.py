@@ -1,73 +1,54 @@
-"""Execution programs: a graph turned into a flat list of bound steps over value slots.
+"""Plans: what one input signature of a program needs, decided once, and the code that runs it.
 
-A :class:`Program` is built once per graph (main graph or subgraph) after the registry has bound
-each node to its implementation. Values live in a list indexed by slot; initializers are placed
-in their slots once; a value is released after its last use so memory stays bounded, and its
-buffer goes to the session's pool (:mod:`onnxjit.buffers`) when nothing else holds it. The first
-run of each input signature records the element type and shape of every value
-(:meth:`Program.run`'s ``record``, :func:`plan_summary`), which ``InferenceSession.stats()``
-reports.
+A :class:`Plan` is built by running the program once on the signature's values (the planning
+run, :func:`build`). Node by node it
+
+* gives each node's inputs as :class:`~onnxjit.lowering.Spec` (element type, shape, and the
+  value where it is the same in every run) to the node's lowering, which returns a bound
+  kernel call, or leaves the node to its implementation (a *generic* step);
+* calls it, and learns the outputs' specs: declared by the lowering, or observed (then a
+  *guard* checks them after every later call: where a run's output differs, as NonZero's or
+  a Loop's can, the plan re-plans the rest of the graph from there, keyed by the values alive
+  at that point, and caches that continuation);
+* folds *static* values: outputs of deterministic nodes whose inputs are all constant for the
+  plan (initializers, and shapes: Shape and Size of any value are constant within a
+  signature), up to :data:`STATIC_MAX_BYTES`; their nodes do not run again;
+* notes which outputs share memory with an input (views), and lets a call write its output
+  over an input that dies there, where its lowering allows it.
+
+Buffers come from liveness: every tensor a bound call writes gets a range of one arena per
+plan (an offset plan: tensors alive at the same time never overlap), except values that leave
+the graph, which are allocated per run; in-place writes share their input's range. A run takes
+an idle arena of the plan (or makes one), so concurrent runs never share buffers.
+
+The plan is then rendered as one straight-line Python function (:mod:`onnxjit.executor`).
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from onnxjit import buffers, ir, steps_code
-from onnxjit.errors import ExecutionError, OnnxJitError
-from onnxjit.registry import MISS, NodeContext, OpImpl, fast_path_of
+from onnxjit import ir, jitstats, lowering
+from onnxjit.errors import OnnxJitError
+from onnxjit.lowering import Bound, In, LowerContext, Out, Spec, spec_of
+from onnxjit.program import Program, Step, describe_value, execution_error
+from onnxjit.registry import NONDETERMINISTIC
 
-log = logging.getLogger("onnxjit")
-
-
-@dataclass
-class Step:
-    node: ir.Node
-    fn: Callable[..., Any]
-    in_slots: tuple[int, ...]  # -1 for an omitted optional input
-    out_slots: tuple[int, ...]  # -1 for an omitted optional output
-    kwargs: dict[str, Any]
-    ctx: NodeContext | None
-    variadic: bool
-    n_fixed: int  # positional parameters before *args
-    release: tuple[int, ...] = ()
-    # (argument position, times the value appears among the arguments) for each input read
-    # for the last time here: its buffer may go to the session's pool after the call.
-    recycle: tuple[tuple[int, int], ...] = ()
-    # (name, slot) of values that this node's subgraphs read from the enclosing scopes.
-    captures: tuple = ()
-    # True when an output of this step is an output of the graph (see _call_impl).
-    makes_output: bool = False
-    # The op's fast-path preparer (registry.fast_path) and the fast path prepared for the
-    # arguments of the last run (None until then, or when the op has none for them).
-    prepare: Callable[..., Any] | None = None
-    fast: Callable[..., Any] | None = None
-
-
-class Subgraph:
-    """A graph attribute bound for execution; ops run it with ``ctx.run_subgraph``."""
-
-    def __init__(
-        self, graph: ir.Graph, scope: frozenset[str], settings: Mapping[str, str] | None = None
-    ):
-        self.graph = graph
-        self.program = Program(graph, scope, settings)
-
-    @property
-    def input_names(self) -> list[str]:
-        return [v.name for v in self.graph.inputs]
-
-    @property
-    def output_names(self) -> list[str]:
-        return self.program.output_names
+# Static values larger than this stay computed at run time: a plan holds its static values for
+# as long as it is cached.
+STATIC_MAX_BYTES = 1 << 16
+# Operators whose outputs depend only on their input's shape, never its values.
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
+# Continuations kept per plan (each a plan of the rest of the graph for one set of shapes).
+MAX_CONTINUATIONS = 16
+# Arena ranges start at multiples of this many bytes (a cache line, and AVX-512's width).
+ALIGN = 64
 
 
 @dataclass
@@ -77,412 +58,486 @@ class Profiler:
     events: list[dict[str, Any]] = field(default_factory=list)
     t0: int = field(default_factory=time.perf_counter_ns)
 
+    def record(self, node: ir.Node, t0: int, t1: int) -> None:
+        self.events.append(
+            {
+                "name": node.name or node.label,
+                "cat": "Node",
+                "ph": "X",
+                "ts": (t0 - self.t0) / 1000.0,
+                "dur": (t1 - t0) / 1000.0,
+                "pid": 0,
+                "tid": 0,
+                "args": {"op": node.label},
+            }
+        )
 
-class Program:
-    """A runnable form of one graph.
 
-    ``outer_names`` are names the graph reads from an enclosing scope (subgraphs only); their
-    values are passed to :meth:`run` in ``outer``.
+@dataclass
+class PlannedStep:
+    """One step as the plan runs it: its bound call (None: the implementation itself, a
+    *generic* step), the outputs its guard checks, the input whose buffer its output took,
+    and for each output it writes but the node omits, the scratch value standing in."""
+
+    step: Step
+    bound: Bound | None
+    kernel: str
+    guard: tuple[int, ...] = ()
+    inplace: int | None = None
+    scratch: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def generic(self) -> bool:
+        return self.bound is None
+
+    def out_value(self, j: int) -> int:
+        """The value (slot) output ``j`` is written to: its slot, or its scratch value."""
+        outs = self.step.out_slots
+        s = outs[j] if j < len(outs) else -1
+        return s if s >= 0 else self.scratch[j]
+
+
+class Plan:
+    """Everything one input signature of a program needs (see the module docstring).
+
+    ``specs`` holds the spec of every value the plan knows (entry values, constants, outputs
+    of every step), ``steps`` the steps that run, in order. ``run(values)`` (set by
+    :func:`build`: the generated function itself, so that a call costs no extra frame) takes
+    the values of the ``entry`` slots in order and returns the program's outputs.
     """
 
-    def __init__(
-        self,
-        graph: ir.Graph,
-        scope: frozenset[str] = frozenset(),
-        settings: Mapping[str, str] | None = None,
-    ):
-        self.graph = graph
-        # the session's config entries, for kernel choices (NodeContext.settings)
-        self.settings = dict(settings or {})
-        self.slots: dict[str, int] = {}
-        self.const_values: list[tuple[int, Any]] = []
-        for name, value in graph.initializers.items():
-            self.const_values.append((self._slot(name), value))
-        self.input_slots = [self._slot(v.name) for v in graph.inputs]
-        # Names read from enclosing scopes, in first-use order.
-        self.outer_slots: dict[str, int] = {}
-        defined = set(graph.initializers) | {v.name for v in graph.inputs}
-        self.steps: list[Step] = []
-        for node in graph.nodes:
-            for name in node.inputs:
-                if name and name not in defined:
-                    self.outer_slots.setdefault(name, self._slot(name))
-            step = self._bind(node, scope | defined)
-            for name in step.captures:
-                if name not in defined:
-                    self.outer_slots.setdefault(name, self._slot(name))
-            step.captures = tuple((n, self.slots[n]) for n in step.captures)
-            self.steps.append(step)
-            defined.update(o for o in node.outputs if o)
-        self.output_names = [v.name for v in graph.outputs]
-        for name in self.output_names:
-            if name not in defined:
-                self.outer_slots.setdefault(name, self._slot(name))
-        self.output_slots = [self.slots[n] for n in self.output_names]
-        self._compute_releases()
-        outs = set(self.output_slots)
-        for step in self.steps:
-            step.makes_output = any(s in outs for s in step.out_slots)
-        self._fast: list[tuple] | None = None  # built by the first _run_steps
-        # the steps as generated straight-line code (steps_code), False when too long
-        self._straight: Callable[[list[Any]], None] | bool | None = None
-        self._env_template: list[Any] | None = None  # built by the first run
-        self.n_slots = len(self.slots)
-        self.runs = 0  # calls of run(): every step runs once per call (stats() reads it)
-        # Buffers of constants: an output that views one is copied before it is returned, so
-        # a caller writing into an output can never change the session's weights.
-        self.const_roots = {id(_root(v)) for _, v in self.const_values if isinstance(v, np.ndarray)}
+    run: Callable[[Sequence[Any]], list[Any]]
 
-    def _slot(self, name: str) -> int:
-        if name not in self.slots:
-            self.slots[name] = len(self.slots)
-        return self.slots[name]
+    def __init__(self, program: Program, entry: list[int], start: int):
+        self.program = program
+        self.entry = entry
+        self.start = start  # the first step of the program this plan covers
+        self.specs: dict[int, Spec] = {}
+        self.static: dict[int, Any] = {}  # values constant for the plan -> value
+        self.steps: list[PlannedStep] = []
+        self.alias: dict[int, int] = {}  # value -> the value whose memory it shares
+        self.arena_offsets: dict[int, int] = {}  # arena root value -> its offset
+        self.arena_bytes = 0
+        self.flat: set[int] = set()  # arena roots whose flat view the code uses
+        self.guard_live: dict[int, tuple[int, ...]] = {}  # step index -> live values
+        self.classes: dict[int, type] = {}  # guarded non-tensor value -> its class
+        self.continuations: OrderedDict[tuple, Plan] = OrderedDict()
+        self.source = ""
+        self._idle: list[tuple] = []  # arenas no run holds
+        self._made = 0  # arenas made
+        self._profiled: Callable[..., list[Any]] | None = None
 
-    def _bind(self, node: ir.Node, scope: frozenset[str] | set[str]) -> Step:
-        impl: OpImpl = node.impl
-        kwargs = dict(impl.attrs)
-        captures: list[str] = []
-        for key, value in node.attrs.items():
-            if isinstance(value, ir.Graph):
-                sub = Subgraph(value, frozenset(scope), self.settings)
-                captures.extend(sub.program.outer_slots)
-                value = sub
-            elif isinstance(value, list) and value and isinstance(value[0], ir.Graph):
-                subs = [Subgraph(g, frozenset(scope), self.settings) for g in value]
-                for sub in subs:
-                    captures.extend(sub.program.outer_slots)
-                value = subs
-            kwargs[key] = value
-        ctx = None
-        if impl.takes_ctx:
-            ctx = NodeContext(
-                name=node.name,
-                label=node.label,
-                n_outputs=len(node.outputs),
-                outputs_used=tuple(bool(o) for o in node.outputs),
-                const_inputs=tuple(bool(n) and n in self.graph.initializers for n in node.inputs),
-                settings=self.settings,
-            )
-        in_slots = tuple(self._slot(n) if n else -1 for n in node.inputs)
-        out_slots = tuple(self._slot(n) if n else -1 for n in node.outputs)
-        n_fixed = len(impl.inputs) - (1 if impl.variadic else 0)
-        step = Step(node, impl.fn, in_slots, out_slots, kwargs, ctx, impl.variadic, n_fixed)
-        step.captures = tuple(dict.fromkeys(captures))
-        step.prepare = fast_path_of(impl.fn)
-        return step
+    def root(self, s: int) -> int:
+        while s in self.alias:
+            s = self.alias[s]
+        return s
 
-    def _compute_releases(self) -> None:
-        keep = set(self.output_slots) | {s for s, _ in self.const_values}
-        keep |= set(self.outer_slots.values())
-        last_use: dict[int, int] = {}
-        for i, step in enumerate(self.steps):
-            for s in step.in_slots:
-                if s >= 0:
-                    last_use[s] = i
-            for _, s in step.captures:
-                last_use[s] = i
-        per_step: dict[int, list[int]] = {}
-        for s, i in last_use.items():
-            if s not in keep:
-                per_step.setdefault(i, []).append(s)
-        # the caller's feeds (a graph input) stay referenced by the caller through the run
-        fed = set(self.input_slots)
-        for i, step in enumerate(self.steps):
-            step.release = tuple(per_step.get(i, ()))
-            slots = _padded_slots(step)
-            step.recycle = tuple(
-                (slots.index(s), slots.count(s))
-                for s in step.release
-                if s in slots and s not in fed
-            )
+    def run_profiled(self, values: Sequence[Any], profiler: Profiler) -> list[Any]:
+        """:meth:`run` with one trace event per step in ``profiler``."""
+        fn = self._profiled
+        if fn is None:
+            from onnxjit import executor
+
+            fn = self._profiled = executor.render(self, profiled=True)
+        return fn(values, profiler)
+
+    def resume(self, index: int, live: tuple, profiler: Profiler | None = None) -> list[Any]:
+        """Run the rest of the program after step ``index``, whose guard failed, from the
+        ``live`` values, with the continuation planned for their signature."""
+        slots = self.guard_live[index]
+        key = (index, *[_value_key(v) for v in live])
+        plan = self.continuations.get(key)
+        if plan is None:
+            with self.program._lock:
+                plan = self.continuations.get(key)
+                if plan is None:
+                    static = {s: v for s, v in zip(slots, live) if s in self.static}
+                    plan, outputs = build(
+                        self.program, list(live), None, list(slots), index + 1, static
+                    )
+                    self.continuations[key] = plan
+                    while len(self.continuations) > MAX_CONTINUATIONS:
+                        self.continuations.popitem(last=False)
+                    return self._detached(outputs, slots, live)
+        if profiler is not None:
+            outputs = plan.run_profiled(list(live), profiler)
+        else:
+            outputs = plan.run(live)
+        return self._detached(outputs, slots, live)
+
+    def _detached(self, outputs: list[Any], slots: Sequence[int], live: tuple) -> list[Any]:
+        """Outputs that share memory with this plan's arena copied: the arena goes back to
+        the plan when the run ends, and the caller keeps its outputs."""
+        held = [v for s, v in zip(slots, live) if self.root(s) in self.arena_offsets]
+        if not held:
+            return outputs
+        return [
+            o.copy()
+            if isinstance(o, np.ndarray) and any(np.may_share_memory(o, h) for h in held)
+            else o
+            for o in outputs
+        ]
+
+    def take_arena(self) -> tuple:
+        """An arena no other run holds: an idle one, or a new one (the run returns it)."""
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._make_arena()
+
+    def arenas(self) -> int:
+        """How many arenas the plan has made (one per run that overlapped others)."""
+        return self._made
+
+    def _make_arena(self) -> tuple:
+        self._made += 1
+        base = np.empty(self.arena_bytes + ALIGN, np.uint8)
+        skip = (-base.ctypes.data) % ALIGN
+        views: list[np.ndarray] = []
+        for s, offset in self.arena_offsets.items():
+            spec = self.specs[s]
+            lo = skip + offset
+            arr = base[lo : lo + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+            views.append(arr)
+            if s in self.flat:
+                views.append(arr.reshape(-1))
+        return tuple(views)
+
+    def summary(self) -> dict[str, Any]:
+        """What the plan holds: tensor values made and their bytes, the most bytes alive at
+        once (by last use), the arena's size, the steps with what runs them, and
+        name -> [dtype, shape] of every tensor value."""
+        names = self.program.names
+        last = _last_uses(self.program, self.start)
+        made: list[int] = []
+        alive = peak = 0
+        ends: dict[int, list[int]] = {}
+        for ps in self.steps:
+            for s in ps.step.out_slots:
+                spec = self.specs.get(s) if s >= 0 else None
+                if spec is not None and spec.kind == lowering.TENSOR:
+                    made.append(s)
+                    alive += spec.nbytes
+                    ends.setdefault(last.get(s, ps.step.index), []).append(s)
+            peak = max(peak, alive)
+            for s in ends.pop(ps.step.index, ()):
+                alive -= self.specs[s].nbytes
+        return {
+            "values": len(made),
+            "value_bytes": sum(self.specs[s].nbytes for s in made),
+            "peak_live_bytes": peak,
+            "arena_bytes": self.arena_bytes,
+            "static_values": len(self.static),
+            "steps": [
+                {
+                    "node": ps.step.node.name,
+                    "op": ps.step.node.label,
+                    "kernel": ps.kernel,
+                    "generic": ps.generic,
+                    "guarded": bool(ps.guard),
+                    "in_place": ps.inplace is not None,
+                }
+                for ps in self.steps
+            ],
+            "shapes": {
+                names[s]: [spec.dtype.name, list(spec.shape)]
+                for s, spec in self.specs.items()
+                if spec.kind == lowering.TENSOR and s < len(names)
+            },
+        }
+
+
+def _value_key(v: Any) -> Any:
+    if type(v) is np.ndarray:
+        return (v.dtype, v.shape)
+    return None if v is None else v.__class__
+
+
+def _last_uses(program: Program, start: int) -> dict[int, int]:
+    """Value -> the last step (from ``start``) that reads it; graph outputs: past the end."""
+    last: dict[int, int] = {}
+    for step in program.steps[start:]:
+        for s in step.in_slots:
+            if s >= 0:
+                last[s] = step.index
+        for _, s in step.captures:
+            last[s] = step.index
+    end = len(program.steps)
+    for s in program.output_slots:
+        last[s] = end
+    return last
+
+
+# ---------------------------------------------------------------------------------------------
+# The planning run
+# ---------------------------------------------------------------------------------------------
+
+
+def build(
+    program: Program,
+    values: list[Any],
+    progress: Callable[[int], None] | None,
+    entry: list[int] | None = None,
+    start: int = 0,
+    static: dict[int, Any] | None = None,
+) -> tuple[Plan, list[Any]]:
+    """Plan ``program`` for ``values`` (of the ``entry`` slots, by default the program's
+    inputs and outer values) from step ``start`` on, running it once; return the plan and
+    the outputs of that run. ``static`` are entry values constant for the plan."""
+    from onnxjit import executor
+
+    planner = _Planner(program, entry if entry is not None else program.entry_slots, start)
+    outputs = planner.run(values, static or {}, progress)
+    planner.layout()
+    plan = planner.plan
+    plan.run = executor.render(plan, profiled=False)
+    return plan, outputs
+
+
+class _Planner:
+    def __init__(self, program: Program, entry: list[int], start: int):
+        self.program = program
+        self.plan = Plan(program, list(entry), start)
+        self.last = _last_uses(program, start)
+        self.env: dict[int, Any] = {}
+        self.written: dict[int, int] = {}  # value written by a bound call -> its step
+        self.pinned: set[int] = set()  # arena roots that must stay out of the arena
+        self.scratch_ids = program.n_slots
 
     def run(
-        self,
-        inputs: Sequence[Any],
-        outer: dict[str, Any] | None = None,
-        profiler: Profiler | None = None,
-        progress: Callable[[int], None] | None = None,
-        record: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None,
+        self, values: list[Any], static: dict[int, Any], progress: Callable[[int], None] | None
     ) -> list[Any]:
-        """Run the graph on positional ``inputs`` (graph input order); return its outputs.
-
-        ``progress``, when given, is called with the number of steps done after each step.
-        ``record``, when given, receives ``name -> (dtype, shape)`` for every tensor
-        value the run produced (not initializers, nor values of subgraphs)."""
-        self.runs += 1
-        template = self._env_template
-        if template is None:
-            template = [None] * self.n_slots
-            for slot, value in self.const_values:
-                template[slot] = value
-            self._env_template = template
-        env = template.copy()  # the constants in place, every other slot empty
-        for slot, value in zip(self.input_slots, inputs):
-            env[slot] = value
-        if self.outer_slots:
-            outer = outer or {}
-            for name, slot in self.outer_slots.items():
-                if name in outer:
-                    env[slot] = outer[name]
-        if profiler is None and not outer and progress is None and record is None:
-            self._run_steps(env)
-        else:
-            self._run_steps_traced(env, outer, profiler, progress, record)
-        outputs = [env[s] for s in self.output_slots]
-        if self.const_roots:
-            for i, v in enumerate(outputs):
-                if isinstance(v, np.ndarray) and id(_root(v)) in self.const_roots:
-                    outputs[i] = v.copy()
-        return outputs
-
-    def _run_steps(self, env: list[Any]) -> None:
-        """The steps without profiling or outer scope: the per-node path kept short (it is
-        the whole cost of a run on small tensors). Once the program has run a few times, runs
-        the generated straight-line version of the loop below (onnxjit.steps_code) unless the
-        program is too long for one."""
-        straight = self._straight
-        if straight is None and self.runs > steps_code.AFTER_RUNS:
-            straight = steps_code.generate(self.steps, _call_impl, _padded_slots, _execution_error)
-            straight = self._straight = straight or False
-        if straight:
-            straight(env)
-            return
-        fast = self._fast
-        if fast is None:
-            fast = self._fast = [
-                (
-                    step,
-                    step.fn,
-                    step.ctx,
-                    _arg_getter(_padded_slots(step)),
-                    step.kwargs,
-                    step.release,
-                    step.out_slots[0] if len(step.out_slots) == 1 else None,
-                    bool(step.captures),
-                    step.recycle,
-                )
-                for step in self.steps
-            ]
-        pool = buffers.recycling()
-        ndarray = np.ndarray
-        min_bytes = buffers.MIN_BYTES
-        for step, fn, ctx, getter, kwargs, release, out1, captures, recycle in fast:
-            args = getter(env)
-            if captures:
-                ctx = replace(ctx, outer={name: env[slot] for name, slot in step.captures})
-            for s in release:  # see _run_steps_traced
-                env[s] = None
-            try:
-                # _call's first branch inline: a call frame less per step
-                quick = step.fast
-                result = MISS if quick is None else quick(*args)
-                if result is MISS:
-                    result = _call_impl(step, fn, ctx, args, kwargs)
-            except OnnxJitError:
-                raise
-            except Exception as exc:
-                raise _execution_error(step.node, list(args), exc) from exc
-            if out1 is not None:
-                env[out1] = result[0] if isinstance(result, tuple) else result
-            else:
-                for slot, value in zip(step.out_slots, result):
-                    if slot >= 0:
-                        env[slot] = value
-            result = value = None
-            if recycle and pool is not None:
-                for pos, held in recycle:
-                    a = args[pos]
-                    # the cheap tests here: most released values are small
-                    if a.__class__ is ndarray and a.nbytes >= min_bytes:
-                        pool.give(a, held + 1)  # + the name a
-                a = None
-            args = None
-
-    def _run_steps_traced(
-        self,
-        env: list[Any],
-        outer: dict[str, Any] | None,
-        profiler: Profiler | None,
-        progress: Callable[[int], None] | None = None,
-        record: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None,
-    ) -> None:
-        if record is not None:
-            for v, slot in zip(self.graph.inputs, self.input_slots):
-                _record(record, v.name, env[slot])
-        pool = buffers.recycling()
-        for done, step in enumerate(self.steps, 1):
-            args = tuple([env[s] if s >= 0 else None for s in _padded_slots(step)])
-            t0 = time.perf_counter_ns() if profiler is not None else 0
-            ctx = step.ctx
-            if step.captures:
-                scope = dict(outer) if outer else {}
-                scope.update((name, env[slot]) for name, slot in step.captures)
-                ctx = replace(ctx, outer=scope)
-            # Values read for the last time are dropped before the call, so that an op may
-            # reuse the buffer of an input nothing else references (see
-            # onnxjit.ops.fused_elementwise: it checks the reference count).
-            for s in step.release:
-                env[s] = None
-            try:
-                result = _call(step, step.fn, ctx, args, step.kwargs)
-            except OnnxJitError:
-                raise
-            except Exception as exc:
-                raise _execution_error(step.node, args, exc) from exc
-            if profiler is not None:
-                t1 = time.perf_counter_ns()
-                profiler.events.append(
-                    {
-                        "name": step.node.name or step.node.label,
-                        "cat": "Node",
-                        "ph": "X",
-                        "ts": (t0 - profiler.t0) / 1000.0,
-                        "dur": (t1 - t0) / 1000.0,
-                        "pid": 0,
-                        "tid": 0,
-                        "args": {"op": step.node.label},
-                    }
-                )
-            if len(step.out_slots) == 1:
-                if isinstance(result, tuple):
-                    result = result[0]
-                env[step.out_slots[0]] = result
-            else:
-                for slot, value in zip(step.out_slots, result):
-                    if slot >= 0:
-                        env[slot] = value
-            if record is not None:
-                for name, slot in zip(step.node.outputs, step.out_slots):
-                    if slot >= 0:
-                        _record(record, name, env[slot])
-            result = value = None  # hold no reference past the step (see the release above)
-            if pool is not None:
-                for pos, held in step.recycle:
-                    pool.give(args[pos], held)
-            args = None
+        program, plan = self.program, self.plan
+        for slot, value in program.constants.items():
+            self.env[slot] = value
+            plan.specs[slot] = spec_of(value, const=True)
+        for slot, value in zip(plan.entry, values):
+            self.env[slot] = value
+            plan.specs[slot] = spec_of(value, const=slot in static)
+            if slot in static:
+                plan.static[slot] = value
+        for done, step in enumerate(program.steps[plan.start :], 1):
+            with jitstats.planning(program, step.node):
+                self.plan_step(step)
             if progress is not None:
                 progress(done)
+        outputs = []
+        for s in program.output_slots:
+            v = self.env.get(s)
+            if isinstance(v, np.ndarray) and self.constant_root(s):
+                v = v.copy()
+            outputs.append(v)
+        return outputs
 
+    def constant_root(self, s: int) -> bool:
+        """Whether ``s`` is (or views) a value the program or the plan holds."""
+        r = self.plan.root(s)
+        return r in self.program.constants or (r in self.plan.static and r not in self.plan.entry)
 
-# Frames in which a step runs: onnxjit.jitstats charges a kernel compiled there to the step.
-Program._STEP_CODES = frozenset({Program._run_steps.__code__, Program._run_steps_traced.__code__})
-
-
-def _call(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs: dict) -> Any:
-    """Run one step: its fast path when one was prepared for arguments like these, else the
-    implementation (then prepare a fast path for the next run)."""
-    fast = step.fast
-    if fast is not None:
-        result = fast(*args)
-        if result is not MISS:
-            return result
-    return _call_impl(step, fn, ctx, args, kwargs)
-
-
-def _call_impl(step: Step, fn: Callable[..., Any], ctx: Any, args: tuple, kwargs: dict) -> Any:
-    """Run one step's implementation, then prepare its fast path for the next run."""
-    result = fn(ctx, *args, **kwargs) if ctx is not None else fn(*args, **kwargs)
-    prepare = step.prepare
-    if prepare is not None:
-        step.fast = None
-        # A fast path whose output leaves the graph keeps its own output buffer (a Slot made
-        # with no pool current, reused once the caller drops it) rather than drawing from the
-        # pool: the same reuse from run to run without the pool's bookkeeping, which cost a
-        # one-node model 1-2 us per run (its records are out of cache by then).
-        prev = buffers.activate(None) if step.makes_output else buffers.current()
+    def plan_step(self, step: Step) -> None:
+        plan = self.plan
+        args = [self.env.get(s) if s >= 0 else None for s in step.in_slots]
         try:
-            step.fast = prepare(ctx, args, kwargs, result)
-        except Exception:  # a fast path is an optimisation: without one the node still runs
-            log.debug("no fast path for %s", step.node.describe(), exc_info=True)
-        finally:
-            buffers.restore(prev)
-    return result
+            if self._foldable(step):
+                results = self._call_generic(step, args)
+                if self._fold(step, results):
+                    return
+                ps = PlannedStep(step, None, _impl_name(step))
+            else:
+                specs = tuple(plan.specs.get(s) if s >= 0 else None for s in step.in_slots)
+                bound = self._lower(step, specs)
+                if bound is None:
+                    results = self._call_generic(step, args)
+                    ps = PlannedStep(step, None, _impl_name(step))
+                else:
+                    ps = self._inplace(step, bound)
+                    results = self._call_bound(ps, args)
+        except OnnxJitError:
+            raise
+        except Exception as exc:
+            raise execution_error(step.node, [describe_value(a) for a in args], exc) from exc
+        self._record(ps, results, args)
+        plan.steps.append(ps)
+
+    # -- folding ------------------------------------------------------------------------------
+    def _foldable(self, step: Step) -> bool:
+        node = step.node
+        if node.op_type in NONDETERMINISTIC or ir.subgraphs(node):
+            return False
+        if node.domain in ("", "ai.onnx") and node.op_type in _SHAPE_ONLY:
+            return True
+        consts = self.program.constants
+        return all(s < 0 or s in consts or s in self.plan.static for s in step.in_slots)
+
+    def _fold(self, step: Step, results: list[Any]) -> bool:
+        """Keep ``results`` as constants of the plan when they are small tensors."""
+        outs = [(s, v) for s, v in zip(step.out_slots, results) if s >= 0]
+        if any(not isinstance(v, np.ndarray) or v.nbytes > STATIC_MAX_BYTES for _, v in outs):
+            return False
+        for s, v in outs:
+            self.env[s] = v
+            self.plan.specs[s] = spec_of(v, const=True)
+            self.plan.static[s] = v
+        return True
+
+    # -- calls --------------------------------------------------------------------------------
+    def _lower(self, step: Step, specs: tuple[Spec | None, ...]) -> Bound | None:
+        lower = lowering.lowering_of(step.impl.fn)
+        if lower is None:
+            return None
+        from onnxjit.backends import cpu
+
+        lc = LowerContext(step.node, step.kwargs, specs, cpu.CPU, step.ctx, self.program.settings)
+        return lower(lc)
+
+    def _call_generic(self, step: Step, args: list[Any]) -> list[Any]:
+        ctx = step.ctx
+        if step.captures:
+            ctx = replace(ctx, outer={name: self.env.get(s) for name, s in step.captures})
+        fn = step.impl.fn
+        result = fn(ctx, *args, **step.kwargs) if ctx is not None else fn(*args, **step.kwargs)
+        n = len(step.out_slots)
+        if n == 1:
+            return [result[0] if isinstance(result, tuple) else result]
+        out = list(result)
+        return out + [None] * (n - len(out))
+
+    def _inplace(self, step: Step, bound: Bound) -> PlannedStep:
+        """The step with the bound call that writes over a dying input, where one may."""
+        ps = PlannedStep(step, bound, bound.name)
+        if not (bound.writes and bound.inplace and bound.with_inplace and self.program.arena):
+            return ps
+        plan = self.plan
+        for i in bound.inplace:
+            s = step.in_slots[i]
+            if s < 0:
+                continue
+            r = plan.root(s)
+            if r not in self.written or r in self.pinned:
+                continue
+            # every value in that memory dies here, and no other input of the step views it
+            group = [t for t in self.env if plan.root(t) == r]
+            if any(self.last.get(t, -1) > step.index for t in group):
+                continue
+            if any(t != s and t >= 0 and plan.root(t) == r for t in step.in_slots):
+                continue
+            alt = bound.with_inplace(i)
+            if alt is not None:
+                return PlannedStep(step, alt, alt.name, inplace=i)
+        return ps
+
+    def _call_bound(self, ps: PlannedStep, args: list[Any]) -> list[Any]:
+        b = ps.bound
+        n = len(ps.step.out_slots)
+        if b.writes:
+            outs = [np.empty(spec.shape, spec.dtype) for spec in b.outs]
+            if ps.inplace is not None:
+                outs[0] = args[ps.inplace]
+            b.fn(*[_resolve(a, args, outs) for a in b.args])
+            return outs
+        result = b.fn(*[_resolve(a, args, ()) for a in b.args])
+        return [result] if n == 1 else list(result)
+
+    # -- what a step's run tells ----------------------------------------------------------------
+    def _record(self, ps: PlannedStep, results: list[Any], args: list[Any]) -> None:
+        """Specs, views, guards and arena candidates of a step that ran."""
+        step, b = ps.step, ps.bound
+        plan = self.plan
+        inputs = [(s, a) for s, a in zip(step.in_slots, args) if s >= 0]
+        inputs += [(s, self.env.get(s)) for _, s in step.captures]
+        guard = []
+        containers = False
+        for j, v in enumerate(results):
+            s = step.out_slots[j] if j < len(step.out_slots) else -1
+            if b is not None and b.writes:
+                if s < 0:
+                    s = ps.scratch[j] = self.scratch_ids
+                    self.scratch_ids += 1
+                self.written[s] = step.index
+                plan.specs[s] = b.outs[j]
+                self.env[s] = v
+                if ps.inplace is not None and j == 0:
+                    plan.alias[s] = step.in_slots[ps.inplace]
+                continue
+            if s < 0:
+                continue
+            self.env[s] = v
+            if b is not None and b.outs is not None:
+                plan.specs[s] = b.outs[j]
+            else:
+                plan.specs[s] = spec_of(v)
+                guard.append(j)
+                if plan.specs[s].kind not in (lowering.TENSOR, lowering.NONE):
+                    plan.classes[s] = type(v)
+            if not isinstance(v, np.ndarray):
+                containers = containers or v is not None
+                continue
+            # memory shared with an input: declared by the lowering, else found
+            viewed = -1
+            if b is not None:
+                k = b.views[j] if j < len(b.views) else None
+                viewed = step.in_slots[k] if k is not None else -1
+            else:
+                for t, a in inputs:
+                    if isinstance(a, np.ndarray) and np.may_share_memory(v, a):
+                        viewed = t
+                        break
+            if viewed >= 0:
+                plan.alias[s] = viewed
+        if containers:
+            # a sequence or map may hold its inputs: keep their memory out of the arena
+            for t, _ in inputs:
+                self.pinned.add(plan.root(t))
+        ps.guard = tuple(guard)
+        if guard:
+            consts = self.program.constants
+            live = [s for s in self.env if s not in consts and self.last.get(s, -1) > step.index]
+            plan.guard_live[step.index] = tuple(sorted(live))
+
+    # -- buffers ------------------------------------------------------------------------------
+    def layout(self) -> None:
+        """Arena offsets of the written values, by liveness (see the module docstring)."""
+        plan, program = self.plan, self.program
+        for s in program.output_slots:
+            self.pinned.add(plan.root(s))
+        if not program.arena:
+            return
+        end = len(program.steps)
+        span: dict[int, list[int]] = {}
+        for s, at in self.written.items():
+            if plan.root(s) == s and s not in self.pinned:
+                span[s] = [at, at]
+        for s in self.env:
+            r = plan.root(s)
+            if r in span:
+                hi = self.last.get(s, self.written.get(s, span[r][0]))
+                span[r][1] = max(span[r][1], min(hi, end))
+        # largest first, each at the lowest offset clear of every value alive at the same time
+        placed: list[tuple[int, int, int, int]] = []  # offset, bytes, first step, last step
+        for r in sorted(span, key=lambda r: (-plan.specs[r].nbytes, r)):
+            lo, hi = span[r]
+            n = -(-plan.specs[r].nbytes // ALIGN) * ALIGN
+            offset = 0
+            for o, size, a, b in sorted(p for p in placed if not (p[3] < lo or hi < p[2])):
+                if o - offset >= n:
+                    break
+                offset = max(offset, o + size)
+            placed.append((offset, n, lo, hi))
+            plan.arena_offsets[r] = offset
+        plan.arena_bytes = max((o + n for o, n, _, _ in placed), default=0)
 
 
-def _padded_slots(step: Step) -> tuple[int, ...]:
-    """Input slots, with -1 (None) for trailing optional inputs the node leaves out."""
-    slots = step.in_slots
-    if not step.variadic and len(slots) < step.n_fixed:
-        slots = slots + (-1,) * (step.n_fixed - len(slots))
-    return slots
+def _resolve(a: Any, args: list[Any], outs: Sequence[Any]) -> Any:
+    t = type(a)
+    if t is In:
+        v = args[a.index]
+        return v.reshape(-1) if a.flat else v
+    if t is Out:
+        v = outs[a.index]
+        return v.reshape(-1) if a.flat else v
+    return a
 
 
-def _arg_getter(slots: tuple[int, ...]) -> Callable[[list[Any]], Sequence[Any]]:
-    """A function of the value list giving a step's arguments as a tuple (None for slot -1);
-    the common case of no omitted input is one C-level itemgetter call. Always a tuple: the
-    reference counts that FusedElementwise reads to find buffers it may reuse depend on the
-    container (see onnxjit.ops.fused_elementwise._baseline)."""
-    if any(s < 0 for s in slots):
-        return lambda env: tuple([env[s] if s >= 0 else None for s in slots])
-    if len(slots) == 0:
-        return lambda env: ()
-    if len(slots) == 1:
-        (only,) = slots
-        return lambda env: (env[only],)
-    return operator.itemgetter(*slots)
-
-
-def _record(record: dict[str, tuple[np.dtype, tuple[int, ...]]], name: str, value: Any) -> None:
-    if isinstance(value, np.ndarray):
-        record[name] = (value.dtype, value.shape)
-
-
-def plan_summary(program: Program, record: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> dict:
-    """What one input signature's run needs: ``values`` (tensors produced by nodes),
-    ``value_bytes`` (their total size) and ``peak_live_bytes`` (the most that are alive at
-    once: a value lives from the step that makes it to the last step that reads it, graph
-    outputs to the end), with ``shapes``: name -> ``[dtype name, shape]`` for every recorded
-    value, graph inputs included (the name NumPy or ml_dtypes gives: "float32",
-    "float8_e5m2")."""
-    nbytes: dict[int, int] = {}
-    for name, (dt, shape) in record.items():
-        slot = program.slots.get(name)
-        if slot is not None:
-            nbytes[slot] = int(dt.itemsize * math.prod(shape))
-    live: set[int] = set()
-    total = peak = made = alive = 0
-    for step in program.steps:
-        for s in step.out_slots:
-            if s >= 0 and s in nbytes:
-                live.add(s)
-                made += 1
-                total += nbytes[s]
-                alive += nbytes[s]
-        peak = max(peak, alive)
-        for s in step.release:
-            if s in live:
-                live.remove(s)
-                alive -= nbytes[s]
-    return {
-        "values": made,
-        "value_bytes": total,
-        "peak_live_bytes": peak,
-        "shapes": {k: [dt.name, list(shape)] for k, (dt, shape) in record.items()},
-    }
-
-
-def _root(a: np.ndarray) -> object:
-    """The object that owns an array's memory (follows .base)."""
-    obj: object = a
-    while isinstance(obj, np.ndarray) and obj.base is not None:
-        obj = obj.base
-    return obj
-
-
-def _describe_value(v: Any) -> str:
-    if isinstance(v, np.ndarray):
-        return f"{v.dtype}{list(v.shape)}"
-    if v is None:
-        return "None"
-    return type(v).__name__
-
-
-def _execution_error(node: ir.Node, args: list[Any], exc: Exception) -> ExecutionError:
-    shapes = ", ".join(
-        f"{name or '<omitted>'}: {_describe_value(a)}" for name, a in zip(node.inputs, args)
-    )
-    return ExecutionError(
-        f"{node.describe()} failed on inputs ({shapes}): {type(exc).__name__}: {exc}. "
-        "Check the input shapes against the operator's rules; if they are valid, this is an "
-        "onnxjit bug, please report it with the model"
-    )
+def _impl_name(step: Step) -> str:
+    fn = step.impl.fn
+    return f"{fn.__module__}.{fn.__qualname__}"

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx.defs
 
 from onnxjit import ir
@@ -48,6 +49,21 @@ ML_DOMAIN = "ai.onnx.ml"
 def normalize_domain(domain: str) -> str:
     """``"ai.onnx"`` and ``""`` both name the default domain."""
     return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
+
+
+# Operators whose results must not be computed once for all runs (constant folding, a plan's
+# static values): they draw random numbers.
+NONDETERMINISTIC = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "Dropout",  # in training mode
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -254,6 +270,36 @@ class NodeContext:
     def unsupported(self, message: str) -> UnsupportedOperatorError:
         where = f"node {self.name!r}" if self.name else "node"
         return UnsupportedOperatorError(f"{where} ({self.label}): {message}")
+
+
+@functools.cache
+def _schema_defaults(domain: str, op_type: str, since_version: int) -> dict[str, Any]:
+    """The attribute defaults of the schema version ``since_version`` of an operator, decoded
+    as the loader decodes a node's attributes (strings as str, tensors as arrays)."""
+    schema = _schema_history(domain, op_type).get(since_version)
+    if schema is None:
+        return {}
+    from onnxjit.model import attribute_default
+
+    out: dict[str, Any] = {}
+    for name, attr in schema.attributes.items():
+        proto = attr.default_value
+        if proto is not None and proto.type != onnx.AttributeProto.UNDEFINED:
+            out[name] = attribute_default(name, proto)
+    return out
+
+
+def attribute_values(node: ir.Node) -> dict[str, Any]:
+    """The attributes a bound node's implementation is called with: the node's own, else the
+    default of the schema version the node obeys (as onnx's reference evaluator fills them),
+    else the implementation's (attributes with no default, and internal operators)."""
+    impl: OpImpl = node.impl
+    values = dict(impl.attrs)
+    if node.since_version is not None and impl.domain != INTERNAL_DOMAIN:
+        defaults = _schema_defaults(impl.domain, node.op_type, node.since_version)
+        values.update((k, v) for k, v in defaults.items() if k in values)
+    values.update(node.attrs)
+    return values
 
 
 def bind_graph(graph: Any, opsets: dict[str, int], problems: list[str]) -> None:

@@ -20,13 +20,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import buffers, check, compile_gc, ir, jitstats, limits, passes, registry, types
+from onnxjit import check, compile_gc, ir, jitstats, limits, passes, registry, types
 from onnxjit import progress as progress_mod
 from onnxjit import threads as threads_mod
 from onnxjit.errors import InvalidArgumentError, InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
 from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD, RunOptions, SessionOptions
-from onnxjit.plan import Profiler, Program, plan_summary
+from onnxjit.plan import Profiler
+from onnxjit.program import Program
 
 log = logging.getLogger("onnxjit")
 
@@ -139,6 +140,19 @@ class InferenceSession:
         self._providers = _choose_providers(providers, provider_options)
         self._lock = threading.Lock()
         self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
+        previous = jitstats.charge_to(self._kernel_records)
+        try:
+            self._build(path_or_bytes, disabled_optimizers, base_dir)
+        finally:
+            jitstats.charge_to(previous)
+
+    def _build(
+        self,
+        path_or_bytes: str | os.PathLike[str] | bytes | onnx.ModelProto,
+        disabled_optimizers: Sequence[str] | None,
+        base_dir: str | os.PathLike[str] | None,
+    ) -> None:
+        """Load, check, bind and optimise the model (the rest of :meth:`__init__`)."""
         t0 = time.perf_counter()
         t0_ns = time.perf_counter_ns()
         # Caps on data-sized allocations (onnxjit.limits); constant folding below runs under
@@ -174,13 +188,11 @@ class InferenceSession:
             from onnxjit.export import write_optimized_model
 
             write_optimized_model(self._model, self._options.optimized_model_filepath)
-        self._program = Program(self._model.graph, settings=self._options._config)
-        self._pool: buffers.Pool | None = None
-        if self._options.enable_mem_reuse and self._options.enable_cpu_mem_arena:
-            cap = self._limits.max_run_bytes or limits.physical_memory() // 2
-            self._pool = buffers.Pool(cap)
-        self._keep_buffers = bool(self._options.enable_mem_pattern)
-        self._last_outputs: list[Any] | None = None  # see _run_program
+        self._program = Program(
+            self._model.graph,
+            settings=self._options._config,
+            arena=bool(self._options.enable_mem_reuse and self._options.enable_cpu_mem_arena),
+        )
         graph = self._model.graph
         inits = set(graph.initializers)
         self._inputs = [v for v in graph.inputs if v.name not in inits]
@@ -201,8 +213,6 @@ class InferenceSession:
         self._all_outputs = list(range(len(self._outputs)))
         self._threads_setting = int(self._options.intra_op_num_threads or 0)
         self._signatures: set[tuple] = set()  # input dtypes and shapes seen by run()
-        # plan_summary of the first run of each signature, the latest _MAX_PLANS kept
-        self._plans: list[dict[str, Any]] = []
         self._progress = progress_mod.mode(self._options._config.get("onnxjit.progress"))
 
     # -- metadata ----------------------------------------------------------------------------
@@ -277,65 +287,28 @@ class InferenceSession:
             bar = progress_mod.for_first_run(
                 self._progress, len(self._program.steps), "onnxjit: compiling"
             )
-        record = {} if first else None
-        if profiler is None and bar is None and record is None:
-            outputs = self._run_program(feeds, first, None, None, None)
-        else:
-            t0 = time.perf_counter_ns()
-            try:
-                # a new signature's run compiles (or loads) its kernels
-                with compile_gc.held() if first else contextlib.nullcontext():
-                    outputs = self._run_program(feeds, first, profiler, bar, record)
-            finally:
-                if bar is not None:
-                    bar.close()
-            if record is not None:
-                with self._lock:
-                    self._plans.append(plan_summary(self._program, record))
-                    del self._plans[:-_MAX_PLANS]
-            if profiler is not None:
-                profiler.events.append(
-                    _session_event("model_run", profiler, t0, time.perf_counter_ns())
-                )
+        previous = jitstats.charge_to(self._kernel_records)
+        try:
+            if profiler is None and bar is None and not first:
+                outputs = self._program.run(feeds)
+            else:
+                t0 = time.perf_counter_ns()
+                try:
+                    # a new signature's run compiles (or loads) its kernels
+                    with compile_gc.held() if first else contextlib.nullcontext():
+                        outputs = self._program.run(feeds, profiler=profiler, progress=bar)
+                finally:
+                    if bar is not None:
+                        bar.close()
+                if profiler is not None:
+                    profiler.events.append(
+                        _session_event("model_run", profiler, t0, time.perf_counter_ns())
+                    )
+        finally:
+            jitstats.charge_to(previous)
         with self._lock:
             self._runs += 1
         return [outputs[i] for i in wanted]
-
-    def _run_program(
-        self,
-        feeds: list[Any],
-        first: bool,
-        profiler: Profiler | None,
-        bar: Any,
-        record: dict[str, Any] | None,
-    ) -> list[Any]:
-        """The program's outputs for ``feeds``, with this session's buffer pool current.
-
-        The outputs of the previous run go back to the pool first, those the caller has
-        dropped (:meth:`buffers.Pool.give` checks); this run's are remembered in a list of
-        their own, so that while the caller, or the comprehension in :meth:`run`, still holds
-        one, its count stays above what ``give`` accepts. A model that has never asked the
-        pool for a buffer (every value under 64 KiB) skips all of it, unless ``first`` (a new
-        input signature, which may have larger values)."""
-        pool = self._pool
-        if pool is None or not (pool.sizes or first):
-            return self._program.run(feeds, profiler=profiler, progress=bar, record=record)
-        last, self._last_outputs = self._last_outputs, None
-        if last:
-            for value in last:
-                pool.give(value, 2)  # the list and the loop variable
-            value = last = None
-        prev = buffers.activate(pool)
-        try:
-            outputs = self._program.run(feeds, profiler=profiler, progress=bar, record=record)
-        finally:
-            buffers.restore(prev)
-        if self._keep_buffers:
-            self._last_outputs = list(outputs)
-            pool.end_run()
-        else:
-            pool.clear()
-        return outputs
 
     def _validate_feed(self, input_feed: Mapping[str, Any]) -> tuple[list[Any], bool]:
         """The positional inputs for ``input_feed`` after every check (see :meth:`run`), and
@@ -457,14 +430,19 @@ class InferenceSession:
           node whose first run needed it, None for session set-up such as constant folding)
           and ``calls`` (runs of that node since, None for set-up);
         - ``cache_dir``: the folder kernels are cached in for this process;
-        - ``plans``: one entry per input signature (its first run; the latest 64): ``values``
-          (tensors the nodes produced), ``value_bytes`` (their total), ``peak_live_bytes``
-          (the most alive at once, by last use), ``shapes`` (name -> ``[dtype, shape]`` for
-          the graph inputs and every value);
-        - ``buffers``: the intermediate-buffer pool (:mod:`onnxjit.buffers`): ``reused``
-          (outputs written into the buffer of a dead value), ``allocated`` (outputs of 64 KiB
-          or more that needed a new buffer), ``pooled`` / ``pooled_bytes`` (dead buffers held
-          now); None when ``enable_mem_reuse`` or ``enable_cpu_mem_arena`` is off.
+        - ``plans``: one entry per input signature whose plan is kept (least recently used
+          first, at most ``onnxjit.program.MAX_PLANS``): ``values`` (tensors the nodes
+          produced), ``value_bytes`` (their total), ``peak_live_bytes`` (the most alive at
+          once, by last use), ``arena_bytes`` (the plan's buffer arena: intermediate tensors
+          placed by liveness), ``static_values`` (values the plan computed once), ``steps``
+          (per step: ``node``, ``op``, ``kernel`` (what runs it), ``generic`` (the operator's
+          implementation rather than a bound kernel), ``guarded`` (its outputs' shapes are
+          checked at each run, the plan continuing from there when they differ), ``in_place``
+          (its output took a dying input's buffer)) and ``shapes`` (name -> ``[dtype,
+          shape]`` for the graph inputs and every value);
+        - ``buffers``: ``arena_bytes`` (the arenas of the kept plans, one each, more while
+          runs overlap) and ``arenas`` (how many exist now); None when ``enable_mem_reuse``
+          or ``enable_cpu_mem_arena`` is off.
         """
         from onnxjit import jitcache
         from onnxjit.config import SETTINGS
@@ -478,9 +456,14 @@ class InferenceSession:
         }
         out.update(jitstats.summarize(list(self._kernel_records)))
         out["cache_dir"] = str(jitcache.cache_folder(SETTINGS.cache_dir))
-        with self._lock:
-            out["plans"] = [dict(p) for p in self._plans]
-        out["buffers"] = self._pool.stats() if self._pool is not None else None
+        plans = self._program.plans()
+        out["plans"] = [p.summary() for p in plans]
+        out["buffers"] = None
+        if self._program.arena:
+            out["buffers"] = {
+                "arena_bytes": sum(p.arena_bytes for p in plans),
+                "arenas": sum(p.arenas() for p in plans),
+            }
         return out
 
     def warmup(
@@ -566,16 +549,6 @@ def _zeros(vi: ir.ValueInfo, dims: list[int]) -> Any:
     if dtype.kind in "OUS":
         return np.full(dims, "", dtype=object)
     return np.zeros(dims, dtype)
-
-
-# Methods during which a kernel compile or load is charged to the session (onnxjit.jitstats).
-InferenceSession._STATS_CODES = frozenset(
-    {
-        InferenceSession.__init__.__code__,
-        InferenceSession.run.__code__,
-        InferenceSession.warmup.__code__,
-    }
-)
 
 
 def _plain(v: Any) -> bool:

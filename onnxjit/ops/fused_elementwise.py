@@ -282,7 +282,7 @@ class FusedGroup:
 
     def _run_members(self, arrays: Sequence[np.ndarray]) -> list[Any]:
         if self._program is None:
-            from onnxjit.plan import Program
+            from onnxjit.program import Program
 
             graph = ir.Graph(
                 name="fused",
@@ -479,7 +479,7 @@ class ReduceTail:
 
     def _run_members(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
         if self._program is None:
-            from onnxjit.plan import Program
+            from onnxjit.program import Program
 
             node = self.reduce_node
             inits = dict(self.group.consts)

@@ -122,7 +122,7 @@ class _Inliner:
     def schema_function(
         self, node: ir.Node, domain: str, opsets: dict[str, int]
     ) -> tuple[ir.Function, dict[str, int]] | None:
-        from onnxjit.model import _Loader
+        from onnxjit.model import _Loader, attribute_default
 
         schema = find_schema(node.op_type, opsets.get(domain, 0), domain)
         if schema is None:
@@ -154,18 +154,11 @@ class _Inliner:
         fn = _Loader(None).function(fp)
         # Schema bodies refer to the operator's attributes (``@output_datatype``) whose
         # defaults live in the schema, not in the body: supply them as function defaults.
-        loader = _Loader(None)
         for name, attr in schema.attributes.items():
             default = attr.default_value
             if name in fn.attribute_defaults or default.type == onnx.AttributeProto.UNDEFINED:
                 continue
-            named = onnx.AttributeProto()
-            named.CopyFrom(default)
-            named.name = name  # schema defaults may carry no name
-            holder = ir.Node("", "", [], [])
-            loader.attribute(named, holder)
-            if name in holder.attrs:
-                fn.attribute_defaults[name] = holder.attrs[name]
+            fn.attribute_defaults[name] = attribute_default(name, default)
         body_opsets = dict(opsets)
         body_opsets.update(fn.opset_imports)
         return fn, body_opsets

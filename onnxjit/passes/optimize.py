@@ -21,18 +21,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from onnxjit import ir
+from onnxjit.registry import NONDETERMINISTIC
 
-# Ops whose result must not be computed once for all runs.
-NONDETERMINISTIC = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-    }
-)
 # A folded output may be at most this large, or no larger than its inputs together.
 FOLD_LIMIT_BYTES = 1 << 24
 
@@ -79,7 +69,7 @@ def fold_node(
     ``constants`` (whose values are in ``values``), it runs without error (errors are left to
     run time, where they name the feed) and no output is much larger than its inputs.
     """
-    from onnxjit.plan import Program
+    from onnxjit.program import run_node
 
     foldable = (
         node.impl is not None
@@ -89,17 +79,11 @@ def fold_node(
     )
     if not foldable:
         return None
-    single = ir.Graph(
-        name="fold",
-        nodes=[node],
-        inputs=[],
-        outputs=[ir.ValueInfo(o, None) for o in node.outputs if o],
-        initializers={x: values[x] for x in node.inputs if x},
-    )
     try:
-        results = Program(single).run([])
+        results = run_node(node, [values[x] if x else None for x in node.inputs])
     except Exception:
         return None
+    results = [v for o, v in zip(node.outputs, results) if o]
     in_bytes = sum(_nbytes(values[x]) for x in node.inputs if x)
     if any(
         not isinstance(v, np.ndarray) or _nbytes(v) > max(FOLD_LIMIT_BYTES, in_bytes)

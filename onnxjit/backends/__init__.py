@@ -1,0 +1,24 @@
+"""Execution backends: each resolves kernels by family and name and owns their runtime.
+
+A lowering (:mod:`onnxjit.lowering`) never imports a backend's kernels: it asks the backend it
+lowers for, ``backend.kernel("norm", "standardize_rows")``, and the backend answers with its
+kernel of that name (``kernels/<backend>/<family>.py``). The CPU backend
+(:mod:`onnxjit.backends.cpu`) owns the thread pool and the thread setting its kernels run
+with; a CUDA backend would own its streams and device allocator, and serve the same lowerings
+with its twins of the same names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Backend(Protocol):
+    """What the plan and the lowerings ask of a backend."""
+
+    #: The backend's name ("cpu").
+    name: str
+
+    def kernel(self, family: str, name: str) -> Any:
+        """The kernel ``name`` of ``family``; KeyError naming both when it has none."""
+        ...
