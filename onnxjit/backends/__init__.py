@@ -1,0 +1,1 @@
+"""Execution backends: each resolves kernels and owns the runtime they run on."""

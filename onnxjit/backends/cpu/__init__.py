@@ -1,0 +1,1 @@
+"""The CPU backend: Numba kernels run by onnxjit's own thread pool."""
