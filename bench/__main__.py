@@ -7,7 +7,10 @@
 
 Columns: workload, case, ratio onnxjit/onnxruntime (median, 95 % bootstrap interval), onnxjit
 median, onnxruntime median, roof fraction (bandwidth or GEMM, onnxjit then onnxruntime), flags.
-The last line is the geometric mean of the per-workload geometric means.
+D1's ``alt/...`` rows are the exception: their ratio ("alt/rep") is onnxjit's time per run with
+two shapes alternating over its time with each repeated (see the note under the table).
+The last line is the geometric mean of the per-workload geometric means (``alt/...`` rows left
+out).
 """
 
 from __future__ import annotations
@@ -48,7 +51,18 @@ def fmt_ns(ns: float | None) -> str:
 def fmt_ratio(r: harness.Result) -> str:
     if r.ratio is None:
         return "-"
-    return f"{r.ratio:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+    prefix = "alt/rep " if r.kind == "alternating" else ""
+    return f"{prefix}{r.ratio:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+
+
+ALT_NOTE = (
+    "Rows `alt/...` (D1): shapes A and B (named in the case) run A, B, A, B, ... against A "
+    "repeated and B repeated, interleaved in rounds; the ratio marked alt/rep is onnxjit's time "
+    "per run alternating over the mean of its repeated-A and repeated-B times (1.00: switching "
+    "shapes costs nothing), not a ratio against onnxruntime, whose own alt/rep is in the flags; "
+    "the median columns are each engine's alternating time per run. Left out of the geometric "
+    "means.  "
+)
 
 
 def fmt_roof(r: harness.Result) -> str:
@@ -160,6 +174,8 @@ def markdown(
         lines.append(f"| {w} | - | - | - | - | - | not run: {why.replace('|', '/')} |")
     per = ", ".join(f"{w} {g:.2f}" for w, g in means.items())
     lines.append("")
+    if any(r.kind == "alternating" for r in results):
+        lines.append(ALT_NOTE)
     lines.append(f"Per-workload geometric means: {per or '-'}  ")
     lines.append(
         "**Geometric mean of per-workload geometric means: "

@@ -7,7 +7,11 @@ For every case and engine, ``benchmark.pedantic`` times the engine alone (>= 20 
 round at least 1 ms of runs, garbage collector off); ``extra_info`` carries the ratio
 onnxjit / onnxruntime measured by the interleaved protocol of :mod:`bench.harness` (median,
 95 % interval, raw medians, roof fraction, flags). ``test_d1_no_compile_after_warmup`` asserts
-that the D1 cases compile nothing for ten new sizes once warm.
+that the D1 cases compile nothing for ten new sizes once warm. D1's ``alt/...`` cases time one
+A run plus one B run per iteration, and their ``extra_info`` ratio is alternating / repeated
+(onnxjit against itself, onnxruntime's beside it); ``test_alternating_shapes_compile_nothing``
+asserts that, once both shapes are warm, alternating them compiles nothing and both engines
+agree on both.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ MIN_ROUNDS = 20
 MIN_ROUND_NS = 1_000_000
 
 
-def _collect() -> tuple[list[Any], list[Any]]:
-    params, d1 = [], []
+def _collect() -> tuple[list[Any], list[Any], list[Any]]:
+    params, d1, alt = [], [], []
     for w in ONLY or workload_ids():
         try:
             cases = get_cases(w, QUICK)
@@ -44,10 +48,12 @@ def _collect() -> tuple[list[Any], list[Any]]:
                 params.append(pytest.param(c, eng, id=f"{w}:{c.name}:{eng}"))
             if c.sizes:
                 d1.append(pytest.param(c, id=f"{w}:{c.name}"))
-    return params, d1
+            if c.alternate is not None:
+                alt.append(pytest.param(c, id=f"{w}:{c.name}"))
+    return params, d1, alt
 
 
-PARAMS, D1_PARAMS = _collect()
+PARAMS, D1_PARAMS, ALT_PARAMS = _collect()
 _SESSIONS: dict[int, tuple[Any, Any]] = {}
 _RESULTS: dict[int, harness.Result] = {}
 
@@ -85,9 +91,18 @@ def test_bench(benchmark: Any, case: Case, engine: str, roofs: harness.Roofs) ->
     jit, ort_sess = _sessions(case)
     sess = jit if engine == "onnxjit" else ort_sess
     feeds = case.feeds
+    other = case.alternate
 
-    def run() -> Any:
-        return sess.run(None, feeds)
+    if other is None:
+
+        def run() -> Any:
+            return sess.run(None, feeds)
+
+    else:  # alt/...: shapes A and B alternating, one of each per call
+
+        def run() -> Any:
+            sess.run(None, feeds)
+            return sess.run(None, other)
 
     for _ in range(harness.WARM_RUNS):
         run()
@@ -101,6 +116,7 @@ def test_bench(benchmark: Any, case: Case, engine: str, roofs: harness.Roofs) ->
             "workload": case.workload,
             "case": case.name,
             "engine": engine,
+            "ratio_kind": res.kind,  # "ratio" (onnxjit/onnxruntime) or "alternating"
             "ratio": res.ratio,
             "ratio_ci95": [res.ci_low, res.ci_high],
             "onnxjit_median_ns": res.jit_ns,
@@ -109,6 +125,7 @@ def test_bench(benchmark: Any, case: Case, engine: str, roofs: harness.Roofs) ->
             "onnxjit_roof": res.jit_roof,
             "onnxruntime_roof": res.ort_roof,
             "flags": res.flags,
+            "onnxruntime_alternating_ratio": res.extra.get("ort_ratio"),
             "copy_gbps": roofs.copy_gbps,
             "gemm_gflops": roofs.gemm_gflops,
         }
@@ -132,3 +149,24 @@ def test_d1_no_compile_after_warmup(case: Case) -> None:
     delta = counter.delta(before, counter.snapshot())
     n = delta["onnxjit"] if delta["onnxjit"] is not None else delta["events"]
     assert n == 0, f"{n} compilations for {len(case.sizes or ())} new sizes ({delta})"
+
+
+@pytest.mark.parametrize("case", ALT_PARAMS)
+def test_alternating_shapes_compile_nothing(case: Case) -> None:
+    """Once both shapes ran, alternating them (ten of each) compiles nothing in onnxjit, and
+    onnxjit matches onnxruntime on both every time."""
+    counter = harness.compile_counter()
+    jit, ort_sess = _sessions(case)
+    shapes = [case.feeds, case.alternate]
+    for feeds in shapes:
+        for _ in range(harness.WARM_RUNS):
+            jit.run(None, feeds)
+    want = [ort_sess.run(None, feeds) for feeds in shapes]
+    before = counter.snapshot()
+    for _ in range(10):
+        for feeds, w in zip(shapes, want):
+            why = harness.compare_outputs(jit.run(None, feeds), w, case.rtol, case.atol)
+            assert why is None, why
+    delta = counter.delta(before, counter.snapshot())
+    n = delta["onnxjit"] if delta["onnxjit"] is not None else delta["events"]
+    assert n == 0, f"{n} compilations while alternating two warm shapes ({delta})"

@@ -1,7 +1,7 @@
 """The only place that sets Numba options.
 
 Kernel modules decorate with :func:`njit` (serial) or :func:`pjit` (pool kernels, which
-onnxjit's thread pool runs on several threads: :mod:`onnxjit.kernels.chunks`).
+onnxjit's thread pool runs on several threads: :mod:`onnxjit.kernels.cpu.runtime.chunks`).
 Every kernel is cached on disk (``cache=True``) under the folder given to :func:`configure`.
 Math-heavy kernels pass ``fma=True``: floating-point contraction lets LLVM turn ``a * b + c``
 into one fused multiply-add (one rounding instead of two, so at most an ulp from numpy's
@@ -251,8 +251,9 @@ def _safe(disp, cached: bool = True):
 
 def pjit(fn=None, *, fma: bool = False, **kw):
     """Pool kernel: takes the control array first and claims its chunks
-    (:mod:`onnxjit.kernels.chunks`); run it through ``onnxjit.pool.run_parallel``.
+    (:mod:`onnxjit.kernels.cpu.runtime.chunks`); run it through
+    ``onnxjit.backends.cpu.pool.run_parallel``.
 
     It compiles as a serial, GIL-free function: the threads are onnxjit's pool, not Numba's
-    ``parallel=True`` (see :mod:`onnxjit.pool` for why)."""
+    ``parallel=True`` (see :mod:`onnxjit.backends.cpu.pool` for why)."""
     return njit(fn, fma=fma, **kw)

@@ -39,7 +39,7 @@ def _kernel_sources() -> list[Path]:
     for root in roots:
         files += sorted(root.rglob("*.py"))
     files += sorted((_HERE / "codegen").glob("*.py"))
-    files.append(_HERE / "pool.py")
+    files.append(_HERE / "backends" / "cpu" / "pool.py")
     return files
 
 

@@ -108,7 +108,8 @@ class SessionOptions(_StrictFields):
     """Options for :class:`onnxjit.InferenceSession` (onnxruntime's names).
 
     Implemented: ``graph_optimization_level``, ``optimized_model_filepath``,
-    ``intra_op_num_threads`` (Numba's and BLAS's thread counts, see :mod:`onnxjit.threads`),
+    ``intra_op_num_threads`` (Numba's and BLAS's thread counts, see
+    :mod:`onnxjit.backends.cpu.threads`),
     ``inter_op_num_threads`` (accepted; onnxjit runs nodes sequentially),
     ``execution_mode`` (sequential only), ``enable_profiling``, ``profile_file_prefix``,
     ``log_severity_level``, ``log_verbosity_level``, ``logid``, ``use_deterministic_compute``,

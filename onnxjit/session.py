@@ -22,7 +22,7 @@ import onnx
 
 from onnxjit import check, compile_gc, ir, jitstats, limits, passes, registry, types
 from onnxjit import progress as progress_mod
-from onnxjit import threads as threads_mod
+from onnxjit.backends.cpu import threads as threads_mod
 from onnxjit.errors import InvalidArgumentError, InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
 from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD, RunOptions, SessionOptions

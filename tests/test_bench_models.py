@@ -1,5 +1,6 @@
-"""The benchmark model builders of bench/workloads (T1, T2, C1, C2) build valid models that
-onnxjit runs and that match onnxruntime.
+"""The benchmark model builders of bench/workloads (T1, T2, C1, C2, and issue 41's O1 relu_1x16,
+G2 scikit-learn models with ZipMap, D1 alternating shapes) build valid models that onnxjit runs
+and that match onnxruntime.
 
 A correctness test, not a timing test: small sizes (hidden 64, sequence 16, 32x32 images) of
 the same builders the benchmarks call at full size. Each model runs with onnxjit's default
@@ -321,3 +322,196 @@ def test_operator_sweep_models_run_and_match_onnxruntime(op):
     for name, x in c.feeds.items():
         assert np.isfinite(x).all(), (op, name)
     _check(c.model, [c.feeds], rtol=c.rtol, atol=c.atol, levels=(99,))
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 41: O1's lone Relu, G2's scikit-learn models (ZipMap on), D1's alternating shapes
+
+
+def _check_outputs(
+    model: onnx.ModelProto,
+    feed_list: list[dict[str, np.ndarray]],
+    rtol: float,
+    atol: float,
+    levels: tuple[int, ...] = (99, 0),
+) -> None:
+    """Like :func:`_check` through the harness's comparison, which takes ZipMap's list of maps;
+    the feed dicts run one after another on the same sessions (so they alternate)."""
+    from bench import harness
+
+    onnx.checker.check_model(model, full_check=True)
+    sessions = []
+    for level in levels:
+        so = onnxjit.SessionOptions()
+        so.graph_optimization_level = level
+        sessions.append((level, onnxjit.InferenceSession(model, so)))
+    for feeds in feed_list:
+        want = _ort_run(model, feeds)
+        for level, sess in sessions:
+            why = harness.compare_outputs(sess.run(None, feeds), want, rtol, atol)
+            assert why is None, f"level {level}: {why}"
+
+
+def test_o1_relu_1x16_is_one_relu_node():
+    from bench.workloads import overhead
+
+    case = overhead.build_relu()
+    assert (case.workload, case.name) == ("O1", "relu_1x16")
+    assert [n.op_type for n in case.model.graph.node] == ["Relu"]
+    assert [(o.domain, o.version) for o in case.model.opset_import] == [("", 17)]
+    (x,) = case.feeds.values()
+    assert x.dtype == np.float32 and x.shape == (1, 16) and (x < 0).any() and (x > 0).any()
+    _check(case.model, [case.feeds], rtol=0, atol=0)
+    names = [c.name for c in overhead.cases(True)]
+    assert names[0].startswith("tiny_ops/") and "relu_1x16" in names  # --cold takes the first
+
+
+def _zipmap_output(model: onnx.ModelProto) -> onnx.ValueInfoProto:
+    out = model.graph.output[-1]
+    assert out.type.sequence_type.elem_type.HasField("map_type"), out
+    return out
+
+
+@pytest.mark.parametrize("kind", ["sk_scaler_logreg", "rf_clf"])
+def test_g2_sklearn_models_with_zipmap_match_onnxruntime(kind):
+    """G2's models come out of skl2onnx with its default options (ZipMap on), run at batch 1,
+    and onnxjit matches onnxruntime on them, maps included; a batch of 32 gets more than one
+    class, so the model is not trivially constant."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    from bench.workloads import classic_ml
+
+    case = classic_ml.build(kind, 1)
+    model = case.model
+    ops = [n.op_type for n in model.graph.node]
+    assert ops[-1] == "ZipMap"
+    if kind == "sk_scaler_logreg":
+        assert {"Scaler", "LinearClassifier"} <= set(ops)
+    else:
+        (tree,) = [n for n in model.graph.node if n.op_type == "TreeEnsembleClassifier"]
+        tree_ids = next(a.ints for a in tree.attribute if a.name == "nodes_treeids")
+        assert len(set(tree_ids)) == 100
+    _zipmap_output(model)
+    (x,) = case.feeds.values()
+    assert x.shape == (1, classic_ml.N_FEATURES) and x.dtype == np.float32
+    batch = classic_ml.build(kind, 32)
+    labels = _ort_run(model, batch.feeds)[0]
+    assert len(set(labels.tolist())) > 1
+    _check_outputs(model, [case.feeds, batch.feeds], case.rtol, case.atol)
+    assert [c.name for c in classic_ml.cases(True)] == ["sk_scaler_logreg/b1", "rf_clf/b1"]
+
+
+def test_compare_outputs_zipmap():
+    """The harness compares ZipMap outputs map by map: keys exactly, values within tolerance."""
+    from bench import harness
+
+    label = np.array([1, 0], np.int64)
+    want = [label, [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.5}]]
+    same = [label.copy(), [{1: 0.75 + 1e-7, 0: 0.25}, {0: 0.5, 1: 0.5}]]
+    assert harness.compare_outputs(same, want, 1e-4, 1e-5) is None
+    # numpy keys and values, as an engine may return them
+    as_numpy = [label, [{np.int64(k): np.float32(v) for k, v in m.items()} for m in want[1]]]
+    assert harness.compare_outputs(as_numpy, want, 1e-4, 1e-5) is None
+    far = [label, [{0: 0.25, 1: 0.75}, {0: 0.4, 1: 0.5}]]
+    why = harness.compare_outputs(far, want, 1e-4, 1e-5)
+    assert why and why.startswith("output 1[1]: 1 of 2 map values differ (key 0")
+    keys = [label, [{0: 0.25, 2: 0.75}, {0: 0.5, 1: 0.5}]]
+    assert "map keys [0, 2], onnxruntime gives [0, 1]" in harness.compare_outputs(
+        keys, want, 1e-4, 1e-5
+    )
+    short = [label, want[1][:1]]
+    assert "1 elements, onnxruntime gives 2" in harness.compare_outputs(short, want, 1e-4, 1e-5)
+    tensor = [label, np.array([[0.25, 0.75], [0.5, 0.5]], np.float32)]
+    assert "ndarray, onnxruntime gives a list" in harness.compare_outputs(tensor, want, 1e-4, 1e-5)
+    not_maps = [label, [[0.25, 0.75], [0.5, 0.5]]]
+    assert "list, onnxruntime gives a map" in harness.compare_outputs(not_maps, want, 1e-4, 1e-5)
+    wrong_label = [np.array([1, 1], np.int64), want[1]]
+    assert harness.compare_outputs(wrong_label, want, 1e-4, 1e-5) == (
+        "output 0: 1 of 2 values differ"
+    )
+
+
+def test_d1_alternating_cases_have_two_shapes_and_match_onnxruntime():
+    """D1's alt/... cases: shape B has A's inputs and dtypes and differs from A only in the
+    dynamic dimension; onnxjit matches onnxruntime with A and B alternating on one session."""
+    from bench.workloads import dynamic
+
+    cases = [c for c in dynamic.cases(True) if c.alternate is not None]
+    assert [c.name for c in cases] == [
+        "alt/mlp_dyn_batch/b1,b2",
+        "alt/bert_prim_dyn_seq/h256x4/s16,s32",
+    ]
+    for c in cases:
+        assert c.name.startswith("alt/") and c.sizes is None
+        graph_inputs = {i.name for i in c.model.graph.input}
+        assert set(c.feeds) == set(c.alternate) == graph_inputs
+        for name, a in c.feeds.items():
+            b = c.alternate[name]
+            assert a.dtype == b.dtype and a.ndim == b.ndim and a.shape != b.shape
+        # A, B, A, B on one session: the first case at both levels, BERT (slower to compile
+        # unoptimised) at the default level
+        levels = (99, 0) if "mlp" in c.name else (99,)
+        _check_outputs(c.model, [c.feeds, c.alternate] * 2, c.rtol, c.atol, levels=levels)
+
+
+def test_issue_41_target_flags():
+    """Issue 41's targets flag alongside issue 4's, each naming its issue."""
+    from bench import harness
+
+    def flags(workload: str, name: str, ratio: float) -> list[str]:
+        return harness.target_flags(workload, name, ratio)
+
+    assert flags("O1", "relu_1x16", 1.32) == ["target <= 1.2 missed (1.10x, issue 41)"]
+    assert flags("O1", "relu_1x16", 1.2) == []
+    assert flags("O1", "tiny_ops/195", 0.9) == ["target <= 0.6 missed (1.50x, issue 41)"]
+    assert flags("G2", "sk_scaler_logreg/b1", 1.1) == ["target <= 1.0 missed (1.10x, issue 41)"]
+    assert flags("G2", "rf_clf/b1", 1.1) == ["target <= 1.0 missed (1.10x, issue 41)"]
+    assert flags("T2", "gpt2_step/h256x4/past128", 1.3) == [
+        "target <= 1.0 missed (1.30x, issue 41)"
+    ]
+    assert flags("D1", "alt/mlp_dyn_batch/b1,b2", 1.06) == [
+        "target <= 1.05 missed (1.01x, issue 41)"
+    ]
+    assert flags("D1", "mlp_dyn_batch/b32+10", 2.0) == []
+    # issue 4's stay as they were
+    assert flags("G1", "rf_clf/b100", 0.6) == ["target <= 0.5 missed (1.20x, issue 4)"]
+    assert flags("G1", "rf_clf/b1", 0.6) == []
+    assert flags("M1", "gemm/b1", 1.8) == ["target <= 1.5 missed (1.20x, issue 4)"]
+
+
+def test_measure_alternating_reports_both_engines_ratios():
+    """The alternating measurement on a one-node model with a dynamic batch: onnxjit's
+    alternating / repeated ratio with its interval, onnxruntime's beside it, the engines'
+    alternating medians, and the row left out of the geometric means."""
+    from bench import __main__ as bench_main
+    from bench import harness
+    from bench.workloads import Case
+    from bench.workloads._build import make_model, value_info
+
+    model = make_model(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])],
+        [value_info("x", np.float32, ["N", 16])],
+        [value_info("y", np.float32, ["N", 16])],
+    )
+    r = np.random.default_rng(0)
+    case = Case(
+        "D1",
+        "alt/relu/b1,b2",
+        model,
+        {"x": r.standard_normal((1, 16), dtype=np.float32)},
+        alternate={"x": r.standard_normal((2, 16), dtype=np.float32)},
+    )
+    sessions = harness.make_sessions(case, threads=1)[:2]  # no spinning pool: quick pauses
+    res = harness.measure_case(case, sessions=sessions, block_ms=0.1)
+    assert res.error is None and res.void is None, (res.error, res.void)
+    assert res.kind == "alternating" and res.rounds == harness.MIN_ROUNDS
+    assert res.ci_low <= res.ratio <= res.ci_high and res.ratio > 0
+    lo_ort = res.extra["ort_ratio"]
+    assert lo_ort[1] <= lo_ort[0] <= lo_ort[2] and lo_ort[0] > 0
+    assert res.jit_ns > 0 and res.ort_ns > 0 and res.extra["jit_repeated_ns"] > 0
+    assert set(res.extra["medians_ns"]["jit"]) == {"alt_A", "alt_B", "rep_A", "rep_B"}
+    assert res.flags[0].startswith("ratio: onnxjit's time per run with A, B alternating")
+    assert bench_main.fmt_ratio(res).startswith("alt/rep ")
+    plain = harness.Result("D1", "mlp_dyn_batch/b32+10", ratio=2.0)
+    means, overall = harness.summary([res, plain])
+    assert means == {"D1": 2.0} and overall == 2.0

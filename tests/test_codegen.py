@@ -15,7 +15,8 @@ from onnxjit.codegen import elementwise as ew
 from onnxjit.codegen import expr as E
 from onnxjit.codegen import modcache
 from onnxjit.config import SETTINGS
-from onnxjit.kernels import _jit, prefetch
+from onnxjit.kernels import _jit
+from onnxjit.kernels.cpu.runtime import prefetch
 
 F32 = np.dtype(np.float32)
 

@@ -1,4 +1,5 @@
-"""onnxjit's thread pool (onnxjit.pool) and the BLAS tiles it runs (kernels/cpu/blas.py).
+"""onnxjit's thread pool (onnxjit.backends.cpu.pool) and the BLAS tiles it runs
+(kernels/cpu/blas.py).
 
 Oracles: the same kernel run serially, and numpy's matmul written out by hand.
 """
@@ -14,17 +15,24 @@ import numpy as np
 import pytest
 from numba import types
 
-import onnxjit.threads
-from onnxjit import pool
-from onnxjit.kernels import jobargs
+from onnxjit.backends.cpu import pool
+from onnxjit.backends.cpu import threads as cpu_threads
 from onnxjit.kernels._jit import njit, pjit
-from onnxjit.kernels.chunks import ARGS, CTL_SIZE, JOB_SIZE, MAX_SEGMENTS, THREADS, claim
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.kernels.cpu.runtime import jobargs
+from onnxjit.kernels.cpu.runtime.chunks import (
+    ARGS,
+    CTL_SIZE,
+    JOB_SIZE,
+    MAX_SEGMENTS,
+    THREADS,
+    claim,
+)
 from onnxjit.ops.gemm import Epilogue, matmul_into
 
 TWO = pytest.mark.skipif(
-    onnxjit.threads.available_cores() < 2, reason="needs two cores to run a second thread"
+    cpu_threads.available_cores() < 2, reason="needs two cores to run a second thread"
 )
 
 
@@ -349,7 +357,7 @@ def test_matmul_into_epilogues_match_numpy(mode, residual, act, m):
         act=codes[act],
     )
     out = np.empty((m, n), np.float32)
-    onnxjit.threads.apply(2)
+    cpu_threads.apply(2)
     matmul_into(a, b, out, alpha=0.5, epilogue=ep)
     want = 0.5 * (a.astype(np.float64) @ b) + (bias if mode == "col" else bias[:, None])
     if res is not None:
@@ -386,7 +394,7 @@ def test_spin_calibration_ignores_a_thread_spinning_on_the_same_cpu(monkeypatch)
     of the loop's core yields lasts a scheduler slice; the rate must still come out near the
     quiet one, or the workers fall asleep between the kernels of every later run."""
     from onnxjit.kernels._jit import njit
-    from onnxjit.kernels.atomics import load
+    from onnxjit.kernels.cpu.runtime.atomics import load
 
     @njit(nogil=True)
     def busy(flag):

@@ -1,4 +1,5 @@
-"""Streaming (non-temporal) stores: kernels/streaming.py and the generated ``kernel_stream``.
+"""Streaming (non-temporal) stores: kernels/cpu/runtime/streaming.py and the generated
+``kernel_stream``.
 
 The oracle is the ordinary kernel of the same module (``kernel``, which the pool twins are
 tested against numpy in test_fusion_elementwise.py) and numpy itself: a streamed output must
@@ -13,10 +14,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxjit
-from onnxjit import pool
+from onnxjit.backends.cpu import pool
 from onnxjit.codegen import elementwise as E
 from onnxjit.codegen.expr import call, const, inp, op
-from onnxjit.kernels import _jit, streaming
+from onnxjit.kernels import _jit
+from onnxjit.kernels.cpu.runtime import streaming
 
 LINE = streaming.LINE
 

@@ -207,7 +207,7 @@ FORK_SCRIPT = textwrap.dedent(
     import numpy as np
     sys.path.insert(0, {tests!r})
     import onnxjit
-    from onnxjit import pool
+    from onnxjit.backends.cpu import pool
     from test_stress import model, session, feed
 
     sess = session(model(), threads=2)

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from threadpoolctl import threadpool_info
 
 import onnxjit
-import onnxjit.threads
+from onnxjit.backends.cpu import threads as cpu_threads
 
 
 def _mlp_model(seq_dim: bool = False):
@@ -86,8 +86,8 @@ def test_intra_op_num_threads_sets_the_pool_and_blas_stays_single_threaded():
         so.intra_op_num_threads = threads
         sess = onnxjit.InferenceSession(m.SerializeToString(), so)
         results.append(sess.run(None, {"x": x})[0])
-        want = threads or onnxjit.threads.default_threads()
-        assert onnxjit.threads.current() == min(want, onnxjit.threads.available_cores())
+        want = threads or cpu_threads.default_threads()
+        assert cpu_threads.current() == min(want, cpu_threads.available_cores())
         # BLAS runs inside onnxjit's pool, one thread per call
         assert _blas_thread_counts() and set(_blas_thread_counts()) == {1}
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
@@ -98,18 +98,18 @@ def test_intra_op_num_threads_sets_the_pool_and_blas_stays_single_threaded():
 def test_gemms_split_over_the_pool_above_the_size_threshold(monkeypatch, batch):
     """Large products are tiled over the pool's threads, small ones run on the caller alone;
     both agree with onnxruntime."""
-    import onnxjit.pool
+    from onnxjit.backends.cpu import pool as cpu_pool
 
-    if onnxjit.threads.available_cores() < 2:
+    if cpu_threads.available_cores() < 2:
         pytest.skip("needs two cores for a two-thread setting")
     kernels = []
-    real = onnxjit.pool._launch
+    real = cpu_pool._launch
 
     def spy(entry, kernel, args, threads):
         kernels.append(kernel.__name__)
         return real(entry, kernel, args, threads)
 
-    monkeypatch.setattr(onnxjit.pool, "_launch", spy)
+    monkeypatch.setattr(cpu_pool, "_launch", spy)
     so = onnxjit.SessionOptions()
     so.intra_op_num_threads = 2
     m = _mlp_model()

@@ -160,7 +160,7 @@ def test_gemm_tiles_packed_and_blas_modes(threads):
     """The tiled kernels with a packed weight (FusedGemm's route), a packed A (row-blocked
     convolutions) and B through BLAS (the other convolutions) agree with numpy, over the
     tile shapes :func:`blas.tiles` picks; the epilogue adds the column bias per tile."""
-    from onnxjit import pool
+    from onnxjit.backends.cpu import pool
 
     rng = np.random.default_rng(4)
     dtype = np.float32

@@ -459,7 +459,7 @@ def test_gelu_kernels_use_vecmath_gelu(form: str) -> None:
     x + bias on float32 (compiled, as they are, with contraction) and keep the formula on
     float64 (libm's erf; tanh_f64)."""
     from onnxjit.kernels.cpu import epilogue as ep
-    from onnxjit.kernels.prefetch import ROW_STREAMS_MAX_BYTES
+    from onnxjit.kernels.cpu.runtime.prefetch import ROW_STREAMS_MAX_BYTES
     from onnxjit.ops.elementwise import generated_gelu
 
     fn = _GELU_FORMS[form][0]

@@ -27,7 +27,10 @@ class Case:
     go to both engines). Outputs must agree within ``rtol``/``atol`` or the figure is void.
     ``bytes_moved`` (minimum main-memory traffic of one run) gives the bandwidth roof fraction,
     ``flops`` (floating-point operations of one run) the GEMM roof fraction. ``sizes`` (D1) holds
-    extra feeds of other sizes, run after warm-up to count recompilations.
+    extra feeds of other sizes, run after warm-up to count recompilations. ``alternate`` (D1
+    ``alt/...`` cases) holds feeds of a second shape B: such a case is not timed against
+    onnxruntime but each engine against itself, ``feeds`` and ``alternate`` alternating run
+    after run against each repeated (:func:`bench.harness.measure_alternating`).
     """
 
     workload: str
@@ -39,6 +42,7 @@ class Case:
     bytes_moved: int | None = None
     flops: int | None = None
     sizes: list[dict[str, np.ndarray]] | None = None
+    alternate: dict[str, np.ndarray] | None = None
 
 
 CaseFactory = Callable[[bool], "list[Case]"]
@@ -65,6 +69,7 @@ WORKLOADS: dict[str, CaseFactory] = {
     "C1": _lazy("cnn", "cases_c1"),
     "C2": _lazy("cnn", "cases_c2"),
     "G1": _lazy("trees", "cases"),
+    "G2": _lazy("classic_ml", "cases"),
     "O1": _lazy("overhead", "cases"),
     "D1": _lazy("dynamic", "cases"),
 }

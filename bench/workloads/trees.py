@@ -3,7 +3,8 @@
 Random forests (100 trees, depth 8) and gradient boosting (100 trees, depth 8) trained on
 synthetic data (fixed seeds, 20 features), as regressors and classifiers (3 classes; class
 probabilities as a tensor, no ZipMap), converted with ``target_opset={'': 17, 'ai.onnx.ml':
-3}``; batch 1, 100 and 10000.
+3}``; batch 1, 100 and 10000. G2 (classic_ml.py) converts the same random forest classifier
+with skl2onnx's default options (ZipMap on), as users get it.
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ KINDS = ("rf_reg", "rf_clf", "gb_reg", "gb_clf")
 
 
 @functools.cache
-def build_model(kind: str) -> onnx.ModelProto:
-    """Train the ensemble ``kind`` (one of KINDS) and convert it (cached per process)."""
+def build_model(kind: str, zipmap: bool = False) -> onnx.ModelProto:
+    """Train the ensemble ``kind`` (one of KINDS) and convert it (cached per process).
+
+    A classifier's probabilities are a float tensor unless ``zipmap`` (skl2onnx's default):
+    then a ZipMap turns them into a list of {class: probability} dicts.
+    """
     from skl2onnx import to_onnx
     from sklearn.datasets import make_classification, make_regression
     from sklearn.ensemble import (
@@ -50,10 +55,15 @@ def build_model(kind: str) -> onnx.ModelProto:
         "gb_clf": lambda: GradientBoostingClassifier(learning_rate=0.1, **common),
     }[kind]()
     est.fit(x, y)
-    options = {id(est): {"zipmap": False}} if kind.endswith("clf") else None
+    options = {id(est): {"zipmap": False}} if kind.endswith("clf") and not zipmap else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = to_onnx(est, x[:1], target_opset={"": 17, "ai.onnx.ml": 3}, options=options)
+    return tidy(model)
+
+
+def tidy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Cap the IR version at IR_VERSION and list each opset domain once."""
     model.ir_version = min(model.ir_version, IR_VERSION)
     # skl2onnx may list the default domain twice (as "" and "ai.onnx"); keep one entry
     seen: dict[str, int] = {}

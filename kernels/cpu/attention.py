@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 _F16_MAX_ROUNDED = 65520.0  # the smallest magnitude that float16 rounds to infinity
 

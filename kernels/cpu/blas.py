@@ -8,8 +8,9 @@ through Numba's ``numba_xxgemm`` helper, whose address is resolved when the proc
 kernels calling it are cached on disk like any other).
 
 The pool kernels below split one product into tiles, one block each, claimed by the pool's
-threads (:mod:`onnxjit.pool`): the BLAS library runs single-threaded inside onnxjit's runs, so
-the product's threads are the pool's and never compete with a second pool for the cores.
+threads (:mod:`onnxjit.backends.cpu.pool`): the BLAS library runs single-threaded inside
+onnxjit's runs, so the product's threads are the pool's and never compete with a second pool
+for the cores.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from numba.extending import intrinsic
 from numba.np.linalg import ensure_blas, get_blas_kind
 
 from .._jit import njit, pjit
-from ..chunks import claim
 from .epilogue import ACT_NONE, activate
+from .runtime.chunks import claim
 from .ukernel import float_arrays, pack_panel, ukernel
 from .ukernel import geometry as ugeometry
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
 from .blas import A_PACKED, block_geometry, gemm_call
 from .epilogue import ACT_NONE, activate
+from .runtime.chunks import claim
 from .shuffle import T16, deinterleave2, split_row, transpose16
 
 

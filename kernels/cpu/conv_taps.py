@@ -26,11 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..atomics import fetch_add, load, pause
-from ..chunks import claim
 from .blas import block_geometry
 from .conv import _u
 from .epilogue import ACT_NONE, activate
+from .runtime.atomics import fetch_add, load, pause
+from .runtime.chunks import claim
 from .shuffle import split_row
 from .ukernel import ukernel_tab
 

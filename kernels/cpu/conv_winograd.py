@@ -30,9 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
 from .blas import block_geometry
 from .epilogue import activate
+from .runtime.chunks import claim
 from .shuffle import split_row
 from .ukernel import ukernel
 

@@ -19,8 +19,8 @@ specialisations). Parameters are passed in ``y``'s dtype so that float32 stays f
 from __future__ import annotations
 
 from .._jit import njit, pjit
-from ..chunks import claim
 from ..vecmath import vgelu, vgelu_tanh, vsigmoid, vtanh
+from .runtime.chunks import claim
 
 # Activation codes (shared with onnxjit.ops.fused_gemm / fused_conv).
 ACT_NONE = 0

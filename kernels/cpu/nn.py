@@ -12,8 +12,6 @@ import math
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
-from ..prefetch import NEXT_ROW, prefetch_all
 from ..vecmath import (
     EXP_NONPOS_NORMAL_MIN,
     fence,
@@ -23,6 +21,8 @@ from ..vecmath import (
     vexp_nonpos,
     vexp_nonpos_normal,
 )
+from .runtime.chunks import claim
+from .runtime.prefetch import NEXT_ROW, prefetch_all
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
 # signed zeros keep their IEEE meaning.

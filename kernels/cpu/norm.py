@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 # Reassociation only (see the row kernels below).
 _REASSOC = {"reassoc"}

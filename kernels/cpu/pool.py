@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
 from .conv import _dw_bufs, _dw_fill, _dw_geom, _u
+from .runtime.chunks import claim
 
 
 @njit(inline="always")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 
 @njit(inline="always")

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 # Reduction kinds shared with onnxjit.ops.reduce.
 SUM = 0

@@ -11,7 +11,7 @@ the input viewed as (outer, n_in, inner):
 from __future__ import annotations
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 
 @njit

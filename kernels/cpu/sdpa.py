@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
 from ..vecmath import fence
 from .blas import gemm_call
 from .nn import exp_sum, softmax_row_range
+from .runtime.chunks import claim
 
 
 @njit(inline="always")

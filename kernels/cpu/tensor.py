@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 # Reduction codes shared with the host side (ScatterElements / ScatterND ``reduction``).
 RED_NONE = 0

@@ -14,7 +14,7 @@ entry, so one compiled kernel serves every input type and shape.
 from __future__ import annotations
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 
 @njit(inline="always")

@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit, pjit
-from ..atomics import fetch_add
-from ..chunks import claim
 from .ml import PT_NONE, post_transform
+from .runtime.atomics import fetch_add
+from .runtime.chunks import claim
 
 MODE_LEQ = 0
 MODE_LT = 1

@@ -34,7 +34,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..prefetch import LINE_BYTES, emit_prefetch
+from .runtime.prefetch import LINE_BYTES, emit_prefetch
 
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)

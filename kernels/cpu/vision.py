@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .._jit import njit, pjit
-from ..chunks import claim
+from .runtime.chunks import claim
 
 # --------------------------------------------------------------------------------------------
 # GridSample

@@ -20,9 +20,9 @@ outermost loop level where their value is known (a scalar input is read once).
 Generated code is built as a Python AST, rendered with ``ast.unparse`` and imported from a file
 named by the hash of its source (:mod:`onnxjit.codegen.modcache`) so that Numba's on-disk cache
 works. The module defines ``kernel`` (serial) and ``kernel_par`` (a pool kernel whose threads
-claim chunks of the outermost loop, see :mod:`onnxjit.pool`), used when the output's element
-count times the kernel's work per element (:func:`work_weight`) passes ``PARALLEL_THRESHOLD``;
-each is compiled on first use.
+claim chunks of the outermost loop, see :mod:`onnxjit.backends.cpu.pool`), used when the
+output's element count times the kernel's work per element (:func:`work_weight`) passes
+``PARALLEL_THRESHOLD``; each is compiled on first use.
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.codegen import modcache
 from onnxjit.codegen.expr import BINARY, UNARY, Const, Expr, Input, Op, input_dtypes, walk
-from onnxjit.kernels import _jit, prefetch, streaming
+from onnxjit.kernels import _jit
 from onnxjit.kernels import scalar as _scalar
-from onnxjit.pool import run_parallel
+from onnxjit.kernels.cpu.runtime import prefetch, streaming
 
 # Storage dtypes Numba cannot load: computed in float32, passed to kernels as their uint16
 # bits and converted element by element on load and store (kernels/scalar.py helpers).
@@ -60,12 +61,18 @@ _TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12
 
 # Part of every generated source, so that editing a scalar helper changes the file name (Numba's
 # cache would otherwise keep machine code with the old helper inlined).
-# The helpers inline kernels/vecmath.py, the pool twins kernels/chunks.py (with atomics.py),
-# kernel_stream kernels/streaming.py: all five files are part of the key.
+# The helpers inline kernels/vecmath.py, the pool twins kernels/cpu/runtime/chunks.py (with
+# atomics.py), kernel_stream kernels/cpu/runtime/streaming.py: all five files are part of the key.
 _SCALAR_HASH = hashlib.sha256(
     b"".join(
         (Path(_scalar.__file__).parent / name).read_bytes()
-        for name in ("scalar.py", "vecmath.py", "chunks.py", "atomics.py", "streaming.py")
+        for name in (
+            "scalar.py",
+            "vecmath.py",
+            "cpu/runtime/chunks.py",
+            "cpu/runtime/atomics.py",
+            "cpu/runtime/streaming.py",
+        )
     )
 ).hexdigest()[:16]
 
@@ -595,13 +602,13 @@ class _Emitter:
         )
 
     def _stream_function(self) -> list[ast.stmt]:
-        """``kernel_stream(ctl, y0, x0.., n0)``: :func:`kernel_par` for outputs far larger
-        than the caches. The pool claims blocks of streaming.BLOCK_BYTES; the serial
-        ``kernel`` computes each into a scratch array that stays in L1 (chains cheap enough to
-        stream are below _INTERLEAVE_COST: one stream) and kernels/streaming.py stores it with
-        non-temporal stores (no read of the output lines first). The elements before the
-        output's first 64-byte boundary and after its last whole block go through ``kernel``
-        in place (claims 0 and blocks + 1)."""
+        """``kernel_stream(ctl, y0, x0.., n0)``: :func:`kernel_par` for outputs far larger than the
+        caches. The pool claims blocks of streaming.BLOCK_BYTES; the serial ``kernel`` computes each
+        into a scratch array that stays in L1 (chains cheap enough to stream are below
+        _INTERLEAVE_COST: one stream) and kernels/cpu/runtime/streaming.py stores it with
+        non-temporal stores (no read of the output lines first). The elements before the output's
+        first 64-byte boundary and after its last whole block go through ``kernel`` in place (claims
+        0 and blocks + 1)."""
         xs = [f"x{k}" for k in range(self.n_in)]
         block = streaming.BLOCK_BYTES // self.exprs[0].dtype.itemsize
 
@@ -667,7 +674,9 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
         imports: list[ast.stmt] = [
             ast.Import(names=[ast.alias(name="numpy", asname="np")]),
             ast.ImportFrom(
-                module="onnxjit.kernels.chunks", names=[ast.alias(name="claim")], level=0
+                module="onnxjit.kernels.cpu.runtime.chunks",
+                names=[ast.alias(name="claim")],
+                level=0,
             ),
             ast.ImportFrom(
                 module="onnxjit.kernels._jit",
@@ -679,7 +688,7 @@ def kernel_stream(ctl, y0, {", ".join(xs)}, n0):
             names = ("span_of", "stream_block", "stream_fence", "stream_head")
             imports.append(
                 ast.ImportFrom(
-                    module="onnxjit.kernels.streaming",
+                    module="onnxjit.kernels.cpu.runtime.streaming",
                     names=[ast.alias(name=n) for n in names],
                     level=0,
                 )
@@ -799,7 +808,7 @@ _ONE_STREAM = "_1s"
 # cost 20, 6.5 against 7.0; the tanh GELU, 12, 6.8 against 7.5).
 _INTERLEAVE_COST_SERIAL = 30.0
 
-# Kernels costing at most this per element get kernel_stream (see kernels/streaming.py);
+# Kernels costing at most this per element get kernel_stream (see kernels/cpu/runtime/streaming.py);
 # dearer chains are bound by their arithmetic, where streamed stores stall the core instead of
 # draining behind it. 64M float32 elements, 2 threads, 1 KiB blocks, streamed against the
 # ordinary pool kernel in one process on the Zen 3 VM: x / (x^2 + 1) after a multiply-add
@@ -1168,7 +1177,7 @@ def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = N
         return None
     kernel = _plan_kernel(plan, parallel, inplace)
     if parallel:
-        from onnxjit import pool, threads
+        from onnxjit.backends.cpu import pool, threads
 
         outs = [np.empty(1, dt) for dt in plan.alloc]
         sample = (*outs, *[a.reshape(-1) for a in arrays], *plan.sizes)

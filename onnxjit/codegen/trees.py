@@ -14,11 +14,11 @@ and integer constants), rendered with ``ast.unparse`` and imported through
 :mod:`onnxjit.codegen.modcache`, so Numba caches the kernels on disk. The module composes the
 helpers of kernels/cpu/trees.py (``pstep``, ``nan_rows_in``, ``finish_rows``).
 
-Exported: ``predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels,
-label_values, bad_rows)``, a pool kernel (:mod:`onnxjit.kernels.chunks`) that adds the number
-of rows holding a NaN (whose outputs are not valid) to ``bad_rows[0]`` and returns the count of
-the rows it walked itself: called directly with a one-thread ``ctl`` it is the serial kernel
-(one compiled entry point instead of two: each links and optimises every walk again).
+Exported: ``predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels, label_values,
+bad_rows)``, a pool kernel (:mod:`onnxjit.kernels.cpu.runtime.chunks`) that adds the number of rows
+holding a NaN (whose outputs are not valid) to ``bad_rows[0]`` and returns the count of the rows it
+walked itself: called directly with a one-thread ``ctl`` it is the serial kernel (one compiled entry
+point instead of two: each links and optimises every walk again).
 """
 
 from __future__ import annotations
@@ -38,7 +38,13 @@ _KERNELS = Path(_ktrees.__file__).parent.parent  # the kernels package
 _HELPERS_HASH = hashlib.sha256(
     b"".join(
         (_KERNELS / name).read_bytes()
-        for name in ("cpu/trees.py", "cpu/ml.py", "_jit.py", "chunks.py", "atomics.py")
+        for name in (
+            "cpu/trees.py",
+            "cpu/ml.py",
+            "_jit.py",
+            "cpu/runtime/chunks.py",
+            "cpu/runtime/atomics.py",
+        )
     )
 ).hexdigest()[:16]
 
@@ -215,8 +221,8 @@ def predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels, labe
 _HEADER = """
 import numpy as np
 from onnxjit.kernels._jit import njit, pjit
-from onnxjit.kernels.atomics import fetch_add
-from onnxjit.kernels.chunks import claim
+from onnxjit.kernels.cpu.runtime.atomics import fetch_add
+from onnxjit.kernels.cpu.runtime.chunks import claim
 from onnxjit.kernels.cpu.trees import (
     ONE, ZERO, finish_rows, nan_rows_in, pstep,
 )

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import attention as katt
-from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _BF16 = "bfloat16"

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import pool, threads
+from onnxjit.backends.cpu import pool, threads
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import sdpa as ksdpa
 from onnxjit.ops.gemm import PARALLEL_MACS
-from onnxjit.pool import run_parallel
 from onnxjit.registry import MISS, NodeContext, fast_path, internal_op
 
 _DUMMY = {}

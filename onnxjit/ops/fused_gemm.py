@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit import buffers
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
@@ -24,7 +25,6 @@ from onnxjit.kernels.cpu import epilogue as kep
 from onnxjit.ops import nn
 from onnxjit.ops.gemm import Epilogue, empty_array, matmul_into
 from onnxjit.ops.gemm import bind as gemm_bind
-from onnxjit.pool import run_parallel
 from onnxjit.registry import MISS, NodeContext, fast_path, internal_op, plain_array
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import pool, threads
+from onnxjit.backends.cpu import pool, threads
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.ops.elementwise import generated_gelu
-from onnxjit.pool import run_parallel
 from onnxjit.registry import MISS, NodeContext, fast_path, internal_op, plain_array
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))

@@ -1,10 +1,10 @@
 """Matrix products for the operators: BLAS tiles run by onnxjit's thread pool.
 
-:func:`matmul_into` is what MatMul, Gemm, FusedGemm, Conv (im2col and 1x1) and attention call
-for float32/float64 products. It hands :mod:`onnxjit.kernels.cpu.blas` flat views of the
-operands and lets the pool's threads take tiles of the product, each one single-threaded BLAS
-call (the BLAS library's own threads stay at one, see :func:`onnxjit.threads.apply`). Other
-element types, and layouts it cannot pass to BLAS without a copy, go to ``np.matmul``.
+:func:`matmul_into` is what MatMul, Gemm, FusedGemm, Conv (im2col and 1x1) and attention call for
+float32/float64 products. It hands :mod:`onnxjit.kernels.cpu.blas` flat views of the operands and
+lets the pool's threads take tiles of the product, each one single-threaded BLAS call (the BLAS
+library's own threads stay at one, see :func:`onnxjit.backends.cpu.threads.apply`). Other element
+types, and layouts it cannot pass to BLAS without a copy, go to ``np.matmul``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from onnxjit import buffers, pool, threads
+from onnxjit import buffers
+from onnxjit.backends.cpu import pool, threads
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import epilogue as kep
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import pool, threads
+from onnxjit.backends.cpu import pool, threads
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.codegen import trees as gtrees
 from onnxjit.kernels import _jit
-from onnxjit.kernels import chunks as kchunks
 from onnxjit.kernels.cpu import ml as kml
 from onnxjit.kernels.cpu import trees as ktrees
-from onnxjit.pool import run_parallel
+from onnxjit.kernels.cpu.runtime import chunks as kchunks
 from onnxjit.registry import MISS, ML_DOMAIN, fast_path, onnx_op
 
 _POST = {
@@ -613,7 +613,7 @@ _FAST_PARALLEL_VISITS = 1 << 22
 
 # Node visits (rows x summed tree depths) from which the perfect walk runs on the thread pool:
 # about 15 us of walking. A pool call costs a few microseconds more than the serial kernel at
-# worst (onnxjit/pool.py), and halves the time when a worker is spinning.
+# worst (onnxjit/backends/cpu/pool.py), and halves the time when a worker is spinning.
 _PERFECT_PARALLEL_VISITS = 1 << 15
 _NO_LABELS = np.zeros(1, np.int64)
 

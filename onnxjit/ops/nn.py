@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from onnxjit import pool, threads
+from onnxjit.backends.cpu import pool, threads
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import blas as kblas
 from onnxjit.kernels.cpu import conv as kconv
@@ -34,7 +35,6 @@ from onnxjit.kernels.cpu import pool as kpool
 from onnxjit.kernels.cpu.ukernel import geometry
 from onnxjit.ops import gemm as blas
 from onnxjit.ops.fused_norm import layer_norm_rows, softmax_last
-from onnxjit.pool import run_parallel
 from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op, plain_array
 
 # Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value

@@ -18,11 +18,11 @@ import ml_dtypes
 import numpy as np
 
 from onnxjit import types as onnx_types
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import quant as kq
 from onnxjit.ops.elementwise import cast_array
 from onnxjit.ops.nn import conv_integer
-from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 # Integer storage types and their saturation ranges.

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import reduce as K
-from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _LOW_FLOATS = ("float16", "bfloat16")

@@ -23,9 +23,9 @@ import math
 import numpy as np
 
 from onnxjit import limits
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import resize as K
-from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _COORD_MODES = (

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import text as ktext
-from onnxjit.pool import run_parallel
 from onnxjit.registry import onnx_op
 
 

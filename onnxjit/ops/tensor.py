@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import limits, pool, threads, types
+from onnxjit import limits, types
+from onnxjit.backends.cpu import pool, threads
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import tensor as K
-from onnxjit.pool import run_parallel
 from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op, plain_array
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

@@ -33,9 +33,9 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit import limits
+from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import vision as K
-from onnxjit.pool import run_parallel
 from onnxjit.registry import NodeContext, onnx_op
 
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))

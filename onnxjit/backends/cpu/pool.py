@@ -5,32 +5,34 @@ Why not Numba's ``parallel=True``: on the 2-core development VM a parallel regio
 regions wait at their closing barrier for every thread: when the second virtual CPU was slow to
 run the worker (a halted vCPU, a spinning thread of another pool), a 20 us kernel took 1.5 to 6
 ms. Here the caller never waits for a worker that has not started: each chunk of a kernel's
-iteration space goes to whichever thread claims it first (:mod:`onnxjit.kernels.chunks`).
+iteration space goes to whichever thread claims it first
+(:mod:`onnxjit.kernels.cpu.runtime.chunks`).
 
 The workers never touch Python while they work. A worker thread spins, without the GIL, in
-:func:`onnxjit.kernels.chunks.worker_loop` watching a shared sequence number; a caller writes the
-kernel's arguments into a shared job buffer (data pointers, shapes, scalars) and publishes it,
-and each worker calls the job's entry point: a C function (a Numba ``cfunc``) that rebuilds the
-arguments as arrays and runs the kernel. (Workers that were Python threads calling the kernel
-needed the GIL between jobs, and handing the GIL over woke a sleeping thread each time: they
-joined 20 to 30 us late on the development VM.) The caller writes the arguments with
-a generated ``launch`` (one intrinsic call, :mod:`onnxjit.kernels.jobargs`, and a call of
-:func:`onnxjit.kernels.chunks.launch`, which publishes, runs the caller's share and waits, the
-same for every kernel). Per argument-type signature onnxjit generates that ``launch`` (explicit
-parameters: a ``*args`` function costs Numba's dispatcher 0.25 us more per call) and the
+:func:`onnxjit.kernels.cpu.runtime.chunks.worker_loop` watching a shared sequence number; a caller
+writes the kernel's arguments into a shared job buffer (data pointers, shapes, scalars) and
+publishes it, and each worker calls the job's entry point: a C function (a Numba ``cfunc``) that
+rebuilds the arguments as arrays and runs the kernel. (Workers that were Python threads calling the
+kernel needed the GIL between jobs, and handing the GIL over woke a sleeping thread each time: they
+joined 20 to 30 us late on the development VM.) The caller writes the arguments with a generated
+``launch`` (one intrinsic call, :mod:`onnxjit.kernels.cpu.runtime.jobargs`, and a call of
+:func:`onnxjit.kernels.cpu.runtime.chunks.launch`, which publishes, runs the caller's share and
+waits, the same for every kernel). Per argument-type signature onnxjit generates that ``launch``
+(explicit parameters: a ``*args`` function costs Numba's dispatcher 0.25 us more per call) and the
 ``entry`` (what each thread runs: it rebuilds the arguments and calls the kernel's machine code
-through its address, so that entries are shared between kernels), in a source file under the
-cache folder like every generated kernel, so that Numba caches them on disk. Written as one
-Python statement per job-buffer slot, the launch and entry of a kernel with twenty arguments
-took 1 to 1.7 s to compile on a Zen 3.
+through its address, so that entries are shared between kernels), in a source file under the cache
+folder like every generated kernel, so that Numba caches them on disk. Written as one Python
+statement per job-buffer slot, the launch and entry of a kernel with twenty arguments took 1 to
+1.7 s to compile on a Zen 3.
 
 A worker that finds no job for about ``SPIN_SECONDS`` sleeps on a condition variable; the next
 caller wakes it, runs alone until it arrives, and the pool spins again for later kernels.
 
 :func:`run_parallel` is the only entry point. The thread count is the caller's setting
-(:func:`onnxjit.threads.current`, from ``intra_op_num_threads``). Calls from several Python
-threads at once are safe: one uses the workers, the others run their kernel alone. A process
-forked from one with workers starts with none; its first call starts new ones.
+(:func:`onnxjit.backends.cpu.threads.current`, from ``intra_op_num_threads``). Calls from
+several Python threads at once are safe: one uses the workers, the others run their kernel
+alone. A process forked from one with workers starts with none; its first call starts new
+ones.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ from numba._dispatcher import compute_fingerprint
 from numba.core import types
 
 from onnxjit.codegen import modcache
-from onnxjit.kernels import chunks as K
-from onnxjit.kernels import jobargs
+from onnxjit.kernels.cpu.runtime import chunks as K
+from onnxjit.kernels.cpu.runtime import jobargs
 
 # How long an idle worker spins for the next job before it sleeps. The gaps between the
 # parallel kernels of one model run are mostly below a millisecond; waking a sleeping worker
@@ -181,7 +183,7 @@ class _Entry:
 
 def _type_expr(ty: types.Type) -> str:
     """Python source that evaluates, in the generated module, to the Numba type ``ty`` (one
-    that :func:`onnxjit.kernels.jobargs.job_layout` returns)."""
+    that :func:`onnxjit.kernels.cpu.runtime.jobargs.job_layout` returns)."""
     if isinstance(ty, types.Array):
         return f'types.Array({_type_expr(ty.dtype)}, {ty.ndim}, "C")'
     if isinstance(ty, types.BaseTuple):
@@ -191,11 +193,10 @@ def _type_expr(ty: types.Type) -> str:
 
 def _generate(args: tuple) -> tuple[str, tuple[types.Type, ...]]:
     """The module of ``launch`` (the caller's side: it writes the arguments into the staging
-    buffer and calls :func:`onnxjit.kernels.chunks.launch`) and ``entry`` (each thread's)
-    for kernel arguments like ``args`` (any kernel: the entry calls the kernel through the
-    address in the job buffer), and the argument types the kernel must be
-    compiled for (the control array first); raises ``jobargs.Uncarried`` when the job buffer
-    cannot carry them."""
+    buffer and calls :func:`onnxjit.kernels.cpu.runtime.chunks.launch`) and ``entry`` (each
+    thread's) for kernel arguments like ``args`` (any kernel: the entry calls the kernel through the
+    address in the job buffer), and the argument types the kernel must be compiled for (the control
+    array first); raises ``jobargs.Uncarried`` when the job buffer cannot carry them."""
     names = ", ".join(f"a{i}" for i in range(len(args)))
     rebuilt, slots = jobargs.job_layout(types.BaseTuple.from_types([numba.typeof(a) for a in args]))
     if K.ARGS + slots > K.JOB_SIZE:
@@ -214,9 +215,10 @@ argument types: {", ".join(str(t) for t in rebuilt.types)}
 """
 from numba import carray, types
 from onnxjit.kernels._jit import centry, njit
-from onnxjit.kernels.atomics import call_native
-from onnxjit.kernels.chunks import ARGS, CTL_SIZE, ERROR, JOB_SIZE, KERNEL, launch as publish
-from onnxjit.kernels.jobargs import pack_args, unpack_args
+from onnxjit.kernels.cpu.runtime.atomics import call_native
+from onnxjit.kernels.cpu.runtime.chunks import ARGS, CTL_SIZE, ERROR, JOB_SIZE, KERNEL
+from onnxjit.kernels.cpu.runtime.chunks import launch as publish
+from onnxjit.kernels.cpu.runtime.jobargs import pack_args, unpack_args
 
 ARG_TYPES = {_type_expr(rebuilt)}
 
@@ -265,15 +267,15 @@ def _entry_for(kernel: Any, args: tuple, key: tuple) -> _Entry | None:
 
 def run_parallel(kernel: Any, *args: Any, threads: int | None = None) -> None:
     """Run the pool kernel ``kernel(ctl, *args)`` on ``threads`` threads (default: the caller's
-    setting, :func:`onnxjit.threads.current`), the calling thread included.
+    setting, :func:`onnxjit.backends.cpu.threads.current`), the calling thread included.
 
-    ``kernel`` claims its chunks with :func:`onnxjit.kernels.chunks.claim`; its result is not
-    returned (each thread has its own). With one thread, with arguments the job buffer cannot
-    carry (arrays that are not C-contiguous), or while another Python thread has the workers,
-    the caller runs every chunk itself. An exception raised in any thread is raised here.
+    ``kernel`` claims its chunks with :func:`onnxjit.kernels.cpu.runtime.chunks.claim`; its result
+    is not returned (each thread has its own). With one thread, with arguments the job buffer cannot
+    carry (arrays that are not C-contiguous), or while another Python thread has the workers, the
+    caller runs every chunk itself. An exception raised in any thread is raised here.
     """
     if threads is None:
-        from onnxjit.threads import current
+        from onnxjit.backends.cpu.threads import current
 
         threads = current()
     entry = None

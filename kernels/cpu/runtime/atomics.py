@@ -1,8 +1,8 @@
 """Atomic operations and CPU hints for Numba kernels (LLVM intrinsics; CPU target only).
 
-These are what onnxjit's thread pool (:mod:`onnxjit.pool`) is built on: threads claim chunks of
-a kernel's iteration space with :func:`fetch_add` on a shared ``int64`` control array, and wait
-for each other with :func:`load` in a loop that :func:`pause` and :func:`sched_yield` keep
+These are what onnxjit's thread pool (:mod:`onnxjit.backends.cpu.pool`) is built on: threads claim
+chunks of a kernel's iteration space with :func:`fetch_add` on a shared ``int64`` control array, and
+wait for each other with :func:`load` in a loop that :func:`pause` and :func:`sched_yield` keep
 polite. Every operation is sequentially consistent, which is what LLVM emits for x86's locked
 instructions anyway and is also correct on weaker architectures.
 

@@ -13,7 +13,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._jit import cpu_name, njit
+from ..._jit import cpu_name, njit
 
 LINE_BYTES = 64  # bytes per cache line
 

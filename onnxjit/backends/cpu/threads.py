@@ -2,7 +2,7 @@
 
 ``SessionOptions.intra_op_num_threads`` (as in onnxruntime; 0 = the default,
 ``ONNXJIT_NUM_THREADS`` or every core the process may use) is the number of threads a run uses:
-the calling thread plus workers of onnxjit's pool (:mod:`onnxjit.pool`), which run the
+the calling thread plus workers of onnxjit's pool (:mod:`onnxjit.backends.cpu.pool`), which run the
 multi-threaded kernels and split matrix products into tiles. The setting is per calling
 thread, so sessions with different settings can run side by side.
 

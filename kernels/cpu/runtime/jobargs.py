@@ -1,8 +1,8 @@
 """A pool kernel's arguments written into, and read back from, int64 slots of a job buffer.
 
-The thread pool (:mod:`onnxjit.pool`) hands a kernel's arguments to its workers through a
-shared ``int64`` array: a C-contiguous array as its data address and its dimensions, a bool or
-an integer as itself, a float as its float64 bits, a tuple as its members in order.
+The thread pool (:mod:`onnxjit.backends.cpu.pool`) hands a kernel's arguments to its workers
+through a shared ``int64`` array: a C-contiguous array as its data address and its dimensions, a
+bool or an integer as itself, a float as its float64 bits, a tuple as its members in order.
 :func:`pack_args` writes them, :func:`unpack_args` rebuilds them (arrays as views of the
 caller's memory, C-contiguous, with no owner). Both are single intrinsics that emit the whole
 walk as LLVM IR: written as Python statements, one per slot, the packing of a kernel with

@@ -14,9 +14,9 @@ loops over its outermost iteration space ``range(n)`` in chunks it claims::
                 ...  # iteration r, independent of every other
 
 The calling thread and the pool's workers run the same kernel on the same arguments at once
-(:func:`onnxjit.pool.run_parallel`). Each thread claims chunks of its CPU's share of the items
-first (see :func:`claim`), then whatever the others have left, so a thread that starts late,
-or is descheduled, simply does less. Iterations must be independent,
+(:func:`onnxjit.backends.cpu.pool.run_parallel`). Each thread claims chunks of its CPU's share
+of the items first (see :func:`claim`), then whatever the others have left, so a thread that
+starts late, or is descheduled, simply does less. Iterations must be independent,
 and nothing outside the claim loop may write (a worker can enter the kernel when every chunk
 is already claimed). A kernel that raises stops its thread; the caller then runs the kernel
 again alone, which raises the error where Python can see it.
@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-from ._jit import njit
+from ..._jit import njit
 from .atomics import call_address, fetch_add, load, pause, sched_getcpu, sched_yield, store
 
 # Control array of one parallel call (the first CTL_SIZE slots of the job buffer).
@@ -42,7 +42,8 @@ NEXT = 8
 MAX_SEGMENTS = 8
 CTL_SIZE = NEXT + MAX_SEGMENTS
 
-# The job buffer (int64[JOB_SIZE]) a caller fills for the pool's workers (see onnxjit.pool).
+# The job buffer (int64[JOB_SIZE]) a caller fills for the pool's workers (see
+# onnxjit.backends.cpu.pool).
 FN = CTL_SIZE  # address of the job's entry point, a C function void entry(int64 *job)
 WORKERS = FN + 1  # how many pool workers may take part (worker i joins when i < job[WORKERS])
 DONE = FN + 2  # sequence number of the last job whose caller has finished
@@ -163,7 +164,7 @@ def finish(sync, job, spin_checks):
 def launch(sync, job, stage, end, fn, kernel, workers, spin):
     """Publish a job: the kernel at address ``kernel``, run through the C entry point at
     ``fn``, on the arguments in ``stage[ARGS:end]`` (written by
-    :func:`onnxjit.kernels.jobargs.pack_args`), for ``workers``
+    :func:`onnxjit.kernels.cpu.runtime.jobargs.pack_args`), for ``workers``
     pool workers; run the caller's share and wait for the workers still inside it. Returns
     ``job[ERROR]`` (non-zero: the kernel raised in some thread)."""
     publish_begin(sync, spin)

@@ -23,7 +23,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._jit import njit
+from ..._jit import njit
 
 LINE = 64  # bytes per non-temporal store: one cache line, one 512-bit register
 
