@@ -92,14 +92,18 @@ class _Renderer:
 
     def arg(self, a: Any, ps: PlannedStep) -> str:
         t = type(a)
-        if t is In:
-            s = ps.step.in_slots[a.index]
+        if t is In or t is Out:
+            s = ps.step.in_slots[a.index] if t is In else ps.out_value(a.index)
             if s < 0:
                 return "None"
-            return self.flat(s) if a.flat else self.name(s)
-        if t is Out:
-            s = ps.out_value(a.index)
-            return self.flat(s) if a.flat else self.name(s)
+            if a.view is None and a.shape is None:
+                return self.flat(s) if a.flat else self.name(s)
+            v = self.name(s)
+            if a.view is not None:
+                v = f"{v}.view({self.const(a.view, 'D')})"
+            if a.shape is not None:
+                return f"{v}.reshape({self.const(a.shape, 'S')})"
+            return f"{v}.reshape(-1)" if a.flat else v
         if a is None or type(a) in (bool, int) or (type(a) is float and math.isfinite(a)):
             return repr(a)
         return self.const(a, "c")
@@ -113,7 +117,7 @@ class _Renderer:
         for ps in plan.steps:  # arena roots whose flat view some call takes
             if ps.bound is not None:
                 for a in ps.bound.args:
-                    if type(a) in (In, Out) and a.flat:
+                    if type(a) in (In, Out) and a.flat and a.view is None and a.shape is None:
                         s = ps.step.in_slots[a.index] if type(a) is In else ps.out_value(a.index)
                         if s >= 0 and plan.root(s) in plan.arena_offsets:
                             plan.flat.add(plan.root(s))
@@ -157,9 +161,7 @@ class _Renderer:
     def copied(self, s: int) -> bool:
         """Outputs that are (or view) values the program or plan holds are copied."""
         r = self.plan.root(s)
-        return self.held(r) and isinstance(
-            self.scope.get(self.name(r)), np.ndarray
-        )
+        return self.held(r) and isinstance(self.scope.get(self.name(r)), np.ndarray)
 
     def step(self, ps: PlannedStep) -> None:
         if self.profiled:
@@ -220,7 +222,7 @@ class _Renderer:
 
     def bound(self, ps: PlannedStep) -> None:
         plan, b = self.plan, ps.bound
-        fn = self.const(b.fn, "F")
+        fn = self.const(ps.call if ps.call is not None else b.fn, "F")
         if b.writes:
             for j, spec in enumerate(b.outs):
                 s = ps.out_value(j)

@@ -96,18 +96,26 @@ def tensor(dtype: Any, shape: Sequence[int]) -> Spec:
 
 @dataclass(frozen=True)
 class In:
-    """Argument: the node's input ``index``; ``flat`` passes it as a 1-D view."""
+    """Argument: the node's input ``index``, reinterpreted as dtype ``view`` (float16 as its
+    uint16 bits) and reshaped to ``shape`` (a view: values are C-contiguous) where given;
+    ``flat`` is ``shape=(-1,)``."""
 
     index: int
     flat: bool = False
+    view: Any = None
+    shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
 class Out:
-    """Argument: the buffer of the node's output ``index`` (``flat``: as a 1-D view)."""
+    """Argument: the buffer of the node's output ``index`` (``flat``, ``view`` and ``shape``
+    as for :class:`In`). A bound call may declare more outputs than the node has: the extra
+    ones, and outputs the node omits, are scratch buffers the plan provides."""
 
     index: int
     flat: bool = False
+    view: Any = None
+    shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)

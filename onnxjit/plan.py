@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from numba.core.registry import CPUDispatcher
 
 from onnxjit import ir, jitstats, lowering
 from onnxjit.errors import OnnxJitError
@@ -85,6 +86,7 @@ class PlannedStep:
     guard: tuple[int, ...] = ()
     inplace: int | None = None
     scratch: dict[int, int] = field(default_factory=dict)
+    call: Any = None  # what the generated code calls: the bound function or its entry point
 
     @property
     def generic(self) -> bool:
@@ -428,15 +430,17 @@ class _Planner:
 
     def _call_bound(self, ps: PlannedStep, args: list[Any]) -> list[Any]:
         b = ps.bound
-        n = len(ps.step.out_slots)
+        outs: list[Any] = []
         if b.writes:
             outs = [np.empty(spec.shape, spec.dtype) for spec in b.outs]
             if ps.inplace is not None:
                 outs[0] = args[ps.inplace]
-            b.fn(*[_resolve(a, args, outs) for a in b.args])
+        resolved = [_resolve(a, args, outs) for a in b.args]
+        result = b.fn(*resolved)
+        ps.call = _entry_point(b.fn, resolved)
+        if b.writes:
             return outs
-        result = b.fn(*[_resolve(a, args, ()) for a in b.args])
-        return [result] if n == 1 else list(result)
+        return [result] if len(ps.step.out_slots) == 1 else list(result)
 
     # -- what a step's run tells ----------------------------------------------------------------
     def _record(self, ps: PlannedStep, results: list[Any], args: list[Any]) -> None:
@@ -518,7 +522,7 @@ class _Planner:
             lo, hi = span[r]
             n = -(-plan.specs[r].nbytes // ALIGN) * ALIGN
             offset = 0
-            for o, size, a, b in sorted(p for p in placed if not (p[3] < lo or hi < p[2])):
+            for o, size, _, _ in sorted(p for p in placed if not (p[3] < lo or hi < p[2])):
                 if o - offset >= n:
                     break
                 offset = max(offset, o + size)
@@ -529,13 +533,34 @@ class _Planner:
 
 def _resolve(a: Any, args: list[Any], outs: Sequence[Any]) -> Any:
     t = type(a)
-    if t is In:
-        v = args[a.index]
-        return v.reshape(-1) if a.flat else v
-    if t is Out:
-        v = outs[a.index]
+    if t is In or t is Out:
+        v = args[a.index] if t is In else outs[a.index]
+        if v is None:
+            return v
+        if a.view is not None:
+            v = v.view(a.view)
+        if a.shape is not None:
+            return v.reshape(a.shape)
         return v.reshape(-1) if a.flat else v
     return a
+
+
+def _entry_point(fn: Any, args: Sequence[Any]) -> Any:
+    """What the plan calls for ``fn`` called with arguments like ``args``: a Numba
+    dispatcher's compiled entry point for their types (skipping its type dispatch, a good
+    part of a small kernel's call), where every array among them is C-contiguous and aligned,
+    as the plan keeps them from run to run (the same element types and ranks); else ``fn``."""
+    if not isinstance(fn, CPUDispatcher):
+        return fn
+    for a in args:
+        if isinstance(a, np.ndarray) and not (a.flags.c_contiguous and a.flags.aligned):
+            return fn
+    try:
+        sig = tuple(fn.typeof_pyval(a) for a in args)
+    except Exception:  # an argument Numba cannot type: the dispatcher reports it
+        return fn
+    cres = fn.overloads.get(sig)
+    return fn if cres is None else cres.entry_point
 
 
 def _impl_name(step: Step) -> str:

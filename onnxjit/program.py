@@ -118,6 +118,7 @@ class Program:
         self.n_slots = len(self.slots)
         self.runs = 0  # calls of run() (stats() reads it)
         self._plans: OrderedDict[tuple, Any] = OrderedDict()
+        self._recent: Any = None  # the plan of the last run
         self._lock = threading.RLock()
 
     def bind_step(self, node: ir.Node) -> Step:
@@ -193,10 +194,20 @@ class Program:
         plan = self._plans.get(key)
         if plan is None:
             return self._plan_and_run(key, values, progress)
-        self._plans.move_to_end(key)
+        if plan is not self._recent:  # least recently used order, kept cheaply
+            self._recent = plan
+            self._plans.move_to_end(key)
         if profiler is not None:
             return plan.run_profiled(values, profiler)
         return plan.run(values)
+
+    def plan_of(self, inputs: Sequence[Any], outer: Mapping[str, Any] | None = None) -> Any:
+        """The plan kept for the signature of these inputs (and outer values), or None."""
+        values = list(inputs)
+        if self.outer_names:
+            outer = outer or {}
+            values += [outer.get(name) for name in self.outer_names]
+        return self._plans.get(signature(values))
 
     def run_subgraph(self, inputs: Sequence[Any], outer: Mapping[str, Any] | None) -> list[Any]:
         """:meth:`run` for a subgraph body: inputs made C-contiguous first (a Scan's slices
@@ -266,9 +277,7 @@ def describe_value(v: Any) -> str:
 
 def execution_error(node: ir.Node, described: Sequence[str], exc: BaseException) -> ExecutionError:
     """The error a run raises when ``node`` failed with ``exc`` on inputs ``described``."""
-    shapes = ", ".join(
-        f"{name or '<omitted>'}: {d}" for name, d in zip(node.inputs, described)
-    )
+    shapes = ", ".join(f"{name or '<omitted>'}: {d}" for name, d in zip(node.inputs, described))
     return ExecutionError(
         f"{node.describe()} failed on inputs ({shapes}): {type(exc).__name__}: {exc}. "
         "Check the input shapes against the operator's rules; if they are valid, this is an "

@@ -28,6 +28,7 @@ from onnxjit.model import load_model
 from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD, RunOptions, SessionOptions
 from onnxjit.plan import Profiler
 from onnxjit.program import Program
+from onnxjit.program import signature as program_signature
 
 log = logging.getLogger("onnxjit")
 
@@ -38,8 +39,9 @@ EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path
 _KNOWN_PROVIDERS = (CPU_PROVIDER, "CUDAExecutionProvider")
 
 
-# Signatures whose plan summary stats() keeps (dynamic shapes would grow the list forever).
-_MAX_PLANS = 64
+# Feeds remembered as checked (see InferenceSession._accept): a model fed many shapes checks
+# the ones it dropped again.
+_MAX_ACCEPTED = 64
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ class InferenceSession:
         self._input_index = {v.name: i for i, v in enumerate(graph.inputs)}
         self._output_index = {v.name: i for i, v in enumerate(graph.outputs)}
         self._defaults = [graph.initializers.get(v.name) for v in graph.inputs]
-        self._accepted_feed: tuple | None = None  # see _validate_feed
+        self._accepted: dict[tuple, tuple] = {}  # see _accept
         self._create_seconds = time.perf_counter() - t0
         if self._profiler is not None:
             self._profiler.events.append(
@@ -270,102 +272,106 @@ class InferenceSession:
         if not output_names:
             wanted = self._all_outputs
         else:
-            wanted = []
-            for name in output_names:
-                if name not in self._output_index:
-                    raise InvalidInputError(
-                        f"output {name!r} is not an output of the model; expected one of "
-                        f"{[v.name for v in self._outputs]}"
-                    )
-                wanted.append(self._output_index[name])
-        feeds, first = self._validate_feed(input_feed)
+            wanted = self._wanted(output_names)
+        limits.begin_run(self._limits)
         threads_mod.apply(self._threads_setting)
+        previous = jitstats.charge_to(self._kernel_records)  # a guard may plan the rest
+        try:
+            known = self._known_feed(input_feed) if self._profiler is None else None
+            if known is not None:
+                outputs = known[1].run(known[0])
+            else:
+                outputs = self._run_checked(input_feed)
+        finally:
+            jitstats.charge_to(previous)
+        self._runs += 1
+        return [outputs[i] for i in wanted]
+
+    def _wanted(self, output_names: Sequence[str]) -> list[int]:
+        if isinstance(output_names, str):
+            output_names = [output_names]
+        wanted = []
+        for name in output_names:
+            if name not in self._output_index:
+                raise InvalidInputError(
+                    f"output {name!r} is not an output of the model; expected one of "
+                    f"{[v.name for v in self._outputs]}"
+                )
+            wanted.append(self._output_index[name])
+        return wanted
+
+    def _run_checked(self, input_feed: Mapping[str, Any]) -> list[Any]:
+        """A run whose feed takes the full check (a new kind of feed, profiling on)."""
+        feeds = self._check_feed(input_feed)
+        program = self._program
+        first = program.plan_of(feeds) is None
+        with self._lock:
+            self._signatures.add(program_signature(feeds))
         profiler = self._profiler
         # a new signature may compile kernels: show progress when that takes long
         bar = None
         if first and self._progress is not False:
             bar = progress_mod.for_first_run(
-                self._progress, len(self._program.steps), "onnxjit: compiling"
+                self._progress, len(program.steps), "onnxjit: compiling"
             )
-        previous = jitstats.charge_to(self._kernel_records)
+        t0 = time.perf_counter_ns()
         try:
-            if profiler is None and bar is None and not first:
-                outputs = self._program.run(feeds)
-            else:
-                t0 = time.perf_counter_ns()
-                try:
-                    # a new signature's run compiles (or loads) its kernels
-                    with compile_gc.held() if first else contextlib.nullcontext():
-                        outputs = self._program.run(feeds, profiler=profiler, progress=bar)
-                finally:
-                    if bar is not None:
-                        bar.close()
-                if profiler is not None:
-                    profiler.events.append(
-                        _session_event("model_run", profiler, t0, time.perf_counter_ns())
-                    )
+            # a new signature's run compiles (or loads) its kernels
+            with compile_gc.held() if first else contextlib.nullcontext():
+                outputs = program.run(feeds, profiler=profiler, progress=bar)
         finally:
-            jitstats.charge_to(previous)
-        with self._lock:
-            self._runs += 1
-        return [outputs[i] for i in wanted]
+            if bar is not None:
+                bar.close()
+        if profiler is not None:
+            profiler.events.append(
+                _session_event("model_run", profiler, t0, time.perf_counter_ns())
+            )
+        self._accept(input_feed, feeds)
+        return outputs
 
-    def _validate_feed(self, input_feed: Mapping[str, Any]) -> tuple[list[Any], bool]:
-        """The positional inputs for ``input_feed`` after every check (see :meth:`run`), and
-        whether their signature (dtypes and shapes) is new to this session; raises
-        InvalidInputError listing every problem. Also starts this thread's run total for the
-        allocation caps (onnxjit.limits)."""
-        limits.begin_run(self._limits)
-        fast = self._repeat_feed(input_feed)
-        if fast is not None:
-            return fast, False
-        values = self._check_feed(input_feed)
-        # Remember what passed the full check, so that the next run with the same names,
-        # dtypes and shapes (the common case) skips it.
-        self._accepted_feed = self._feed_key(input_feed)
-        signature = tuple(
-            (v.dtype.str, v.shape) if isinstance(v, np.ndarray) else type(v).__name__
-            for v in values
-        )
-        with self._lock:
-            first = signature not in self._signatures
-            self._signatures.add(signature)
-        return values, first
-
-    def _feed_key(self, input_feed: Mapping[str, Any]) -> tuple | None:
-        """(name, dtype, shape, input position) of each feed when all are C-contiguous numeric
-        arrays, for :meth:`_repeat_feed`; else None."""
+    def _accept(self, input_feed: Mapping[str, Any], feeds: list[Any]) -> None:
+        """Remember a feed that passed the full check, with its plan, so that the next feed of
+        the same names, dtypes and shapes (C-contiguous, aligned arrays, used as they are)
+        skips the check and the plan lookup (:meth:`_known_feed`)."""
+        plan = self._program.plan_of(feeds)
+        if plan is None or type(input_feed) is not dict:
+            return
         key = []
+        positions = []
         for name, arr in input_feed.items():
-            if type(arr) is not np.ndarray or not arr.flags.c_contiguous:
-                return None
-            # Misaligned or byte-swapped arrays take the full check, which copies them.
-            if arr.dtype.kind in "OUS" or not arr.flags.aligned or not arr.dtype.isnative:
-                return None
-            key.append((name, arr.dtype, arr.shape, self._input_index[name]))
-        return tuple(key)
+            index = self._input_index[name]
+            if type(arr) is not np.ndarray or feeds[index] is not arr:
+                return  # converted (strings, byte order, layout): the check must run
+            key += (name, arr.dtype, arr.shape)
+            positions.append(index)
+        accepted = self._accepted
+        if len(accepted) >= _MAX_ACCEPTED:
+            accepted.clear()
+        accepted[tuple(key)] = (tuple(positions), plan)
 
-    def _repeat_feed(self, input_feed: Mapping[str, Any]) -> list[Any] | None:
-        """The positional inputs when ``input_feed`` matches the last accepted feed's names
-        (in order), dtypes and shapes, each array C-contiguous and aligned (so its checks
-        would pass again), else None. One pass, one flags object per array: on small models
-        this is a good part of a run's cost."""
-        accepted = self._accepted_feed
-        if accepted is None or type(input_feed) is not dict or len(input_feed) != len(accepted):
+    def _known_feed(self, input_feed: Mapping[str, Any]) -> tuple[list[Any], Any] | None:
+        """``(inputs, plan)`` when ``input_feed`` has the names (in order), dtypes and shapes
+        of an accepted feed and each array is C-contiguous and aligned, so that every check
+        would pass again; else None. On small models this is a good part of a run's cost."""
+        if type(input_feed) is not dict:
             return None
-        values = self._defaults.copy()
+        key = []
         ndarray = np.ndarray
-        for (name, arr), (want_name, dtype, shape, index) in zip(input_feed.items(), accepted):
-            if name != want_name or type(arr) is not ndarray or arr.shape != shape:
+        for name, arr in input_feed.items():
+            if type(arr) is not ndarray:
                 return None
-            # the accepted dtypes passed _feed_key's kind and byte-order checks
-            if arr.dtype is not dtype and arr.dtype != dtype:
-                return None
+            key += (name, arr.dtype, arr.shape)
+        entry = self._accepted.get(tuple(key))
+        if entry is None:
+            return None
+        positions, plan = entry
+        values = self._defaults.copy()
+        for index, arr in zip(positions, input_feed.values()):
             flags = arr.flags
             if not (flags.c_contiguous and flags.aligned):
                 return None
             values[index] = arr
-        return values
+        return values, plan
 
     def _check_feed(self, input_feed: Mapping[str, Any]) -> list[Any]:
         if not isinstance(input_feed, Mapping):

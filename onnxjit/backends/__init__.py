@@ -10,6 +10,7 @@ with its twins of the same names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -21,4 +22,16 @@ class Backend(Protocol):
 
     def kernel(self, family: str, name: str) -> Any:
         """The kernel ``name`` of ``family``; KeyError naming both when it has none."""
+        ...
+
+    def elementwise(
+        self,
+        exprs: Sequence[Any],
+        inputs: Sequence[Any],
+        out_dtypes: Sequence[Any] | None = None,
+        positions: Sequence[int] | None = None,
+    ) -> Any:
+        """A bound call computing scalar expressions over broadcast inputs of these specs (a
+        kernel generated for them; ``positions[k]``: the node input that expression input k
+        reads, by default k), or None where the backend cannot."""
         ...

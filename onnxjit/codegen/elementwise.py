@@ -1167,11 +1167,12 @@ def writes_in_place(plan: _Plan, k: int) -> bool:
     return plan.stream or (not plan.narrow and inplace_kernel(plan, k, False) is not None)
 
 
-def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = None) -> Any:
-    """``go(*outs_flat, *inputs_flat, *plan.sizes)``: the plan's kernel for arrays like
-    these, serial or handed to the pool as :func:`run_plan` decides, with the pool entry
-    looked up once (for fast paths, which keep it between runs). ``inplace = k``: the kernel
-    for calls whose output 0 is input k's buffer (None where there is none)."""
+def bind_plan(plan: _Plan, arrays: Sequence[Any], inplace: int | None = None) -> Any:
+    """``go(*outs_flat, *inputs_flat, *plan.sizes)``: the plan's kernel for inputs of the
+    dtypes of ``arrays`` (arrays or specs), serial or handed to the pool as :func:`run_plan`
+    decides, with the pool entry looked up once. Narrow floats travel as their uint16 bits.
+    ``inplace = k``: the kernel for calls whose output 0 is input k's buffer (None where there
+    is none)."""
     parallel = runs_on_pool(plan)
     if inplace is not None and not writes_in_place(plan, inplace):
         return None
@@ -1179,9 +1180,9 @@ def bind_plan(plan: _Plan, arrays: Sequence[np.ndarray], inplace: int | None = N
     if parallel:
         from onnxjit.backends.cpu import pool, threads
 
-        outs = [np.empty(1, dt) for dt in plan.alloc]
-        sample = (*outs, *[a.reshape(-1) for a in arrays], *plan.sizes)
-        return pool.bind(kernel, sample, threads.current())
+        dtypes = [*plan.alloc, *[a.dtype for a in arrays]]
+        sample = tuple(np.empty(1, np.uint16 if dt in _NARROW_KIND else dt) for dt in dtypes)
+        return pool.bind(kernel, (*sample, *plan.sizes), threads.current())
     return kernel
 
 

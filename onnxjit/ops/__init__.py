@@ -18,7 +18,6 @@ from onnxjit.ops import (  # noqa: F401
     misc,
     ml,
     nn,
-    norm_fast,
     quant,
     reduce,
     resize,

@@ -18,20 +18,17 @@ only widened the type lists and resolve to the previous registration
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from onnxjit import types as onnx_types
-from onnxjit.buffers import Slot
 from onnxjit.codegen import expr as E
-from onnxjit.codegen.elementwise import apply, bind_plan, compute_dtype, plan_for
-from onnxjit.ops.fused_fast import unrolled_fast_path
-from onnxjit.registry import MISS, fast_path, fast_path_of, implementations, onnx_op
+from onnxjit.codegen.elementwise import apply, compute_dtype
+from onnxjit.lowering import TENSOR, Bound, LowerContext, Spec, lowering_of, lowers
+from onnxjit.registry import implementations, onnx_op
 
 # Versions of our ops that only changed the allowed types (reviewed): resolved by the previous
 # registration, which handles the new types.
@@ -104,9 +101,6 @@ TYPE_ONLY_VERSIONS: dict[str, tuple[int, ...]] = {
 }
 
 _EXPRS: dict[tuple, E.Expr] = {}
-# The last _ew evaluation of this thread, for the fast path the executor prepares right after
-# the node ran (see prepare_generated).
-_LAST = threading.local()
 
 
 def _ew(
@@ -128,9 +122,7 @@ def _ew(
         _EXPRS[k] = e
     if out_dtype is None:
         out_dtype = dts[0] if compute_dtype(dts[0]) == e.dtype else e.dtype
-    result = apply(e, arrays, out_dtype)
-    _LAST.call = (e, out_dtype, arrays)  # read by prepare_generated right after this node
-    return result
+    return apply(e, arrays, out_dtype)
 
 
 def _scalar(value: Any, like: np.ndarray) -> np.ndarray:
@@ -892,12 +884,24 @@ for _op, _since, _fam in _UNARY_FAMILIES:
 _fusible("Neg", since=6)(lambda attrs, x: E.op("neg", x))
 
 
+# Float attributes a lone node's kernel takes as 0-d operands (see lower_node), so that a new
+# attribute value compiles no new kernel; a fused group inlines them as constants.
+_ATTR_OPERANDS: dict[str, tuple[str, ...]] = {"Clip": ("min", "max")}
+
+
+def _attr_value(value: Any, dtype: np.dtype) -> E.Expr:
+    """An attribute in an expression: as it is when lower_node made it an operand, else a
+    constant of the compute type."""
+    return value if isinstance(value, E.Expr) else E.const(value, dtype)
+
+
 def _attr_activation(op_type: str, family: str, names: tuple[str, ...]) -> None:
     def build(attrs: dict, x: E.Expr) -> E.Expr:
         _float_only(x)
-        return E.call(family, x, *[E.const(attrs[n], x.dtype) for n in names])
+        return E.call(family, x, *[_attr_value(attrs[n], x.dtype) for n in names])
 
     _fusible(op_type, since=6)(build)
+    _ATTR_OPERANDS[op_type] = names
 
 
 _attr_activation("HardSigmoid", "hardsigmoid", ("alpha", "beta"))
@@ -945,7 +949,7 @@ def _clip_builder(attrs: dict, x: E.Expr, lo: E.Expr | None = None, hi: E.Expr |
     # Clip-11 bounds reach a fused group only as constants (see fuse_elementwise); Clip-6
     # has them as attributes.
     if "min" in attrs and lo is None and hi is None:
-        lo, hi = E.const(attrs["min"], x.dtype), E.const(attrs["max"], x.dtype)
+        lo, hi = _attr_value(attrs["min"], x.dtype), _attr_value(attrs["max"], x.dtype)
     for b in (lo, hi):
         if b is not None and b.dtype != x.dtype:
             raise NotFusable("bound type differs")
@@ -1087,68 +1091,69 @@ def fusible_ops() -> dict[str, int]:
     return out
 
 
-# -- fast path ---------------------------------------------------------------------------------
-def prepare_generated(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
-    """A fast path for an elementwise op whose implementation handed its own arguments, as
-    they are, to :func:`_ew`, possibly followed by 0-d operands made from its attributes
-    (LeakyRelu's alpha, Elu's, HardSigmoid's alpha and beta: fixed for the node, as its
-    attributes are, once the input dtypes are; ops that convert their inputs first get none;
-    omitted optional inputs at the end, None, are not handed): the kernel plan for these
-    shapes and dtypes, fixed."""
-    rec = getattr(_LAST, "call", None)
-    _LAST.call = None
-    if rec is None:
+# -- lowering ----------------------------------------------------------------------------------
+def lower_node(lc: LowerContext) -> Bound | None:
+    """An elementwise node as one generated kernel: its expression from the same builder a
+    fused group uses (:func:`fused_expr`), over its present inputs. None (the node keeps its
+    implementation, which also gives its errors) for types or versions the builders do not
+    serve, and for anything the implementation treats specially."""
+    node = lc.node
+    key = fusible_key(node.domain, node.op_type)
+    specs = list(lc.inputs)
+    while specs and specs[-1] is None:
+        specs.pop()
+    if any(s is not None and s.kind != TENSOR for s in specs):
         return None
-    e, out_dtype, arrays = rec
-    n_all = len(args)
-    while args and args[-1] is None:  # omitted optional inputs (onnxjit's Gelu bias)
-        args = args[:-1]
-    n_used = len(args)
-    if len(arrays) < n_used or any(a is not b for a, b in zip(arrays, args)):
+    if key == "CastLike":
+        specs = specs[:1] + [None]  # the target is read for its type only
+        stored = [lc.inputs[0].dtype, lc.inputs[1].dtype]
+    else:
+        stored = [s.dtype if s is not None else None for s in specs]
+    if key == "Clip" and node.since_version >= 11:
+        x = specs[0]
+        for k in (1, 2):
+            b = specs[k] if k < len(specs) else None
+            if b is not None and (b.size != 1 or b.dtype != x.dtype):
+                return None  # the implementation's error
+            if b is not None:
+                specs[k] = Spec(TENSOR, b.dtype, ())  # a scalar bound, whatever its rank
+    operands: list[Spec] = []
+    positions: list[int] = []
+    args: list[E.Expr | None] = []
+    for k, s in enumerate(specs):
+        if s is None:
+            args.append(None)
+            continue
+        args.append(E.inp(len(operands), compute_dtype(s.dtype)))
+        operands.append(s)
+        positions.append(k)
+    if not operands:
         return None
-    attrs = tuple(arrays[n_used:])
-    if any(type(a) is not np.ndarray or a.ndim != 0 for a in attrs):
+    attrs = dict(lc.attrs)
+    extra: list[np.ndarray] = []
+    names = _ATTR_OPERANDS.get(key, ())
+    if names and all(n in attrs for n in names) and operands[0].dtype.kind == "f":
+        cd = compute_dtype(operands[0].dtype)
+        for n in names:
+            attrs[n] = E.inp(len(operands) + len(extra), cd)
+            extra.append(np.array(lc.attrs[n], cd))
+    try:
+        expr, out_dtype = fused_expr(key, node.since_version, attrs, args, stored)
+    except NotFusable:
         return None
-    if any(type(a) is not np.ndarray or not a.flags.c_contiguous for a in args):
-        return None
-    operands = (*args, *attrs)
-    plan = plan_for((e,), operands, (out_dtype,))
-    if not plan.size or plan.narrow or plan.post != (None,):
-        return None
-    out_shape, out_dt, sizes = plan.out_shape, plan.alloc[0], tuple(plan.sizes)
-    go = bind_plan(plan, operands)
-    tail = (*[a.reshape(-1) for a in attrs], *sizes)  # the attribute operands, then the sizes
-    # The input checks and the call unrolled per number of inputs, through the kernel's
-    # compiled entry point (a lone Relu on [1, 16] float32, Zen 3: 3.1-3.8 -> 1.4 us a call,
-    # a run of Relu then Neg 10.9-11.8 -> 6.9-7.0 us, against a loop over the inputs that
-    # spent ~2.5 us in its generator, zip and list building around a 0.4 us kernel call). No
-    # input is written over: the output comes from a slot of its own.
-    unrolled = unrolled_fast_path(
-        args, out_shape, [Slot(out_shape, out_dt)],
-        lambda i: None if i is not None else (lambda: go),
-        tail, SimpleNamespace(fast_reused=0), lambda x: False, in_place=False,
-    )  # fmt: skip
-    if n_all == n_used:
-        return unrolled
+    specs_all = operands + [Spec(TENSOR, a.dtype, ()) for a in extra]
+    return lc.backend.elementwise([expr], specs_all, [out_dtype], positions + extra)
 
-    def fast(*xs: Any) -> Any:
-        # the omitted optional inputs must stay omitted
-        if len(xs) != n_all or any(x is not None for x in xs[n_used:]):
-            return MISS
-        return unrolled(*xs[:n_used])
 
-    return fast
-
-
-def _register_fast_paths() -> None:
-    """Give every elementwise implementation of this module the generic fast path."""
+def _register_lowerings() -> None:
+    """Every elementwise implementation of this module lowers through :func:`lower_node`."""
     seen = set()
     for impls in implementations().values():
         for impl in impls:
             fn = impl.fn
-            if fn.__module__ == __name__ and fn not in seen and fast_path_of(fn) is None:
+            if fn.__module__ == __name__ and fn not in seen and lowering_of(fn) is None:
                 seen.add(fn)
-                fast_path(fn)(prepare_generated)
+                lowers(fn)(lower_node)
 
 
-_register_fast_paths()
+_register_lowerings()

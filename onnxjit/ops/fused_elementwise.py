@@ -18,31 +18,26 @@ error messages.
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from onnxjit import ir
-from onnxjit.buffers import Slot
 from onnxjit.codegen import expr as E
 from onnxjit.codegen.elementwise import (
     NARROW_FLOATS,
     apply_reduce,
-    bind_plan,
     compute_dtype,
     kernel_inputs,
     plan_for,
     run_plan,
-    runs_on_pool,
-    writes_in_place,
 )
+from onnxjit.lowering import TENSOR, Bound, LowerContext, lowers
 from onnxjit.ops.elementwise import NotFusable, fused_expr, fusible_key
-from onnxjit.ops.fused_fast import take_donor, unrolled_fast_path
-from onnxjit.registry import fast_path, internal_op
+from onnxjit.registry import internal_op
 
 # operand reference kinds
 _IN, _CONST, _VAL = 0, 1, 2
@@ -118,7 +113,6 @@ class FusedGroup:
         self._plans: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._program = None
-        self.fast_reused = 0
 
     # -- expressions (per input dtypes) ------------------------------------------------------
     def _expressions(self, dtypes: tuple[np.dtype, ...]) -> Any:
@@ -226,58 +220,27 @@ class FusedGroup:
         if plan is _FALLBACK:
             return tuple(self._run_members(arrays))
         results: list[Any] = [None] * len(self.outputs)
-        on_pool = [runs_on_pool(cls.kernel) for cls in plan]
-        donors = _donors(arrays) if any(on_pool) else None
-        for cls, pooled in zip(plan, on_pool):
-            buffers = None
-            if donors and pooled:
-                buffers = [
-                    take_donor(donors, shape, dt) for shape, dt in zip(cls.shapes, cls.out_dtypes)
-                ]
-            ins = [arrays[k] for k in cls.inputs]
-            for a in ins:
-                if not a.flags.c_contiguous or not a.flags.writeable:
-                    ins = kernel_inputs(ins)
-                    break
-            outs = run_plan(cls.kernel, ins, buffers)
+        for cls in plan:
+            ins = kernel_inputs([arrays[k] for k in cls.inputs])
+            outs = run_plan(cls.kernel, ins)
             if cls.direct:
                 return tuple(outs)
             for j, o, shape in zip(cls.outputs, outs, cls.shapes):
                 results[j] = o if o.shape == shape else o.reshape(shape)
         return tuple(results)
 
-    def fast_path(self, arrays: Sequence[Any]) -> Any:
-        """``fast(*xs)`` for inputs of exactly these shapes and dtypes (C-contiguous,
-        writable), or None: the plan's kernels and output shapes are fixed, and an input
-        buffer nothing else references is still reused for an output (see :func:`_donors`)."""
-        if not all(type(a) is np.ndarray for a in arrays):
+    def lower(self, lc: LowerContext) -> Bound | None:
+        """The group as one bound kernel for inputs of these specs: where one loop nest
+        writes every output in its final shape (else None: the group runs as :meth:`run`)."""
+        specs = lc.inputs
+        if any(s is None or s.kind != TENSOR for s in specs):
             return None
-        key = tuple([(a.shape, a.dtype) for a in arrays])
-        plan = self._plans.get(key)
-        if plan is None or plan is _FALLBACK or len(plan) != 1 or not plan[0].direct:
+        plan = self._plan(specs)
+        if plan is _FALLBACK or len(plan) != 1 or not plan[0].direct:
             return None
         cls = plan[0]
-        if cls.inputs != tuple(range(len(arrays))) or cls.kernel.narrow or not cls.kernel.size:
-            return None
-        k = cls.kernel
-        if k.post != (None,) * len(k.post):
-            return None
-        slots = [Slot(shape, dt) for shape, dt in zip(cls.shapes, k.alloc)]
-        samples = [np.empty(1, a.dtype) for a in arrays]  # types only: no run's arrays kept
-
-        def bind(i: int | None) -> Callable[[], Any] | None:
-            # a binder of the plain kernel (i None) or of the one writing through input i
-            if i is not None and not writes_in_place(k, i):
-                return None
-            return lambda: bind_plan(k, samples, inplace=i)
-
-        # in place on the pool only: a small group gains nothing from reusing a few kilobytes,
-        # and the tests that prove an input unshared cost more than a slot's buffer (bench O1,
-        # 195 tiny nodes: 62 us a run without in-place writes against 75 with them, 2 threads);
-        # and a size then always takes the same kernel (serial, or the pool's kernel of the
-        # input it writes over), so new sizes compile no new variant
-        return unrolled_fast_path(
-            arrays, k.out_shape, slots, bind, tuple(k.sizes), self, _sole_owner, runs_on_pool(k)
+        return lc.backend.elementwise(
+            cls.exprs, [specs[k] for k in cls.inputs], cls.out_dtypes, cls.inputs
         )
 
     def _run_members(self, arrays: Sequence[np.ndarray]) -> list[Any]:
@@ -298,61 +261,6 @@ class FusedGroup:
         """A one-line summary: member op types and the values read and written."""
         ops = ", ".join(m.op_type for m in self.members)
         return f"[{ops}] ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)})"
-
-
-def _donors(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Inputs whose buffers this call may overwrite: referenced by nothing else.
-
-    An array the executor has released (its last reader is this node) is referenced only by
-    the call chain; a graph input (the caller holds it), a constant (the session holds it), a
-    value a later node reads (the executor holds it) and the base of a live view (the view
-    holds it) have more references. The call chain's count is measured once (:func:`_baseline`).
-    """
-    limit = _UNSHARED_REFS or _baseline()
-    return [
-        a
-        for a in arrays
-        if sys.getrefcount(a) <= limit  # the cheapest test first
-        and a.flags.c_contiguous
-        and a.flags.writeable
-        and a.size
-        and _sole_owner(a)
-    ]
-
-
-def _sole_owner(a: np.ndarray) -> bool:
-    """True when ``a`` owns its memory, or is a whole-buffer view (a reshape) of an array
-    that only ``a`` refers to."""
-    base = a.base
-    if base is None:
-        return True
-    # a.base, the local name and getrefcount's argument: nothing else holds the base
-    return (
-        type(base) is np.ndarray
-        and base.base is None
-        and base.nbytes == a.nbytes
-        and sys.getrefcount(base) <= 3
-    )
-
-
-_UNSHARED_REFS = 0
-
-
-class _Probe:
-    """Stands in for a FusedGroup to count the references the call chain itself holds."""
-
-    def run(self, arrays: Sequence[Any]) -> tuple[int]:
-        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
-        return ([sys.getrefcount(a) for a in arrays][0],)
-
-
-def _baseline() -> int:
-    """References to a released input seen inside FusedGroup.run, as the executor calls it."""
-    global _UNSHARED_REFS
-    args = (np.empty(1),)  # the executor's argument tuple, as in Program.run
-    (count,) = (fused_elementwise(*args, **{"group": _Probe()}),)
-    _UNSHARED_REFS = int(count)
-    return _UNSHARED_REFS
 
 
 def _kernel_dtype(dt: np.dtype) -> bool:
@@ -398,9 +306,9 @@ def fused_elementwise(*xs: np.ndarray, group: FusedGroup = None) -> Any:
     return out if len(out) != 1 else out[0]
 
 
-@fast_path(fused_elementwise)
-def _prepare(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
-    return kwargs["group"].fast_path(args)
+@lowers(fused_elementwise)
+def _lower(lc: LowerContext) -> Bound | None:
+    return lc.attrs["group"].lower(lc)
 
 
 class ReduceTail:

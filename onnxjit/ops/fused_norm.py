@@ -21,14 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.backends.cpu import pool, threads
 from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.buffers import Slot
 from onnxjit.kernels import _jit
 from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
-from onnxjit.ops.elementwise import generated_gelu
-from onnxjit.registry import MISS, NodeContext, fast_path, internal_op, plain_array
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, Spec, lowers, tensor, writes
+from onnxjit.ops.elementwise import generated_gelu, lower_node
+from onnxjit.registry import NodeContext, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -307,70 +306,134 @@ def softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
     return y2.reshape(x.shape)
 
 
-# -- fast paths (see registry.fast_path) -----------------------------------------------------
-def _bound(serial: Any, parallel: Any, work: int, sample: tuple) -> Any:
-    """``_launch`` with the serial/parallel choice and the pool entry made once."""
-    if work >= _jit.PARALLEL_THRESHOLD:
-        return pool.bind(parallel, sample, threads.current())
-    return serial
+# -- lowerings --------------------------------------------------------------------------------
 
 
-@fast_path(skip_layer_norm)
-def _prepare_skip_layer_norm(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    a, b = args[0], args[1]
-    if not ctx.constant_args(args, (2, 3)):
-        return None  # the fast path keys on the scale and bias objects: initializers only
-    scale = args[2] if len(args) > 2 else None
-    bias = args[3] if len(args) > 3 else None
+def rows_of(x: Spec | None, axis: int) -> tuple[int, int, int] | None:
+    """``(rows, n, a)`` of a float32/float64 tensor normalised over dims ``a = axis..``, for
+    the row kernels; None for anything else (the operator's own path)."""
+    if x is None or x.kind != TENSOR or x.dtype not in _NATIVE or x.ndim == 0 or x.size == 0:
+        return None
+    a = axis + x.ndim if axis < 0 else axis
+    if not 0 <= a < x.ndim:
+        return None
+    n = math.prod(x.shape[a:])
+    return x.size // n, n, a
+
+
+def vector_arg(lc: LowerContext, i: int, norm_shape: tuple[int, ...], dtype: Any, fill: float):
+    """Argument for a scale or bias input ``i`` broadcast to the normalised dims as an (n,)
+    vector: the vector itself when the input is constant or absent (worked out once), the
+    input when it is already such a vector, else None."""
+    n = math.prod(norm_shape)
+    spec = lc.inputs[i] if i < len(lc.inputs) else None
+    if spec is None or spec.const:
+        value = spec.value if spec is not None else None
+        if value is not None and not isinstance(value, np.ndarray):
+            return None
+        return _param(value, norm_shape, dtype, fill)
+    if spec.kind == TENSOR and spec.shape == norm_shape and spec.dtype == dtype:
+        return In(i, shape=(n,))
+    return None
+
+
+def _sample(dtype: Any, ndim: int) -> np.ndarray:
+    return np.empty((1,) * ndim, dtype)
+
+
+def lower_layer_norm(lc: LowerContext, axis: int, epsilon: float) -> Bound | None:
+    """LayerNorm of input 0 over dims ``axis..`` with scale input 1 and bias input 2 (either
+    may be absent): one row kernel writing the output; mean and inverse deviation go to
+    scratch buffers."""
+    x = lc.inputs[0]
+    got = rows_of(x, axis)
+    if got is None:
+        return None
+    rows, n, a = got
+    sc = vector_arg(lc, 1, x.shape[a:], x.dtype, 1.0)
+    bi = vector_arg(lc, 2, x.shape[a:], x.dtype, 0.0)
+    if sc is None or bi is None:
+        return None
+    v, m = _sample(x.dtype, 1), _sample(x.dtype, 2)
+    fn = lc.backend.launcher("norm", "layer_norm_rows", x.size, (m, v, v, 0.0, m, v, v))
+    outs = (tensor(x.dtype, x.shape), tensor(x.dtype, (rows,)), tensor(x.dtype, (rows,)))
+    two = (rows, n)
+    return writes(
+        fn, In(0, shape=two), sc, bi, float(epsilon), Out(0, shape=two), Out(1), Out(2),
+        outs=outs, name="norm.layer_norm_rows",
+    )  # fmt: skip
+
+
+@lowers(layer_norm)
+def _lower_layer_norm(lc: LowerContext) -> Bound | None:
+    return lower_layer_norm(lc, lc.attrs["axis"], lc.attrs["epsilon"])
+
+
+@lowers(rms_norm)
+def _lower_rms_norm(lc: LowerContext) -> Bound | None:
+    x = lc.inputs[0]
+    got = rows_of(x, lc.attrs["axis"])
+    if got is None:
+        return None
+    rows, n, a = got
+    sc = vector_arg(lc, 1, x.shape[a:], x.dtype, 1.0)
+    if sc is None:
+        return None
+    v, m = _sample(x.dtype, 1), _sample(x.dtype, 2)
+    fn = lc.backend.launcher("norm", "rms_norm_rows", x.size, (m, v, 0.0, m, v))
+    two = (rows, n)
+    return writes(
+        fn, In(0, shape=two), sc, float(lc.attrs["epsilon"]), Out(0, shape=two), Out(1),
+        outs=(tensor(x.dtype, x.shape), tensor(x.dtype, (rows,))), name="norm.rms_norm_rows",
+    )  # fmt: skip
+
+
+@lowers(skip_layer_norm)
+def _lower_skip_layer_norm(lc: LowerContext) -> Bound | None:
+    a, b = lc.inputs[0], lc.inputs[1]
+    if a is None or b is None or a.kind != TENSOR or b.kind != TENSOR:
+        return None
     dtype = a.dtype
     if dtype not in _NATIVE or b.dtype != dtype or a.size == 0 or b.size == 0:
         return None
     rank = max(a.ndim, b.ndim)
-    ax = _check_axis(ctx, kwargs["axis"], rank)
+    ax = lc.attrs["axis"] + rank if lc.attrs["axis"] < 0 else lc.attrs["axis"]
+    if not 0 <= ax < rank:
+        return None
     pair = _skip_order(a, b, rank - ax)
     if pair is None:
         return None
-    swapped = pair[0] is not a  # the node's second operand has the sum's shape
+    full = 0 if pair[0] is a else 1
     shape, other_shape = pair[0].shape, pair[1].shape
     norm_shape = shape[ax:]
-    sc = _param(scale, norm_shape, dtype, 1.0)
-    bi = _param(bias, norm_shape, dtype, 0.0)
+    sc = vector_arg(lc, 2, norm_shape, dtype, 1.0)
+    bi = vector_arg(lc, 3, norm_shape, dtype, 0.0)
     if sc is None or bi is None:
         return None
     n = math.prod(norm_shape)
     rows = math.prod(shape) // n
     rows_b = math.prod(other_shape) // n
-    eps = float(kwargs["epsilon"])
-    want_sum = ctx.n_outputs > 1 and ctx.outputs_used[1]
-    two = ctx.n_outputs > 1
-    a2 = pair[0].reshape(rows, n)
-    scratch = np.empty(rows, dtype)
-    go = _bound(
-        knorm.skip_layer_norm_rows,
-        knorm.skip_layer_norm_rows_par,
-        a.size,
-        (a2, a2, sc, bi, eps, a2, a2, want_sum, scratch, scratch),
+    want_sum = len(lc.node.outputs) > 1 and lc.outputs_used[1]
+    v, m = _sample(dtype, 1), _sample(dtype, 2)
+    fn = lc.backend.launcher(
+        "norm", "skip_layer_norm_rows", math.prod(shape), (m, m, v, v, 0.0, m, m, True, v, v)
     )
-    empty = np.empty
-    y_slot = Slot(shape, dtype)
-    s_slot = Slot(shape, dtype)
+    two = (rows, n)
+    outs = (
+        tensor(dtype, shape),
+        tensor(dtype, shape),
+        tensor(dtype, (rows,)),
+        tensor(dtype, (rows,)),
+    )
+    s_arg = Out(1, shape=two) if want_sum else Out(0, shape=two)
+    return writes(
+        fn, In(full, shape=two), In(1 - full, shape=(rows_b, n)), sc, bi,
+        float(lc.attrs["epsilon"]), Out(0, shape=two), s_arg, want_sum, Out(2), Out(3),
+        outs=outs, name="norm.skip_layer_norm_rows",
+    )  # fmt: skip
 
-    def fast(x1: Any, x2: Any, s3: Any = None, b3: Any = None) -> Any:
-        full, other = (x2, x1) if swapped else (x1, x2)
-        if (
-            not plain_array(full, shape, dtype)
-            or not plain_array(other, other_shape, dtype)
-            or s3 is not scale
-            or b3 is not bias
-        ):
-            return MISS
-        y = y_slot.get()
-        y2 = y.reshape(rows, n)
-        s = s_slot.get() if want_sum else y
-        go(full.reshape(rows, n), other.reshape(rows_b, n), sc, bi, eps, y2, s.reshape(rows, n),
-           want_sum, empty(rows, dtype), empty(rows, dtype))  # fmt: skip
-        if not two:
-            return y
-        return y, (s if want_sum else x1 + x2)
 
-    return fast
+@lowers(gelu)
+def _lower_gelu(lc: LowerContext) -> Bound | None:
+    # onnxjit's Gelu is one generated elementwise kernel, as a lone Gelu is
+    return lower_node(lc)

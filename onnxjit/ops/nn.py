@@ -33,8 +33,9 @@ from onnxjit.kernels.cpu import nn as knn
 from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.kernels.cpu import pool as kpool
 from onnxjit.kernels.cpu.ukernel import geometry
+from onnxjit.lowering import Bound, In, LowerContext, Out, lowers, tensor, writes
 from onnxjit.ops import gemm as blas
-from onnxjit.ops.fused_norm import layer_norm_rows, softmax_last
+from onnxjit.ops.fused_norm import layer_norm_rows, lower_layer_norm, rows_of, softmax_last
 from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op, plain_array
 
 # Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value
@@ -1798,6 +1799,23 @@ def log_softmax(ctx: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarra
     return _softmax(ctx, x, axis, False, True)
 
 
+@lowers(softmax, log_softmax)
+def _lower_softmax(lc: LowerContext) -> Bound | None:
+    """Softmax-13 over the last axis of a float32/float64 tensor: one row kernel."""
+    x = lc.inputs[0]
+    got = rows_of(x, lc.attrs["axis"])
+    if got is None or got[2] != x.ndim - 1:
+        return None
+    rows, n, _ = got
+    log = lc.node.op_type == "LogSoftmax"
+    m = np.empty((1, 1), x.dtype)
+    fn = lc.backend.launcher("nn", "softmax_rows", x.size, (m, m, log))
+    return writes(
+        fn, In(0, shape=(rows, n)), Out(0, shape=(rows, n)), log,
+        outs=[tensor(x.dtype, x.shape)], name="nn.softmax_rows",
+    )  # fmt: skip
+
+
 def _hardmax(ctx: NodeContext, x: np.ndarray, axis: int, coerce_2d: bool) -> np.ndarray:
     a = _norm_axis(ctx, axis, x.ndim)
     shape = x.shape
@@ -2120,6 +2138,14 @@ def layer_norm(
         mean.astype(stash).reshape(stat_shape),
         inv.astype(stash).reshape(stat_shape),
     )
+
+
+@lowers(layer_norm)
+def _lower_layer_normalization(lc: LowerContext) -> Bound | None:
+    """LayerNormalization-17 whose Mean and InvStdDev nothing reads: one row kernel."""
+    if any(lc.outputs_used[1:]):
+        return None
+    return lower_layer_norm(lc, lc.attrs["axis"], lc.attrs["epsilon"])
 
 
 @onnx_op("MeanVarianceNormalization", since=9)

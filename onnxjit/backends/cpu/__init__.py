@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import Any
+
+from onnxjit.kernels import _jit
 
 
 class CpuBackend:
@@ -22,9 +25,36 @@ class CpuBackend:
                 module = importlib.import_module(f"onnxjit.kernels.cpu.{family}")
                 found = getattr(module, name)
             except (ImportError, AttributeError):
-                raise KeyError(f"the CPU backend has no kernel {name!r} in family {family!r}")
+                raise KeyError(
+                    f"the CPU backend has no kernel {name!r} in family {family!r}"
+                ) from None
             self._kernels[key] = found
         return found
+
+    def launcher(self, family: str, name: str, work: int, sample: Sequence[Any]) -> Any:
+        """Kernel ``name`` of ``family`` for ``work`` elements of work: the serial kernel, or
+        from ``PARALLEL_THRESHOLD`` on its pool twin ``name_par`` bound to the thread pool
+        for arguments typed like ``sample`` (arrays of the call's dtypes and ranks, and its
+        scalars), at the calling thread's thread count."""
+        if work < _jit.PARALLEL_THRESHOLD:
+            return self.kernel(family, name)
+        from onnxjit.backends.cpu import pool, threads
+
+        return pool.bind(self.kernel(family, f"{name}_par"), tuple(sample), threads.current())
+
+    def elementwise(
+        self,
+        exprs: Sequence[Any],
+        inputs: Sequence[Any],
+        out_dtypes: Sequence[Any] | None = None,
+        positions: Sequence[int] | None = None,
+    ) -> Any:
+        """A bound call of the generated loop nest computing ``exprs`` (scalar expressions of
+        :mod:`onnxjit.codegen.expr`) over broadcast inputs of specs ``inputs``, or None (see
+        :func:`onnxjit.backends.cpu.elementwise.bind`)."""
+        from onnxjit.backends.cpu import elementwise
+
+        return elementwise.bind(exprs, inputs, out_dtypes, positions)
 
 
 #: The CPU backend (one per process: it holds no per-session state).
