@@ -343,15 +343,18 @@ _limits.install_default(SETTINGS.limits)
 
 
 def _configure_kernels() -> None:
-    # Numba reads its cache folder when a cached function is decorated, so this must run
-    # before any kernel module is imported.
+    # The kernels' cache folder and vector width must be set before any kernel compiles or
+    # loads; kernel modules are imported after this module (onnxjit/__init__.py).
     from onnxjit import jitcache
     from onnxjit.kernels import _jit
 
+    folder = jitcache.cache_folder(SETTINGS.cache_dir)
     _jit.configure(
-        cache_dir=str(jitcache.cache_folder(SETTINGS.cache_dir) / "numba"),
+        cache_dir=str(folder / "numba"),
         parallel_threshold=SETTINGS.parallel_threshold,
         vector_width=SETTINGS.vector_width,
+        # generated kernels (onnxjit.codegen.modcache) and the pool's entry points
+        source_roots={"gen": str(folder / "gen"), "onnxjit": str(Path(__file__).parent)},
     )
 
 
