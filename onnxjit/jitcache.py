@@ -3,9 +3,14 @@ written.
 
 Every compiled kernel (hand-written in ``onnxjit.kernels`` or generated) is cached by Numba
 (``cache=True``) under ``<ONNXJIT_CACHE_DIR>/v-<key>/numba``, generated kernel sources under
-``.../gen``. Numba invalidates an entry when the file that defines the function changes, but
-not when a helper it inlines from another module does (``kernels/vecmath.py`` is inlined into
-dozens of kernels), nor when onnxjit itself changes what it generates; so the folder is named
+``.../gen``. onnxjit's own cache locator (``onnxjit.kernels._jit._KernelLocator``) puts a
+kernel's entries in a folder named from its file's place in the package (``numba/kernels/cpu``,
+``numba/gen``), not from where the package is installed, and no Numba setting is changed: the
+caller's own cached functions go where Numba puts them.
+
+Numba invalidates an entry when the file that defines the function changes, but not when a
+helper it inlines from another module does (``kernels/vecmath.py`` is inlined into dozens of
+kernels), nor when onnxjit itself changes what it generates; so the folder is named
 by a hash of every kernel source, of the code generators, and of the onnxjit, Numba, llvmlite
 and Python versions. Any change there starts a new folder; older folders are left for the user
 to delete.

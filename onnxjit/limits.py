@@ -12,12 +12,14 @@ node, the size and the setting to change when
 * the element count or byte size does not fit in a signed 64-bit integer (overflowing shape
   arithmetic), whatever the caps.
 
-The caps come from ``ONNXJIT_MAX_TENSOR_BYTES`` / ``ONNXJIT_MAX_RUN_BYTES`` (read once in
-:mod:`onnxjit.config`) and can be set per session with the session config entries
-``onnxjit.max_tensor_bytes`` / ``onnxjit.max_run_bytes``. A value is a byte count (``1073741824``),
-a count with a binary suffix (``512K``, ``64M``, ``4G``, ``1T``), a percentage of the machine's
-memory (``25%``), or ``0`` for no cap. The defaults are 25 % (tensor) and 50 % (run) of the
-physical memory (or of the cgroup's memory limit when that is smaller).
+This module only does the arithmetic and reads no setting: :mod:`onnxjit.config` parses the
+caps (``ONNXJIT_MAX_TENSOR_BYTES`` / ``ONNXJIT_MAX_RUN_BYTES``, read once at import and
+installed here with :func:`install_default`; the session config entries
+``onnxjit.max_tensor_bytes`` / ``onnxjit.max_run_bytes`` per session) with :func:`parse_bytes`.
+A value is a byte count (``1073741824``), a count with a binary suffix (``512K``, ``64M``,
+``4G``, ``1T``), a percentage of the machine's memory (``25%``), or ``0`` for no cap. The
+defaults are 25 % (tensor) and 50 % (run) of the physical memory (or of the cgroup's memory
+limit when that is smaller).
 
 The run total is kept per thread: :func:`begin_run` starts a new total (``InferenceSession``
 calls it when it validates a feed and before its constant folding), so concurrent runs from
@@ -38,13 +40,6 @@ import numpy as np
 from onnxjit.errors import ConfigurationError, ResourceLimitError
 
 INT64_MAX = (1 << 63) - 1
-
-TENSOR_ENV = "ONNXJIT_MAX_TENSOR_BYTES"
-RUN_ENV = "ONNXJIT_MAX_RUN_BYTES"
-TENSOR_KEY = "onnxjit.max_tensor_bytes"
-RUN_KEY = "onnxjit.max_run_bytes"
-DEFAULT_TENSOR = "25%"
-DEFAULT_RUN = "50%"
 
 _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -104,35 +99,21 @@ def parse_bytes(raw: str, setting: str, memory: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class Limits:
-    """The caps in force: bytes per tensor and per run (0 = no cap), with where each came
+    """The caps in force: bytes per tensor and per run (0 = no cap), with the setting each came
     from (named in error messages so that users know what to change)."""
 
     max_tensor_bytes: int
     max_run_bytes: int
-    tensor_setting: str = f"{TENSOR_ENV} (or session config entry {TENSOR_KEY!r})"
-    run_setting: str = f"{RUN_ENV} (or session config entry {RUN_KEY!r})"
-
-
-def from_environment(environ: Mapping[str, str] | None = None) -> Limits:
-    """The process-wide caps from ``ONNXJIT_MAX_TENSOR_BYTES`` / ``ONNXJIT_MAX_RUN_BYTES``."""
-    env = os.environ if environ is None else environ
-    tensor = env.get(TENSOR_ENV) or DEFAULT_TENSOR
-    run = env.get(RUN_ENV) or DEFAULT_RUN
-    return Limits(parse_bytes(tensor, TENSOR_ENV), parse_bytes(run, RUN_ENV))
+    tensor_setting: str = "the per-tensor cap"
+    run_setting: str = "the per-run cap"
 
 
 def for_session(config: Mapping[str, str], default: Limits) -> Limits:
-    """``default`` with the session config entries ``onnxjit.max_tensor_bytes`` and
-    ``onnxjit.max_run_bytes`` applied where set."""
-    tensor, run = default.max_tensor_bytes, default.max_run_bytes
-    tensor_setting, run_setting = default.tensor_setting, default.run_setting
-    if TENSOR_KEY in config:
-        tensor = parse_bytes(config[TENSOR_KEY], f"session config entry {TENSOR_KEY!r}")
-        tensor_setting = f"session config entry {TENSOR_KEY!r}"
-    if RUN_KEY in config:
-        run = parse_bytes(config[RUN_KEY], f"session config entry {RUN_KEY!r}")
-        run_setting = f"session config entry {RUN_KEY!r}"
-    return Limits(tensor, run, tensor_setting, run_setting)
+    """Transitional: ``onnxjit.config.session_settings(config).limits``, for the session code
+    until it calls that itself; ``default`` must be :func:`default_limits`."""
+    from onnxjit import config as _config  # lazily: onnxjit.config imports this module
+
+    return _config.session_settings(config).limits
 
 
 class _Budget:
@@ -147,13 +128,17 @@ _local = threading.local()
 _default: Limits | None = None
 
 
-def default_limits() -> Limits:
-    """The process-wide caps (from the environment, read once)."""
+def install_default(limits: Limits) -> None:
+    """Make ``limits`` the process-wide caps (:mod:`onnxjit.config` installs the
+    environment's at import)."""
     global _default
-    if _default is None:
-        from onnxjit.config import SETTINGS
+    _default = limits
 
-        _default = SETTINGS.limits
+
+def default_limits() -> Limits:
+    """The process-wide caps (from the environment, read once by :mod:`onnxjit.config`)."""
+    if _default is None:  # pragma: no cover - onnxjit/__init__ imports onnxjit.config first
+        raise RuntimeError("onnxjit.config has not installed the process-wide caps yet")
     return _default
 
 

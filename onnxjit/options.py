@@ -11,6 +11,7 @@ import enum
 import warnings
 from typing import Any
 
+from onnxjit import config as _config
 from onnxjit.errors import UnsupportedOperatorError
 
 
@@ -85,19 +86,10 @@ def _not_implemented(what: str, why: str, instead: str) -> UnsupportedOperatorEr
 
 
 # The config entry that allows Winograd convolutions (read by the session and by NodeContext).
-CONV_WINOGRAD = "onnxjit.conv_winograd"
+CONV_WINOGRAD = _config.CONV_WINOGRAD_KEY
 
-# Session config entries onnxjit reads: key -> what it does.
-ONNXJIT_CONFIG_KEYS = {
-    "onnxjit.disabled_optimizers": "comma-separated graph pass names to skip",
-    "onnxjit.max_tensor_bytes": "cap on one data-sized tensor (see onnxjit.limits)",
-    "onnxjit.max_run_bytes": "cap on the data-sized tensors of one run (see onnxjit.limits)",
-    "onnxjit.progress": "compile progress bar: auto, on or off (see onnxjit.progress)",
-    CONV_WINOGRAD: "1 (default): 3x3 stride-1 convolutions of 16+ channels run the "
-    "Winograd F(2x2, 3x3) algorithm; 0: the direct form only",
-    "session.model_external_initializers_file_folder_path": "folder of external data for a "
-    "model given as bytes",
-}
+# Session config entries onnxjit reads: key -> what it does (onnxjit.config parses them).
+ONNXJIT_CONFIG_KEYS = {k.key: k.meaning for k in _config.KNOBS if k.key}
 
 
 # Values of the entries above that a session assumes when the user sets none.

@@ -5,9 +5,9 @@ the cache). When that has taken more than :data:`DELAY` seconds, a tqdm bar appe
 nodes done out of the total and the kernels compiled so far; it closes when the run ends. tqdm's
 ``auto`` front end draws a widget in Jupyter and text on a terminal.
 
-Whether it is shown: ``ONNXJIT_PROGRESS`` or the session config entry ``onnxjit.progress``,
-``"auto"`` (default: only when standard error is a terminal or the code runs in a Jupyter
-kernel), ``"1"``/``"on"`` (always) or ``"0"``/``"off"`` (never).
+Whether it is shown: ``ONNXJIT_PROGRESS`` or the session config entry ``onnxjit.progress``
+(parsed by :mod:`onnxjit.config`), ``"auto"`` (default: only when standard error is a terminal
+or the code runs in a Jupyter kernel), ``"1"``/``"on"`` (always) or ``"0"``/``"off"`` (never).
 """
 
 from __future__ import annotations
@@ -16,28 +16,17 @@ import sys
 import time
 from typing import Any
 
-from onnxjit import jitstats
+from onnxjit import config, jitstats
 
 DELAY = 2.0  # seconds of compiling before the bar appears
 
-_MODES = {"auto": None, "1": True, "on": True, "true": True, "0": False, "off": False}
-
 
 def mode(entry: str | None) -> bool | None:
-    """The setting as True (always), False (never) or None (auto); ``entry`` is the session's
-    config entry, which wins over the environment variable."""
-    from onnxjit.config import SETTINGS
-
-    raw = entry if entry is not None else SETTINGS.progress
-    key = str(raw).strip().lower()
-    if key not in _MODES:
-        from onnxjit.errors import InvalidArgumentError
-
-        raise InvalidArgumentError(
-            f"progress setting {raw!r} (ONNXJIT_PROGRESS or config entry onnxjit.progress) "
-            f"is not one of {sorted(_MODES)}; use 'auto', 'on' or 'off'"
-        )
-    return _MODES[key]
+    """Transitional: the bar's mode as True (always), False (never) or None (auto) for a
+    session whose ``onnxjit.progress`` entry is ``entry`` (None: unset, ``ONNXJIT_PROGRESS``
+    decides). :func:`onnxjit.config.session_settings` gives the same as ``.progress``; this
+    stays until the session code reads it there."""
+    return config.progress_mode(entry)
 
 
 def _interactive() -> bool:

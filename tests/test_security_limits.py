@@ -22,7 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
-from onnxjit import limits
+from onnxjit import config, limits
 from onnxjit.errors import ConfigurationError, OnnxJitError, ResourceLimitError
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -565,11 +565,11 @@ def test_bad_session_entry_refused_at_session_creation():
 
 
 def test_defaults_follow_the_machine_memory():
-    got = limits.from_environment({})
+    got = config.limits_from_environment({})
     mem = limits.physical_memory()
     assert got.max_tensor_bytes == mem // 4 and got.max_run_bytes == mem // 2
-    env = {limits.TENSOR_ENV: "3M", limits.RUN_ENV: "0"}
-    got = limits.from_environment(env)
+    env = {config.MAX_TENSOR_BYTES_ENV: "3M", config.MAX_RUN_BYTES_ENV: "0"}
+    got = config.limits_from_environment(env)
     assert (got.max_tensor_bytes, got.max_run_bytes) == (3 << 20, 0)
 
 
