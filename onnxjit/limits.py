@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,14 +106,6 @@ class Limits:
     max_run_bytes: int
     tensor_setting: str = "the per-tensor cap"
     run_setting: str = "the per-run cap"
-
-
-def for_session(config: Mapping[str, str], default: Limits) -> Limits:
-    """Transitional: ``onnxjit.config.session_settings(config).limits``, for the session code
-    until it calls that itself; ``default`` must be :func:`default_limits`."""
-    from onnxjit import config as _config  # lazily: onnxjit.config imports this module
-
-    return _config.session_settings(config).limits
 
 
 class _Budget:

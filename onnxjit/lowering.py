@@ -24,7 +24,7 @@ lowering with its own twin.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -162,7 +162,7 @@ class LowerContext:
     inputs: tuple[Spec | None, ...]
     backend: Any
     ctx: NodeContext | None
-    settings: Mapping[str, str] = field(default_factory=dict)
+    settings: Any = None  # the session's onnxjit.config.SessionSettings (None: defaults)
 
     def kernel(self, family: str, name: str) -> Any:
         """The backend's kernel ``name`` of ``family`` (``kernels/<backend>/<family>.py``)."""

@@ -85,15 +85,8 @@ def _not_implemented(what: str, why: str, instead: str) -> UnsupportedOperatorEr
     return UnsupportedOperatorError(f"{what} is not implemented by onnxjit yet ({why}); {instead}")
 
 
-# The config entry that allows Winograd convolutions (read by the session and by NodeContext).
-CONV_WINOGRAD = _config.CONV_WINOGRAD_KEY
-
 # Session config entries onnxjit reads: key -> what it does (onnxjit.config parses them).
 ONNXJIT_CONFIG_KEYS = {k.key: k.meaning for k in _config.KNOBS if k.key}
-
-
-# Values of the entries above that a session assumes when the user sets none.
-CONFIG_DEFAULTS = {CONV_WINOGRAD: "1"}
 
 
 class SessionOptions(_StrictFields):

@@ -26,6 +26,8 @@ The plan is then rendered as one straight-line Python function (:mod:`onnxjit.ex
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -117,7 +119,9 @@ class Plan:
         self.specs: dict[int, Spec] = {}
         self.static: dict[int, Any] = {}  # values constant for the plan -> value
         self.steps: list[PlannedStep] = []
-        self.alias: dict[int, int] = {}  # value -> the value whose memory it shares
+        # value -> the root of the memory it shares (the value that owns it), for views and
+        # in-place outputs; a root maps to nothing
+        self.alias: dict[int, int] = {}
         self.arena_offsets: dict[int, int] = {}  # arena root value -> its offset
         self.arena_bytes = 0
         self.flat: set[int] = set()  # arena roots whose flat view the code uses
@@ -130,9 +134,9 @@ class Plan:
         self._profiled: Callable[..., list[Any]] | None = None
 
     def root(self, s: int) -> int:
-        while s in self.alias:
-            s = self.alias[s]
-        return s
+        """The value that owns ``s``'s memory (``s`` itself unless it is a view or an
+        in-place output)."""
+        return self.alias.get(s, s)
 
     def run_profiled(self, values: Sequence[Any], profiler: Profiler) -> list[Any]:
         """:meth:`run` with one trace event per step in ``profiler``."""
@@ -234,6 +238,7 @@ class Plan:
                 {
                     "node": ps.step.node.name,
                     "op": ps.step.node.label,
+                    "op_type": ps.step.node.op_type,
                     "kernel": ps.kernel,
                     "generic": ps.generic,
                     "guarded": bool(ps.guard),
@@ -244,7 +249,9 @@ class Plan:
             "shapes": {
                 names[s]: [spec.dtype.name, list(spec.shape)]
                 for s, spec in self.specs.items()
-                if spec.kind == lowering.TENSOR and s < len(names)
+                if spec.kind == lowering.TENSOR
+                and s < len(names)
+                and s not in self.program.constants
             },
         }
 
@@ -304,6 +311,9 @@ class _Planner:
         self.env: dict[int, Any] = {}
         self.written: dict[int, int] = {}  # value written by a bound call -> its step
         self.pinned: set[int] = set()  # arena roots that must stay out of the arena
+        self.sharers: dict[int, list[int]] = {}  # root -> the values sharing its memory
+        self.guards: list[int] = []  # steps with a guard
+        self.made: dict[int, int] = {}  # value -> the step that made it (entry values: -1)
         self.scratch_ids = program.n_slots
 
     def run(
@@ -315,6 +325,7 @@ class _Planner:
             plan.specs[slot] = spec_of(value, const=True)
         for slot, value in zip(plan.entry, values):
             self.env[slot] = value
+            self.made[slot] = -1
             plan.specs[slot] = spec_of(value, const=slot in static)
             if slot in static:
                 plan.static[slot] = value
@@ -338,6 +349,9 @@ class _Planner:
 
     def plan_step(self, step: Step) -> None:
         plan = self.plan
+        for s in step.out_slots:
+            if s >= 0:
+                self.made[s] = step.index
         args = [self.env.get(s) if s >= 0 else None for s in step.in_slots]
         try:
             if self._foldable(step):
@@ -418,8 +432,9 @@ class _Planner:
             if r not in self.written or r in self.pinned:
                 continue
             # every value in that memory dies here, and no other input of the step views it
-            group = [t for t in self.env if plan.root(t) == r]
-            if any(self.last.get(t, -1) > step.index for t in group):
+            if self.last.get(r, -1) > step.index or any(
+                self.last.get(t, -1) > step.index for t in self.sharers.get(r, ())
+            ):
                 continue
             if any(t != s and t >= 0 and plan.root(t) == r for t in step.in_slots):
                 continue
@@ -461,7 +476,7 @@ class _Planner:
                 plan.specs[s] = b.outs[j]
                 self.env[s] = v
                 if ps.inplace is not None and j == 0:
-                    plan.alias[s] = step.in_slots[ps.inplace]
+                    self._share(s, step.in_slots[ps.inplace])
                 continue
             if s < 0:
                 continue
@@ -487,20 +502,34 @@ class _Planner:
                         viewed = t
                         break
             if viewed >= 0:
-                plan.alias[s] = viewed
+                self._share(s, viewed)
         if containers:
             # a sequence or map may hold its inputs: keep their memory out of the arena
             for t, _ in inputs:
                 self.pinned.add(plan.root(t))
         ps.guard = tuple(guard)
         if guard:
-            consts = self.program.constants
-            live = [s for s in self.env if s not in consts and self.last.get(s, -1) > step.index]
-            plan.guard_live[step.index] = tuple(sorted(live))
+            self.guards.append(step.index)
+
+    def _share(self, s: int, t: int) -> None:
+        """Value ``s`` shares value ``t``'s memory (a view of it, or written over it)."""
+        r = self.plan.root(t)
+        self.plan.alias[s] = r
+        self.sharers.setdefault(r, []).append(s)
+
+    def _guard_live(self) -> None:
+        """The values alive after each guarded step: what its continuation starts from."""
+        consts = self.program.constants
+        by_start = sorted((at, s) for s, at in self.made.items() if s not in consts)
+        for index in self.guards:
+            live = [s for at, s in by_start if at <= index and self.last.get(s, -1) > index]
+            self.plan.guard_live[index] = tuple(sorted(live))
 
     # -- buffers ------------------------------------------------------------------------------
     def layout(self) -> None:
-        """Arena offsets of the written values, by liveness (see the module docstring)."""
+        """Arena offsets of the written values, by liveness (see the module docstring), and
+        the live values of each guard."""
+        self._guard_live()
         plan, program = self.plan, self.program
         for s in program.output_slots:
             self.pinned.add(plan.root(s))
@@ -510,25 +539,56 @@ class _Planner:
         span: dict[int, list[int]] = {}
         for s, at in self.written.items():
             if plan.root(s) == s and s not in self.pinned:
-                span[s] = [at, at]
-        for s in self.env:
-            r = plan.root(s)
+                span[s] = [at, max(at, min(self.last.get(s, at), end))]
+        for r, shared in self.sharers.items():
             if r in span:
-                hi = self.last.get(s, self.written.get(s, span[r][0]))
-                span[r][1] = max(span[r][1], min(hi, end))
-        # largest first, each at the lowest offset clear of every value alive at the same time
-        placed: list[tuple[int, int, int, int]] = []  # offset, bytes, first step, last step
-        for r in sorted(span, key=lambda r: (-plan.specs[r].nbytes, r)):
+                for s in shared:
+                    span[r][1] = max(span[r][1], min(self.last.get(s, span[r][0]), end))
+        # Values in order of their first step, each at the lowest free range that holds it
+        # (free ranges come back when the values in them die, and merge with their
+        # neighbours); the arena grows at its end when none does.
+        free: list[list[int]] = []  # [offset, bytes], sorted by offset
+        top = 0
+        dying: list[tuple[int, int, int]] = []  # (last step, offset, bytes), a heap
+        for r in sorted(span, key=lambda r: (span[r][0], r)):
             lo, hi = span[r]
+            while dying and dying[0][0] < lo:
+                _, o, n = heapq.heappop(dying)
+                _release(free, o, n)
             n = -(-plan.specs[r].nbytes // ALIGN) * ALIGN
-            offset = 0
-            for o, size, _, _ in sorted(p for p in placed if not (p[3] < lo or hi < p[2])):
-                if o - offset >= n:
-                    break
-                offset = max(offset, o + size)
-            placed.append((offset, n, lo, hi))
+            offset = _claim(free, n)
+            if offset is None:
+                if free and free[-1][0] + free[-1][1] == top:  # grow the last free range
+                    offset = free.pop()[0]
+                else:
+                    offset = top
+                top = offset + n
             plan.arena_offsets[r] = offset
-        plan.arena_bytes = max((o + n for o, n, _, _ in placed), default=0)
+            heapq.heappush(dying, (hi, offset, n))
+        plan.arena_bytes = top
+
+
+def _claim(free: list[list[int]], n: int) -> int | None:
+    """Take ``n`` bytes from the first free range that holds them; its offset, or None."""
+    for i, (o, size) in enumerate(free):
+        if size >= n:
+            if size == n:
+                free.pop(i)
+            else:
+                free[i] = [o + n, size - n]
+            return o
+    return None
+
+
+def _release(free: list[list[int]], o: int, n: int) -> None:
+    """Give the range [o, o + n) back, merged with the free ranges it touches."""
+    i = bisect.bisect_left(free, [o, 0])
+    if i < len(free) and free[i][0] == o + n:
+        n += free.pop(i)[1]
+    if i > 0 and free[i - 1][0] + free[i - 1][1] == o:
+        free[i - 1][1] += n
+    else:
+        free.insert(i, [o, n])
 
 
 def _resolve(a: Any, args: list[Any], outs: Sequence[Any]) -> Any:

@@ -54,7 +54,7 @@ class Step:
 class Subgraph:
     """A graph attribute bound for execution; ops run it with ``ctx.run_subgraph``."""
 
-    def __init__(self, graph: ir.Graph, scope: frozenset[str], settings: Mapping[str, str]):
+    def __init__(self, graph: ir.Graph, scope: frozenset[str], settings: Any):
         self.graph = graph
         self.program = Program(graph, scope, settings)
 
@@ -78,11 +78,12 @@ class Program:
         self,
         graph: ir.Graph,
         scope: frozenset[str] = frozenset(),
-        settings: Mapping[str, str] | None = None,
+        settings: Any = None,
         arena: bool = True,
     ):
         self.graph = graph
-        self.settings = dict(settings or {})
+        # the session's onnxjit.config.SessionSettings (None: the defaults)
+        self.settings = settings
         # whether plans place intermediate tensors in an arena (SessionOptions'
         # enable_cpu_mem_arena and enable_mem_reuse), else allocate them per run
         self.arena = arena

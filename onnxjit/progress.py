@@ -16,17 +16,9 @@ import sys
 import time
 from typing import Any
 
-from onnxjit import config, jitstats
+from onnxjit import jitstats
 
 DELAY = 2.0  # seconds of compiling before the bar appears
-
-
-def mode(entry: str | None) -> bool | None:
-    """Transitional: the bar's mode as True (always), False (never) or None (auto) for a
-    session whose ``onnxjit.progress`` entry is ``entry`` (None: unset, ``ONNXJIT_PROGRESS``
-    decides). :func:`onnxjit.config.session_settings` gives the same as ``.progress``; this
-    stays until the session code reads it there."""
-    return config.progress_mode(entry)
 
 
 def _interactive() -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,6 @@ import onnx.defs
 
 from onnxjit import ir
 from onnxjit.errors import InvalidArgumentError, UnsupportedOperatorError
-from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD
 
 DEFAULT_DOMAIN = ""
 ML_DOMAIN = "ai.onnx.ml"
@@ -239,14 +238,14 @@ class NodeContext:
     # in every run. A fast path may key on such an input's identity; on any other it must look
     # at the value (a caller may write new values into the array it feeds).
     const_inputs: tuple[bool, ...] = ()
-    # The session's config entries (SessionOptions.add_session_config_entry) that kernels
-    # choices read, e.g. "onnxjit.conv_winograd".
-    settings: Mapping[str, str] = field(default_factory=dict)
+    # The session's settings (onnxjit.config.SessionSettings) that kernel choices read; None
+    # outside a session (the defaults).
+    settings: Any = None
 
     @property
     def winograd(self) -> bool:
         """Winograd convolutions allowed (config entry ``onnxjit.conv_winograd``, default on)."""
-        return self.settings.get(CONV_WINOGRAD, CONFIG_DEFAULTS[CONV_WINOGRAD]) != "0"
+        return self.settings is None or self.settings.conv_winograd
 
     def constant(self, i: int) -> bool:
         """Input ``i`` is an initializer (see ``const_inputs``): a cache keyed on its identity

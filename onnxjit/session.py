@@ -20,12 +20,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import check, compile_gc, ir, jitstats, limits, passes, registry, types
+from onnxjit import check, compile_gc, config, ir, jitstats, limits, passes, registry, types
 from onnxjit import progress as progress_mod
 from onnxjit.backends.cpu import threads as threads_mod
-from onnxjit.errors import InvalidArgumentError, InvalidInputError, UnsupportedOperatorError
+from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
 from onnxjit.model import load_model
-from onnxjit.options import CONFIG_DEFAULTS, CONV_WINOGRAD, RunOptions, SessionOptions
+from onnxjit.options import RunOptions, SessionOptions
+from onnxjit.passes.manager import PASS_NAMES
 from onnxjit.plan import Profiler
 from onnxjit.program import Program
 from onnxjit.program import signature as program_signature
@@ -33,9 +34,6 @@ from onnxjit.program import signature as program_signature
 log = logging.getLogger("onnxjit")
 
 CPU_PROVIDER = "CPUExecutionProvider"
-# onnxruntime's session config key for the folder external data of a model given as bytes
-# is read from (the base_dir argument does the same).
-EXTERNAL_DATA_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 _KNOWN_PROVIDERS = (CPU_PROVIDER, "CUDAExecutionProvider")
 
 
@@ -160,10 +158,13 @@ class InferenceSession:
         # Caps on data-sized allocations (onnxjit.limits); constant folding below runs under
         # them too. External data of a model given as bytes is read from base_dir (or
         # onnxruntime's config entry naming that folder).
-        self._limits = limits.for_session(self._options._config, limits.default_limits())
+        settings = self._settings = config.session_settings(
+            self._options._config, known_passes=PASS_NAMES
+        )
+        self._limits = settings.limits
         limits.begin_run(self._limits)
         if base_dir is None:
-            base_dir = self._options._config.get(EXTERNAL_DATA_FOLDER_KEY) or None
+            base_dir = settings.external_data_folder
         self._model = load_model(path_or_bytes, base_dir=base_dir)
         check.check_model(self._model)
         problems: list[str] = []
@@ -174,15 +175,7 @@ class InferenceSession:
             raise UnsupportedOperatorError(
                 "onnxjit cannot run this model:\n  - " + "\n  - ".join(problems)
             )
-        disabled = set(disabled_optimizers or ())
-        wino = self._options._config.get(CONV_WINOGRAD, CONFIG_DEFAULTS[CONV_WINOGRAD])
-        if wino not in ("0", "1"):
-            raise InvalidArgumentError(
-                f"session config entry {CONV_WINOGRAD!r} is {wino!r}: expected '1' "
-                "(Winograd convolutions allowed, the default) or '0' (direct form only)"
-            )
-        entry = self._options._config.get("onnxjit.disabled_optimizers", "")
-        disabled.update(x.strip() for x in entry.split(",") if x.strip())
+        disabled = set(disabled_optimizers or ()) | settings.disabled_optimizers
         self._pass_report = passes.optimize(
             self._model.graph, int(self._options.graph_optimization_level), disabled
         )
@@ -192,8 +185,12 @@ class InferenceSession:
             write_optimized_model(self._model, self._options.optimized_model_filepath)
         self._program = Program(
             self._model.graph,
-            settings=self._options._config,
-            arena=bool(self._options.enable_mem_reuse and self._options.enable_cpu_mem_arena),
+            settings=settings,
+            arena=bool(
+                self._options.enable_mem_reuse
+                and self._options.enable_cpu_mem_arena
+                and self._options.enable_mem_pattern
+            ),
         )
         graph = self._model.graph
         inits = set(graph.initializers)
@@ -211,11 +208,10 @@ class InferenceSession:
                     "session_initialization", self._profiler, t0_ns, time.perf_counter_ns()
                 )
             )
-        self._runs = 0
         self._all_outputs = list(range(len(self._outputs)))
         self._threads_setting = int(self._options.intra_op_num_threads or 0)
         self._signatures: set[tuple] = set()  # input dtypes and shapes seen by run()
-        self._progress = progress_mod.mode(self._options._config.get("onnxjit.progress"))
+        self._progress = settings.progress
 
     # -- metadata ----------------------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -279,12 +275,12 @@ class InferenceSession:
         try:
             known = self._known_feed(input_feed) if self._profiler is None else None
             if known is not None:
+                self._program.runs += 1
                 outputs = known[1].run(known[0])
             else:
                 outputs = self._run_checked(input_feed)
         finally:
             jitstats.charge_to(previous)
-        self._runs += 1
         return [outputs[i] for i in wanted]
 
     def _wanted(self, output_names: Sequence[str]) -> list[int]:
@@ -455,7 +451,7 @@ class InferenceSession:
 
         out = {
             "session_create_seconds": self._create_seconds,
-            "runs": self._runs,
+            "runs": self._program.runs,
             "nodes": len(self._program.steps),
             "passes": {k: dict(v) for k, v in self._pass_report.items()},
             "plan_signatures": len(self._signatures),

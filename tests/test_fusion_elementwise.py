@@ -18,7 +18,6 @@ from onnx.reference import ReferenceEvaluator
 from scipy.special import erfc
 
 import onnxjit
-from onnxjit.registry import MISS
 
 OPSET = 17
 FUSED = "FusedElementwise"
@@ -151,21 +150,9 @@ def test_internal_gelu_joins_a_group(with_bias, dtype, elem):
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_internal_gelu_runs_a_generated_kernel(monkeypatch, with_bias):
-    # onnxjit's Gelu, with or without a bias, runs one generated kernel (which streams large
-    # outputs): the first run through onnxjit.ops.elementwise.apply, later ones through the
-    # fast path prepared from it, whose kernel plan is bound once
-    from onnxjit.ops import elementwise as ew
-
-    calls = {"apply": 0, "bind_plan": 0}
-    for name in calls:
-        real = getattr(ew, name)
-
-        def spy(*args, _real=real, _name=name):
-            calls[_name] += 1
-            return _real(*args)
-
-        monkeypatch.setattr(ew, name, spy)
+def test_internal_gelu_runs_a_generated_kernel(with_bias):
+    # onnxjit's Gelu, with or without a bias, is bound to one generated kernel (which streams
+    # large outputs), the same kernel every run
     rng = np.random.default_rng(5)
     nodes, consts, x = [], _gelu_consts(), "x"
     if with_bias:
@@ -177,11 +164,17 @@ def test_internal_gelu_runs_a_generated_kernel(monkeypatch, with_bias):
     sess = onnxjit.InferenceSession(m.SerializeToString())
     assert [(n.domain, n.op_type) for n in sess.graph_nodes()] == [("onnxjit", "Gelu")]
     feeds = {"x": rng.standard_normal((6, 32)).astype(np.float32) * 3}
-    for _ in range(3):  # the implementation, then the fast path
+    compiled = None
+    for _ in range(3):
         got = sess.run(None, feeds)[0]
         want = ReferenceEvaluator(m).run(None, feeds)[0]
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
-    assert calls == {"apply": 1, "bind_plan": 1}
+        if compiled is None:
+            compiled = onnxjit.compile_count()
+    assert onnxjit.compile_count() == compiled
+    (plan,) = sess.stats()["plans"]
+    (step,) = plan["steps"]
+    assert not step["generic"] and step["kernel"].startswith("elementwise")
 
 
 def test_intermediate_used_outside_becomes_an_output():
@@ -533,10 +526,10 @@ def _inplace_model(case: str):
     return _model(nodes, [_vi("x", shape=[4, 4]), _vi("w", shape=[4, 4])], outs, inits)
 
 
-def _fused_groups(sess):
-    return [
-        st.kwargs["group"] for st in sess._program.steps if st.node.op_type == "FusedElementwise"
-    ]
+def _fused_steps(sess):
+    """The fused groups' steps in the most recent plan (``stats()["plans"]``)."""
+    steps = sess.stats()["plans"][-1]["steps"]
+    return [s for s in steps if s["op_type"] == "FusedElementwise"]
 
 
 @pytest.mark.parametrize(
@@ -549,43 +542,32 @@ def _fused_groups(sess):
         ("constant_operand", False),
     ],
 )
-def test_fused_group_writes_in_place_only_into_unshared_buffers(monkeypatch, case, donated):
-    import onnxjit.ops.fused_elementwise as fe
-    from onnxjit.kernels import _jit
-
-    monkeypatch.setattr(_jit, "PARALLEL_THRESHOLD", 1)  # in place on the pool only
-
-    given = []
-    real = fe.run_plan
-
-    def spy(plan, arrays, out=None):
-        given.append(out is not None and any(b is not None for b in out))
-        return real(plan, arrays, out=out)
-
-    monkeypatch.setattr(fe, "run_plan", spy)
+def test_fused_group_writes_in_place_only_into_unshared_buffers(case, donated):
     m = _inplace_model(case)
     fused, basic = _sessions(m)
     rng = np.random.default_rng(8)
     x = rng.standard_normal((4, 4)).astype(np.float32)
     w = rng.standard_normal((4, 4)).astype(np.float32)
     x_before, w_before = x.copy(), w.copy()
-    reused = []
-    for _ in range(3):  # later runs must see untouched inputs and weights
+    kept = []
+    for _ in range(3):  # later runs must see untouched inputs, weights and earlier outputs
         got = fused.run(None, {"x": x, "w": w})
         for g, b in zip(got, basic.run(None, {"x": x, "w": w})):
             _assert_same(g, b)
-        reused.append(_fused_groups(fused)[0].fast_reused)
+        kept.append([(g, g.copy()) for g in got])
     np.testing.assert_array_equal(x, x_before)
     np.testing.assert_array_equal(w, w_before)
-    # the first run plans (run_plan), later runs take the prepared fast path
-    assert given and all(g == donated for g in given)
-    assert reused[1:] == [int(donated)] * 2, reused
+    for outs in kept:
+        for g, snapshot in outs:
+            np.testing.assert_array_equal(g, snapshot)
+    (step,) = _fused_steps(fused)
+    assert not step["generic"] and step["in_place"] == donated
 
 
-def test_only_groups_on_the_pool_write_in_place():
-    # a group small enough for the serial kernel writes into a fresh buffer (reusing a few
-    # kilobytes saves nothing); one on the pool writes over its dying input; after a small
-    # and a large size, new sizes compile nothing (each size takes one of those kernels)
+def test_groups_of_every_size_write_in_place_and_new_sizes_compile_nothing():
+    # whether a group writes over its dying input is decided once per plan, whatever the
+    # kernel (serial or on the pool); after a small and a large size, new sizes compile
+    # nothing (each size takes one of those kernels)
     from onnxjit.kernels import _jit
 
     nodes = [
@@ -599,16 +581,17 @@ def test_only_groups_on_the_pool_write_in_place():
     fused, basic = _sessions(m)
     rng = np.random.default_rng(9)
 
-    def run(rows: int) -> int:
+    def run(rows: int) -> bool:
         feeds = {"x": rng.standard_normal((rows, 128)).astype(np.float32)}
         for _ in range(3):
             _assert_same(fused.run(None, feeds)[0], basic.run(None, feeds)[0])
-        return _fused_groups(fused)[0].fast_reused
+        (step,) = _fused_steps(fused)
+        return step["in_place"]
 
     small, large = 4, 2 * _jit.PARALLEL_THRESHOLD // 128
-    assert run(small) == 0 and run(large) == 1
+    assert run(small) and run(large)
     before = onnxjit.compile_count()
-    assert [run(n) for n in (2, 7, large + 3, 3 * large)] == [0, 0, 1, 1]
+    assert all(run(n) for n in (2, 7, large + 3, 3 * large))
     assert onnxjit.compile_count() == before
 
 
@@ -646,12 +629,11 @@ def test_fused_group_reads_inputs_that_are_not_contiguous_writable_arrays(layout
 
 
 @pytest.mark.parametrize("n_out", [1, 2, 3])
-def test_fused_group_fast_path_for_several_inputs_and_outputs(monkeypatch, n_out):
-    """The per-run fast path is generated per number of inputs and outputs
-    (onnxjit/ops/fused_fast.py): a group of three inputs (one broadcast) and one to three
-    graph outputs gives, run after run, what the unfused ops give (within an ulp or two: the
-    fused kernel contracts the multiply and add); a feed of another shape or a
-    non-contiguous one falls back to the general path."""
+def test_fused_group_of_several_inputs_and_outputs_is_one_kernel(n_out):
+    """A group of three inputs (one broadcast) and one to three graph outputs is bound to one
+    generated kernel and gives, run after run and while shapes change, what the unfused ops
+    give (within an ulp or two: the fused kernel contracts the multiply and add); a
+    non-contiguous feed runs the same plan."""
     nodes = [
         helper.make_node("Mul", ["x", "y"], ["a"]),
         helper.make_node("Add", ["a", "z"], ["b"]),
@@ -679,21 +661,9 @@ def test_fused_group_fast_path_for_several_inputs_and_outputs(monkeypatch, n_out
     steady = feeds(3, 5)
     for f in (steady, steady, steady, feeds(4, 5), feeds(3, 7), steady):
         same(fused.run(None, f), basic.run(None, f))
-    steps = [st for st in fused._program.steps if st.node.op_type == FUSED]
-    assert len(steps) == 1 and steps[0].fast is not None
-    # steady runs go through the fast path alone: the general path's kernel call is not made
-    import onnxjit.ops.fused_elementwise as fe
-
-    general = []
-    real = fe.run_plan
-    monkeypatch.setattr(fe, "run_plan", lambda *a, **k: general.append(1) or real(*a, **k))
-    same(fused.run(None, steady), basic.run(None, steady))
-    assert not general
-    # called with another number of arguments the fast path misses rather than raising
-    args = (steady["x"].copy(), steady["y"].copy(), steady["z"].copy())
-    assert steps[0].fast(*args[:2]) is MISS
-    assert steps[0].fast(*args, args[0]) is MISS
-    assert steps[0].fast(*args) is not MISS
+    for plan in fused.stats()["plans"]:
+        (step,) = [s for s in plan["steps"] if s["op_type"] == FUSED]
+        assert not step["generic"] and step["kernel"].startswith("elementwise")
     strided = {k: v for k, v in steady.items()}
     strided["x"] = np.repeat(steady["x"], 2, axis=1)[:, ::2]  # same values, not contiguous
     same(fused.run(None, strided), basic.run(None, steady))

@@ -146,17 +146,6 @@ def test_pass_names_are_only_checked_against_the_known_ones():
         config.session_settings(entry, known_passes={"elementwise_fusion"})
 
 
-def test_the_old_entry_points_give_the_same_answers():
-    # limits.for_session and progress.mode stay until session.py calls session_settings
-    from onnxjit import progress
-
-    entries = {"onnxjit.max_run_bytes": "1K", "onnxjit.progress": "on"}
-    got = config.session_settings(entries)
-    assert limits.for_session(entries, limits.default_limits()) == got.limits
-    assert progress.mode(entries["onnxjit.progress"]) is got.progress
-    assert progress.mode(None) is config.SETTINGS.progress
-
-
 def test_session_options_know_the_same_keys():
     assert set(options.ONNXJIT_CONFIG_KEYS) == config.SESSION_KEYS
 
@@ -176,7 +165,6 @@ def test_only_config_reads_the_environment():
 
 def test_limits_does_not_import_config():
     tree = ast.parse((ROOT / "onnxjit" / "limits.py").read_text())
-    # module-level imports only (limits.for_session reaches config lazily until it goes)
     imported = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):

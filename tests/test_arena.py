@@ -1,7 +1,8 @@
-"""The intermediate-buffer pool (onnxjit.buffers): dead buffers are reused, live ones never.
+"""Buffers by liveness (onnxjit/plan.py): a plan's intermediates share one arena, placed so
+that values alive at the same time never overlap; dead buffers are reused, live ones never.
 
 Oracles: numpy computing the same chain directly (float64 products, compared with a float32
-tolerance), and the reference counts of arrays the test itself holds."""
+tolerance), tracemalloc for what a session holds between runs."""
 
 from __future__ import annotations
 
@@ -14,9 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
-from onnxjit import buffers
-
-N = 256  # 256 x 256 float32: 256 KiB per value, above buffers.MIN_BYTES
+N = 256  # 256 x 256 float32: 256 KiB per value
 LAYERS = 10
 
 
@@ -79,23 +78,21 @@ def _session(**options: bool) -> tuple[onnxjit.InferenceSession, list[np.ndarray
     return onnxjit.InferenceSession(_chain_model(ws), so), ws
 
 
-def test_dead_buffers_are_reused_and_a_repeated_signature_allocates_nothing():
+def test_dead_buffers_are_reused_and_a_repeated_signature_makes_one_arena():
     sess, ws = _session()
     rng = np.random.default_rng(1)
-    allocated = []
     for _ in range(5):
         x = rng.standard_normal((N, N)).astype(np.float32)
         _check(sess.run(None, {"x": x}), _oracle(ws, x))
-        allocated.append(sess.stats()["buffers"]["allocated"])
     stats = sess.stats()["buffers"]
-    # MatMul + Tanh become one node per layer (the first Tanh stays apart: Reshape reads the
-    # product): LAYERS + 1 outputs of 256 KiB per run, written into dead values' buffers from
-    # the second run on (the first run sets the sizes the pool keeps)
-    assert stats["reused"] >= 4 * LAYERS, stats
-    # after the first run the same buffers come back every time
-    assert allocated[1] == allocated[-1], allocated
-    # the pool holds a few buffers, not one per value
-    assert stats["pooled_bytes"] <= 4 * N * N * 4, stats
+    (plan,) = sess.stats()["plans"]
+    # every run of the signature takes the same arena
+    assert stats["arenas"] == 1, stats
+    # a few values' worth, not one buffer per value: m0 stays alive (the Reshape reads it at
+    # the end, and it leaves the graph as ``early``: not in the arena); each layer's input
+    # and output alternate between two ranges
+    assert 0 < stats["arena_bytes"] <= 3 * N * N * 4, stats
+    assert plan["value_bytes"] >= LAYERS * N * N * 4
 
 
 def test_outputs_the_caller_keeps_are_never_written_again():
@@ -160,25 +157,18 @@ def test_concurrent_runs_never_share_a_buffer():
     assert not errors, errors[0]
     for got, j in kept:
         _check(got, want[j])
-    assert sess.stats()["buffers"]["reused"] > 0
+    # overlapping runs of one plan each took an arena of their own
+    assert sess.stats()["buffers"]["arenas"] >= 2
 
 
-@pytest.mark.parametrize("option", ["enable_mem_reuse", "enable_cpu_mem_arena"])
-def test_switching_reuse_off(option):
+@pytest.mark.parametrize("option", ["enable_mem_reuse", "enable_cpu_mem_arena", "enable_mem_pattern"])
+def test_switching_the_arena_off(option):
     sess, ws = _session(**{option: False})
     x = np.random.default_rng(5).standard_normal((N, N)).astype(np.float32)
     for _ in range(2):
         _check(sess.run(None, {"x": x}), _oracle(ws, x))
     assert sess.stats()["buffers"] is None
-
-
-def test_without_mem_pattern_nothing_is_kept_between_runs():
-    sess, ws = _session(enable_mem_pattern=False)
-    x = np.random.default_rng(6).standard_normal((N, N)).astype(np.float32)
-    for _ in range(3):
-        _check(sess.run(None, {"x": x}), _oracle(ws, x))
-    stats = sess.stats()["buffers"]
-    assert stats["pooled"] == 0 and stats["reused"] > 0
+    assert sess.stats()["plans"][0]["arena_bytes"] == 0
 
 
 def _held_bytes(**options: bool) -> int:
@@ -199,74 +189,14 @@ def _held_bytes(**options: bool) -> int:
         tracemalloc.stop()
 
 
-def test_the_pool_holds_less_than_one_buffer_per_value():
-    """Without the pool each fast path keeps its own output buffer (LAYERS + 1 of them);
-    with it the session keeps the few that one run needs at once."""
+def test_between_runs_a_session_holds_its_arena_and_nothing_else():
+    """With the arena, a session keeps one arena per plan between runs (made by the second
+    run: the first is the planning run); without it, nothing."""
     value = N * N * 4
-    pooled = _held_bytes()
-    unpooled = _held_bytes(enable_mem_reuse=False)
-    assert unpooled >= (LAYERS - 2) * value, unpooled
-    assert pooled <= 3 * value, pooled
-
-
-# -- the pool itself ---------------------------------------------------------------------
-
-
-def _asked(pool: buffers.Pool, shape: tuple[int, ...], dtype: type, times: int) -> list:
-    return [pool.take(shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
-            for _ in range(times)]  # fmt: skip
-
-
-def test_give_takes_only_unreferenced_arrays():
-    pool = buffers.Pool(1 << 30)
-    a, b = _asked(pool, (128, 256), np.float32, 2)
-    keep = a  # a second name: the pool must not take it
-    pool.give(a, 1)
-    assert pool.stats()["pooled"] == 0
-    del keep
-    view = b[:3]
-    pool.give(b, 1)  # its memory is still reachable through the view
-    assert pool.stats()["pooled"] == 0
-    pool.give(a, 1)
-    assert pool.stats()["pooled"] == 1
-    again = _asked(pool, (256, 128), np.float32, 1)[0]  # same bytes, other shape
-    assert np.shares_memory(again, a) and again.shape == (256, 128)
-    assert not np.shares_memory(again, view)
-
-
-def test_pool_keeps_no_more_of_a_size_than_a_run_asked_for():
-    pool = buffers.Pool(1 << 30)
-    a = _asked(pool, (128, 256), np.float32, 1)[0]
-    extra = [np.empty((128, 256), np.float32) for _ in range(3)]
-    for arr in extra:
-        pool.give(arr, 1)
-    pool.give(a, 1)
-    assert pool.stats()["pooled"] == 1  # one take per run so far
-    prev = buffers.activate(pool)
-    try:
-        small = buffers.empty((16,), np.float32)  # as an op asks for its output
-    finally:
-        buffers.restore(prev)
-    pool.give(small, 1)
-    assert pool.stats()["pooled"] == 1  # small arrays are left to NumPy
-
-
-def test_pool_drops_sizes_no_run_asks_for():
-    pool = buffers.Pool(1 << 30)
-    a = _asked(pool, (128, 256), np.float32, 1)[0]
-    pool.give(a, 1)
-    del a
-    for _ in range(2 * buffers.IDLE_RUNS):
-        pool.end_run()
-    assert pool.stats()["pooled"] == 0 and pool.stats()["pooled_bytes"] == 0
-
-
-def test_pool_respects_its_byte_limit():
-    pool = buffers.Pool(200 << 10)
-    a, b = _asked(pool, (128, 256), np.float32, 2)  # 128 KiB each
-    pool.give(a, 1)
-    pool.give(b, 1)
-    assert pool.stats()["pooled"] == 1
+    arena = _held_bytes()
+    assert arena <= 3 * value + (64 << 10), arena
+    bare = _held_bytes(enable_cpu_mem_arena=False)
+    assert bare <= 64 << 10, bare
 
 
 def test_each_signature_records_every_value_shape():
