@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
+
 N = 256  # 256 x 256 float32: 256 KiB per value
 LAYERS = 10
 
@@ -161,7 +162,9 @@ def test_concurrent_runs_never_share_a_buffer():
     assert sess.stats()["buffers"]["arenas"] >= 2
 
 
-@pytest.mark.parametrize("option", ["enable_mem_reuse", "enable_cpu_mem_arena", "enable_mem_pattern"])
+@pytest.mark.parametrize(
+    "option", ["enable_mem_reuse", "enable_cpu_mem_arena", "enable_mem_pattern"]
+)
 def test_switching_the_arena_off(option):
     sess, ws = _session(**{option: False})
     x = np.random.default_rng(5).standard_normal((N, N)).astype(np.float32)
