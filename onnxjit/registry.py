@@ -242,6 +242,21 @@ class NodeContext:
     # outside a session (the defaults).
     settings: Any = None
 
+    def kernel(self, family: str, name: str) -> Any:
+        """The backend's kernel ``name`` of ``family`` (see :mod:`onnxjit.backends`): an
+        implementation asks for its kernels so, never importing a backend's."""
+        return _backend().kernel(family, name)
+
+    def run_kernel(self, family: str, name: str, work: int, *args: Any) -> None:
+        """Run kernel ``name`` of ``family`` on ``args``, on the backend's threads when
+        ``work`` (elements) is large (:meth:`onnxjit.backends.Backend.run`)."""
+        _backend().run(family, name, work, *args)
+
+    @property
+    def backend(self) -> Any:
+        """The backend the node runs on."""
+        return _backend()
+
     @property
     def winograd(self) -> bool:
         """Winograd convolutions allowed (config entry ``onnxjit.conv_winograd``, default on)."""
@@ -299,6 +314,12 @@ def attribute_values(node: ir.Node) -> dict[str, Any]:
         values.update((k, v) for k, v in defaults.items() if k in values)
     values.update(node.attrs)
     return values
+
+
+def _backend() -> Any:
+    from onnxjit.backends.cpu import CPU  # the only backend yet
+
+    return CPU
 
 
 def bind_graph(graph: Any, opsets: dict[str, int], problems: list[str]) -> None:

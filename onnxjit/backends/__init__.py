@@ -24,6 +24,15 @@ class Backend(Protocol):
         """The kernel ``name`` of ``family``; KeyError naming both when it has none."""
         ...
 
+    def launcher(self, family: str, name: str, work: int, sample: Sequence[Any]) -> Any:
+        """The call of kernel ``name`` of ``family`` for ``work`` elements of work, bound for
+        arguments typed like ``sample`` (serial, or on the backend's threads)."""
+        ...
+
+    def run(self, family: str, name: str, work: int, *args: Any) -> None:
+        """Call kernel ``name`` of ``family`` on ``args`` now, as :meth:`launcher` would."""
+        ...
+
     def elementwise(
         self,
         exprs: Sequence[Any],

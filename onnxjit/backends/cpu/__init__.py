@@ -42,6 +42,17 @@ class CpuBackend:
 
         return pool.bind(self.kernel(family, f"{name}_par"), tuple(sample), threads.current())
 
+    def run(self, family: str, name: str, work: int, *args: Any) -> None:
+        """Call kernel ``name`` of ``family`` on ``args`` now: serially, or from
+        ``PARALLEL_THRESHOLD`` elements of work on, its pool twin ``name_par`` on the thread
+        pool (what an implementation does where no plan bound the call)."""
+        if work < _jit.PARALLEL_THRESHOLD:
+            self.kernel(family, name)(*args)
+            return
+        from onnxjit.backends.cpu.pool import run_parallel
+
+        run_parallel(self.kernel(family, f"{name}_par"), *args)
+
     def elementwise(
         self,
         exprs: Sequence[Any],
