@@ -6,9 +6,12 @@ inputs/outputs/value_info, model functions, opset imports and metadata. Nodes th
 made (domain ``onnxjit``) are written as nodes of that domain with a STRINGS attribute
 ``members`` listing the nodes they replace (``"Add-14 name"``, the same spelling as
 ``InferenceSession.graph_nodes()``); the ``onnxjit`` opset (version 1) is imported when such
-nodes exist. Such a model loads with ``onnx.load`` and passes ``onnx.checker.check_model``
-(``full_check=False``; the custom domain has no schemas), but only onnxjit can run its fused
-nodes. A model with no fused nodes (``graph_optimization_level=1``) runs in onnxruntime.
+nodes exist. A fused node's members travel as data (FusedElementwise and FusedReduce carry them
+as a ``body`` graph; the pattern nodes carry their parameters as attributes), so such a model
+loads back into onnxjit and runs with the same results, skipping the passes' work; it also
+loads with ``onnx.load`` and passes ``onnx.checker.check_model`` (``full_check=False``; the
+custom domain has no schemas), but only onnxjit can run its fused nodes. A model with no fused
+nodes (``graph_optimization_level=1``) runs in onnxruntime.
 
 :func:`write_optimized_model` writes that proto to a file atomically (temp file + os.replace).
 """
@@ -25,7 +28,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from onnxjit import ir
-from onnxjit.registry import INTERNAL_DOMAIN
+from onnxjit.registry import INTERNAL_DOMAIN, MEMBERS_ATTRIBUTE
 
 # Above this many bytes of tensor data the file is written with external data: protobuf
 # cannot serialise a message of 2 GiB or more.
@@ -185,9 +188,11 @@ class _Writer:
             p.attribute.append(a)
         if n.domain == INTERNAL_DOMAIN:
             self.internal_nodes = True
-        if n.members:
-            members = [f"{m.label} {m.name}".strip() for m in n.members]
-            p.attribute.append(helper.make_attribute("members", members, attr_type=_STRINGS))
+        members = n.member_names
+        if members:
+            p.attribute.append(
+                helper.make_attribute(MEMBERS_ATTRIBUTE, members, attr_type=_STRINGS)
+            )
         if notes:
             p.doc_string = "\n".join(notes)
         return p

@@ -78,6 +78,15 @@ class Node:
     load_problems: list[str] = field(default_factory=list)
     # For a node made by a fusion pass: the original nodes it replaces, in graph order.
     members: list[Node] = field(default_factory=list)
+    # For a fused node read from a model file: how the written model named its members.
+    member_labels: list[str] = field(default_factory=list)
+
+    @property
+    def member_names(self) -> list[str]:
+        """The nodes a fused node replaced, as ``"Add-14 add"`` (op label and node name)."""
+        if self.members:
+            return [f"{m.label} {m.name}".strip() for m in self.members]
+        return list(self.member_labels)
 
     @property
     def label(self) -> str:
@@ -133,6 +142,20 @@ def subgraphs(node: Node) -> list[Graph]:
     """Every subgraph in ``node``'s attributes (If's branches, Loop's and Scan's bodies),
     in attribute order."""
     return [g for value in node.attrs.values() for g in attr_graphs(value)]
+
+
+def outer_reads(node: Node) -> list[str]:
+    """The names ``node``'s subgraphs (and theirs, nested) read from enclosing scopes, in
+    first-use order: what they read that they do not define themselves (their inputs,
+    initializers and node outputs shadow outer names)."""
+    reads: list[str] = []
+    for g in subgraphs(node):
+        defined = set(g.initializers) | {v.name for v in g.inputs}
+        for n in g.nodes:
+            reads.extend(x for x in [*n.inputs, *outer_reads(n)] if x and x not in defined)
+            defined.update(o for o in n.outputs if o)
+        reads.extend(v.name for v in g.outputs if v.name and v.name not in defined)
+    return list(dict.fromkeys(reads))
 
 
 @dataclass

@@ -378,8 +378,8 @@ class _Planner:
     # -- folding ------------------------------------------------------------------------------
     def _foldable(self, step: Step) -> bool:
         node = step.node
-        if node.op_type in NONDETERMINISTIC or ir.subgraphs(node):
-            return False
+        if node.op_type in NONDETERMINISTIC or step.captures:
+            return False  # random, or its subgraphs read values of the run
         if node.domain in ("", "ai.onnx") and node.op_type in _SHAPE_ONLY:
             return True
         consts = self.program.constants

@@ -126,6 +126,9 @@ def onnx_op(op_type: str, since: int, domain: str = DEFAULT_DOMAIN):
 
 # Operators that only graph passes create (fused groups and patterns), in their own domain.
 INTERNAL_DOMAIN = "onnxjit"
+# The attribute that lists, in a written model, the nodes a fused node replaced ("Add-14 add",
+# as InferenceSession.graph_nodes() spells them): documentation, not an operator attribute.
+MEMBERS_ATTRIBUTE = "members"
 _INTERNAL: dict[str, OpImpl] = {}
 
 
@@ -334,6 +337,9 @@ def bind_graph(graph: Any, opsets: dict[str, int], problems: list[str]) -> None:
         if node.impl is not None:
             continue
         domain = normalize_domain(node.domain)
+        if domain == INTERNAL_DOMAIN:
+            _bind_internal(node, problems)
+            continue
         if node.since_version is None:
             schema = find_schema(node.op_type, opsets.get(domain, 0), domain)
             if schema is None:
@@ -361,6 +367,24 @@ def bind_graph(graph: Any, opsets: dict[str, int], problems: list[str]) -> None:
             )
             continue
         node.impl = impl
+
+
+def _bind_internal(node: ir.Node, problems: list[str]) -> None:
+    """Bind a node of onnxjit's own domain read from a model file (the checker has vetted its
+    operator and attributes); its ``members`` attribute becomes ``node.member_labels``."""
+    impl = _INTERNAL.get(node.op_type)
+    if impl is None:
+        problems.append(
+            f"{node.describe()}: onnxjit has no operator {node.op_type!r} in its domain "
+            f"{INTERNAL_DOMAIN!r}; load the original model instead"
+        )
+        return
+    labels = node.attrs.pop(MEMBERS_ATTRIBUTE, None)
+    node.attr_types.pop(MEMBERS_ATTRIBUTE, None)
+    if labels is not None:
+        node.member_labels = [str(x) for x in labels]
+    node.since_version = 1
+    node.impl = impl
 
 
 # Element types in the order the README lists them; sub-byte and 8-bit float kinds are grouped.

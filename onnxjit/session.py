@@ -88,6 +88,17 @@ class GraphNode:
     members: list[str]
     # Attribute values that are plain data (numbers, strings, arrays and lists of them).
     attrs: dict[str, Any] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)  # "" for an omitted optional input
+    outputs: list[str] = field(default_factory=list)
+    # The version of the operator the node obeys (the schema its opset import resolves to).
+    since_version: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``Softmax-13`` (``onnxjit.FusedGemm-1`` for onnxjit's own operators)."""
+        dom = "" if self.domain in ("", "ai.onnx") else f"{self.domain}."
+        ver = f"-{self.since_version}" if self.since_version is not None else ""
+        return f"{dom}{self.op_type}{ver}"
 
 
 @dataclass(frozen=True)
@@ -532,8 +543,11 @@ class InferenceSession:
                 name=n.name,
                 op_type=n.op_type,
                 domain=n.domain,
-                members=[f"{m.label} {m.name}".strip() for m in n.members],
+                members=n.member_names,
                 attrs={k: v for k, v in n.attrs.items() if _plain(v)},
+                inputs=list(n.inputs),
+                outputs=list(n.outputs),
+                since_version=n.since_version,
             )
             for n in self._model.graph.nodes
         ]

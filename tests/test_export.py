@@ -158,54 +158,145 @@ def test_round_trip_keeps_attributes_and_initializers():
     assert export.to_model_proto(ir_model).SerializeToString() == proto.SerializeToString()
 
 
-def test_fused_nodes_are_written_in_the_onnxjit_domain_with_members(tmp_path):
+def _fused_model() -> onnx.ModelProto:
+    """A graph every fusion pass touches: MatMul + bias (FusedGemm), an elementwise chain
+    (FusedElementwise), its reduction (FusedReduce), LayerNormalization written with primitive
+    ops (LayerNorm) and the erf GELU (Gelu), after dynamic shape arithmetic."""
+    rng = np.random.default_rng(3)
     n = helper.make_node
+    f32 = np.float32
+    consts = {
+        "w": rng.standard_normal((8, 16)).astype(f32),
+        "b": rng.standard_normal(16).astype(f32),
+        "g": rng.standard_normal(16).astype(f32),
+        "beta": rng.standard_normal(16).astype(f32),
+        "eps": np.array(1e-5, f32),
+        "two": np.array(2.0, f32),
+        "sqrt2": np.array(np.sqrt(2.0), f32),
+        "one": np.array(1.0, f32),
+        "half": np.array(0.5, f32),
+        "last": np.array([-1], np.int64),
+        "i0": np.array(0, np.int64),
+        "ax": np.array([0], np.int64),
+        "m1": np.array([-1], np.int64),
+    }
+    nodes = [
+        n("MatMul", ["x", "w"], ["h0"], name="matmul"),
+        n("Add", ["h0", "b"], ["h"], name="bias"),
+        # LayerNormalization written out
+        n("ReduceMean", ["h", "last"], ["mu"], name="mean"),
+        n("Sub", ["h", "mu"], ["d"], name="sub"),
+        n("Pow", ["d", "two"], ["d2"], name="pow"),
+        n("ReduceMean", ["d2", "last"], ["var"], name="var"),
+        n("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        n("Sqrt", ["ve"], ["sd"], name="sqrt"),
+        n("Div", ["d", "sd"], ["nrm"], name="div"),
+        n("Mul", ["nrm", "g"], ["ng"], name="scale"),
+        n("Add", ["ng", "beta"], ["ln"], name="shift"),
+        # GELU (erf form)
+        n("Div", ["ln", "sqrt2"], ["e0"], name="gelu_div"),
+        n("Erf", ["e0"], ["e1"], name="gelu_erf"),
+        n("Add", ["e1", "one"], ["e2"], name="gelu_add"),
+        n("Mul", ["ln", "e2"], ["e3"], name="gelu_mul"),
+        n("Mul", ["e3", "half"], ["ge"], name="gelu_half"),
+        # an elementwise chain and its reduction
+        n("Tanh", ["ge"], ["t"], name="tanh"),
+        n("Mul", ["t", "ge"], ["tm"], name="mul"),
+        n("ReduceSum", ["tm", "last"], ["y"], keepdims=1, name="sum"),
+        # dynamic shape arithmetic
+        n("Shape", ["x"], ["s"], name="shape"),
+        n("Gather", ["s", "i0"], ["nb"], name="gather"),
+        n("Unsqueeze", ["nb", "ax"], ["nu"], name="unsqueeze"),
+        n("Concat", ["nu", "m1"], ["shp"], axis=0, name="concat"),
+        n("Reshape", ["ln", "shp"], ["z"], name="reshape"),
+    ]
     model = helper.make_model(
         helper.make_graph(
-            [
-                n("Shape", ["x"], ["s"], name="shape"),
-                n("Gather", ["s", "i0"], ["b"], name="gather"),
-                n("Unsqueeze", ["b", "ax"], ["bu"], name="unsqueeze"),
-                n("Concat", ["bu", "m1"], ["shp"], axis=0, name="concat"),
-                n("Reshape", ["x", "shp"], ["r"], name="reshape"),
-                n("Relu", ["r"], ["y"], name="relu"),
-            ],
+            nodes,
             "fused",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])],
-            initializer=[
-                numpy_helper.from_array(np.array(0, np.int64), "i0"),
-                numpy_helper.from_array(np.array([0], np.int64), "ax"),
-                numpy_helper.from_array(np.array([-1], np.int64), "m1"),
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+            [
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1]),
+                helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 16]),
             ],
+            initializer=[numpy_helper.from_array(v, k) for k, v in consts.items()],
         ),
-        opset_imports=[helper.make_opsetid("", 17)],
+        opset_imports=[helper.make_opsetid("", 18)],
     )
     model.ir_version = 8
+    return model
+
+
+def test_fused_nodes_are_written_in_the_onnxjit_domain_with_members(tmp_path):
+    model = _fused_model()
     sess = _session(model, 99)
     path = export.write_optimized_model(sess._model, tmp_path / "fused.onnx")
     written = onnx.load(path)
     onnx.checker.check_model(written, full_check=False)
     assert {o.domain: o.version for o in written.opset_import}["onnxjit"] == 1
-    fused = [n for n in written.graph.node if n.domain == "onnxjit"]
-    shape_nodes = [n for n in fused if n.op_type == "ShapeSubgraph"]
-    assert len(shape_nodes) == 1
-    attrs = {a.name: a for a in shape_nodes[0].attribute}
+    fused = {n.op_type: n for n in written.graph.node if n.domain == "onnxjit"}
+    assert sorted(fused) == ["FusedGemm", "FusedReduce", "SkipLayerNorm"]
+    attrs = {a.name: a for a in fused["FusedReduce"].attribute}
     members = [s.decode() for s in attrs["members"].strings]
     assert members == [
-        "Shape-15 shape",
-        "Gather-13 gather",
-        "Unsqueeze-13 unsqueeze",
-        "Concat-13 concat",
+        "onnxjit.Gelu-1 Gelu:gelu_div",
+        "Tanh-13 tanh",
+        "Mul-14 mul",
+        "ReduceSum-13 sum",
     ]
-    assert [n.op_type for n in attrs["body"].g.node] == ["Shape", "Gather", "Unsqueeze", "Concat"]
+    # the members travel as a graph, not as a Python object
+    body = attrs["body"].g
+    assert [(n.domain, n.op_type) for n in body.node] == [
+        ("onnxjit", "Gelu"),
+        ("", "Tanh"),
+        ("", "Mul"),
+        ("", "ReduceSum"),
+    ]
     graph_nodes = {g.name: g for g in sess.graph_nodes()}
-    for node in fused:
+    for node in written.graph.node:
         got = [s.decode() for a in node.attribute if a.name == "members" for s in a.strings]
         assert got == graph_nodes[node.name].members
-    # the written file is for viewing: loading it back names the fused nodes and the fix
-    with pytest.raises(onnxjit.ModelCheckError, match=r"fused nodes \(ShapeSubgraph\).*original"):
-        onnxjit.InferenceSession(str(path))
+
+
+@pytest.mark.parametrize("level", [2, 99])
+def test_an_optimized_model_loads_back_and_matches(tmp_path, level):
+    """SessionOptions.optimized_model_filepath writes a model that onnxjit loads back: the
+    same fused nodes (their members listed), the same outputs as the original model in
+    onnxjit and in onnxruntime."""
+    model = _fused_model()
+    path = str(tmp_path / "optimized.onnx")
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = level
+    so.optimized_model_filepath = path
+    first = onnxjit.InferenceSession(model.SerializeToString(), so)
+    so_again = onnxjit.SessionOptions()
+    so_again.graph_optimization_level = level  # the passes find nothing more to rewrite
+    again = onnxjit.InferenceSession(path, so_again)
+    assert [(g.domain, g.op_type, g.members) for g in again.graph_nodes()] == [
+        (g.domain, g.op_type, g.members) for g in first.graph_nodes()
+    ]
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    for batch in (1, 5, 1):
+        x = rng.standard_normal((batch, 8)).astype(np.float32)
+        got = again.run(None, {"x": x})
+        for g, f, r in zip(got, first.run(None, {"x": x}), ref.run(None, {"x": x})):
+            np.testing.assert_array_equal(g, f)
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_a_node_of_the_onnxjit_domain_that_onnxjit_does_not_have_is_refused():
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Teleport", ["x"], ["y"], domain="onnxjit")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxjit", 1)],
+    )
+    with pytest.raises(onnxjit.ModelCheckError, match=r"no operator 'Teleport' in its domain"):
+        onnxjit.InferenceSession(model.SerializeToString())
 
 
 def test_unserialisable_attribute_is_left_out_with_a_note():

@@ -116,7 +116,7 @@ ORT_REF_ATTR = "ort"
 
 
 def _ops(sess) -> list[str]:
-    return [step.node.op_type for step in sess._program.steps]
+    return [g.op_type for g in sess.graph_nodes()]
 
 
 # -- attribute references and defaults --------------------------------------------------------
@@ -136,7 +136,7 @@ def test_attribute_references(attrs):
     node = helper.make_node("LeakySoftmax", ["x"], ["y"], domain=DOM, **attrs)
     sess = compare(model_with([node], [_leaky_softmax()]), {"x": X}, oracle=ORT_REF_ATTR)
     assert _ops(sess) == ["LeakyRelu", "Softmax"]
-    assert [s.node.attrs for s in sess._program.steps] == [
+    assert [g.attrs for g in sess.graph_nodes()] == [
         {"alpha": pytest.approx(attrs["alpha"])},
         {"axis": attrs["axis"]},
     ]
@@ -192,9 +192,9 @@ def test_nested_calls_and_internal_names_do_not_clash():
     # Callees are listed first: the ReferenceEvaluator resolves functions in list order.
     sess = compare(model_with(nodes, [inner, outer]), {"x": X})
     assert _ops(sess) == ["Neg", "Relu", "Add", "Relu", "Add", "Mul"]
-    internal = [o for s in sess._program.steps[1:-1] for o in s.node.outputs]
+    internal = [o for g in sess.graph_nodes()[1:-1] for o in g.outputs]
     assert "t" not in internal and len(set(internal)) == len(internal)
-    assert sess._program.steps[1].node.name.startswith("call/")
+    assert sess.graph_nodes()[1].name.startswith("call/")
 
 
 def test_function_in_the_default_domain_name_space_of_a_custom_domain():
@@ -253,7 +253,7 @@ def test_function_body_uses_its_own_opset_imports():
     fn = function("R", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], opset=14)
     model = model_with([helper.make_node("R", ["x"], ["y"], domain=DOM)], [fn])
     sess = compare(model, {"x": X})
-    assert sess._program.steps[0].node.label == "Relu-14"
+    assert sess.graph_nodes()[0].label == "Relu-14"
 
 
 def test_function_opset_that_changes_a_schema_is_refused():

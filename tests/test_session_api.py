@@ -544,7 +544,8 @@ def test_profiling_writes_chrome_trace(tmp_path):
     names = [e["name"] for e in events]
     assert names.count("model_run") == 2 and names.count("session_initialization") == 1
     nodes = [e for e in events if e["cat"] == "Node"]
-    assert len(nodes) >= 2 * len(sess._program.steps) - 2  # passes may fuse nodes
+    # the first run plans (and compiles); the second's steps are each one event
+    assert len(nodes) == len(sess.stats()["plans"][0]["steps"]) > 0
     assert all("-" in e["args"]["op"] for e in nodes)  # e.g. "Add-14"
     # Profiling stops after end_profiling; a second call writes nothing.
     sess.run(None, {"x": X})

@@ -13,7 +13,6 @@ from onnxjit.ops import (  # noqa: F401
     fused_elementwise,
     fused_gemm,
     fused_norm,
-    fused_shapes,
     image,
     misc,
     ml,

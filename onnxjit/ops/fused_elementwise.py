@@ -18,7 +18,7 @@ error messages.
 
 from __future__ import annotations
 
-import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,14 +30,15 @@ from onnxjit.codegen import expr as E
 from onnxjit.codegen.elementwise import (
     NARROW_FLOATS,
     apply_reduce,
+    broadcast_layout,
     compute_dtype,
     kernel_inputs,
     plan_for,
     run_plan,
 )
-from onnxjit.lowering import TENSOR, Bound, LowerContext, lowers
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, lowers, returns, tensor
 from onnxjit.ops.elementwise import NotFusable, fused_expr, fusible_key
-from onnxjit.registry import internal_op
+from onnxjit.registry import NodeContext, internal_op
 
 # operand reference kinds
 _IN, _CONST, _VAL = 0, 1, 2
@@ -109,10 +110,7 @@ class FusedGroup:
             produced[m.outputs[0]] = i
         self._out_member = [produced[o] for o in self.outputs]
         self._out_deps = [deps[j] for j in self._out_member]
-        self._exprs: dict[tuple, Any] = {}
-        self._plans: dict[tuple, Any] = {}
-        self._lock = threading.Lock()
-        self._program = None
+        self._exprs: dict[tuple, Any] = {}  # expressions per input dtypes (a few at most)
 
     # -- expressions (per input dtypes) ------------------------------------------------------
     def _expressions(self, dtypes: tuple[np.dtype, ...]) -> Any:
@@ -206,61 +204,81 @@ class FusedGroup:
             classes[0] = replace(cls, direct=direct)
         return classes
 
-    def run(self, arrays: Sequence[Any]) -> tuple[np.ndarray, ...]:
-        """Compute the group's outputs from its inputs (in ``self.inputs`` order)."""
+    @classmethod
+    def of(cls, body: Any) -> FusedGroup:
+        """The group of a FusedElementwise node's bound ``body`` (a Subgraph of the program),
+        made once per body."""
+        group = _GROUPS.get(body)
+        if group is None:
+            g = body.graph
+            group = _GROUPS[body] = cls(
+                g.nodes, [v.name for v in g.inputs], [v.name for v in g.outputs], g.initializers
+            )
+        return group
+
+    def classes(self, specs: Sequence[Any]) -> list[_Class] | None:
+        """The kernels computing the group for inputs of these specs (arrays or
+        :class:`~onnxjit.lowering.Spec`), or None where the members must run one by one."""
+        plan = self._plan(specs)
+        return None if plan is _FALLBACK else plan
+
+    def run(self, ctx: Any, body: Any, arrays: Sequence[Any]) -> tuple[Any, ...]:
+        """Compute the group's outputs from its inputs (in ``self.inputs`` order), where no
+        plan bound it: its kernels, or its members one by one (which gives their errors)."""
         arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
-        key = tuple([(a.shape, a.dtype) for a in arrays])
-        plan = self._plans.get(key)
-        if plan is None:
-            with self._lock:
-                plan = self._plan(arrays)
-                if len(self._plans) > 256:
-                    self._plans.clear()
-                self._plans[key] = plan
-        if plan is _FALLBACK:
-            return tuple(self._run_members(arrays))
-        results: list[Any] = [None] * len(self.outputs)
-        for cls in plan:
-            ins = kernel_inputs([arrays[k] for k in cls.inputs])
-            outs = run_plan(cls.kernel, ins)
-            if cls.direct:
-                return tuple(outs)
-            for j, o, shape in zip(cls.outputs, outs, cls.shapes):
-                results[j] = o if o.shape == shape else o.reshape(shape)
-        return tuple(results)
+        classes = self.classes(arrays)
+        if classes is None:
+            return tuple(ctx.run_subgraph(body, arrays))
+        return _run_classes(classes, len(self.outputs), arrays)
 
     def lower(self, lc: LowerContext) -> Bound | None:
-        """The group as one bound kernel for inputs of these specs: where one loop nest
-        writes every output in its final shape (else None: the group runs as :meth:`run`)."""
+        """The group for inputs of these specs: one bound kernel where one loop nest writes
+        every output in its final shape, else a call of its kernels decided once (None where
+        its members must run one by one)."""
         specs = lc.inputs
         if any(s is None or s.kind != TENSOR for s in specs):
             return None
-        plan = self._plan(specs)
-        if plan is _FALLBACK or len(plan) != 1 or not plan[0].direct:
+        classes = self.classes(specs)
+        if classes is None:
             return None
-        cls = plan[0]
-        return lc.backend.elementwise(
-            cls.exprs, [specs[k] for k in cls.inputs], cls.out_dtypes, cls.inputs
-        )
-
-    def _run_members(self, arrays: Sequence[np.ndarray]) -> list[Any]:
-        if self._program is None:
-            from onnxjit.program import Program
-
-            graph = ir.Graph(
-                name="fused",
-                nodes=list(self.members),
-                inputs=[ir.ValueInfo(n, None) for n in self.inputs],
-                outputs=[ir.ValueInfo(n, None) for n in self.outputs],
-                initializers=dict(self.consts),
+        if len(classes) == 1 and classes[0].direct:
+            cls = classes[0]
+            return lc.backend.elementwise(
+                cls.exprs, [specs[k] for k in cls.inputs], cls.out_dtypes, cls.inputs
             )
-            self._program = Program(graph)
-        return self._program.run(list(arrays))
+        outs = [None] * len(self.outputs)
+        for cls in classes:
+            for j, dt, shape in zip(cls.outputs, cls.kernel.alloc, cls.shapes):
+                outs[j] = tensor(dt, shape)
+        if any(o is None for o in outs):
+            return None
+        n = len(self.outputs)
+
+        def call(*xs: np.ndarray) -> Any:
+            results = _run_classes(classes, n, xs)
+            return results if n > 1 else results[0]
+
+        return returns(call, *[In(k) for k in range(len(specs))], outs=outs, name="elementwise")
 
     def describe(self) -> str:
         """A one-line summary: member op types and the values read and written."""
         ops = ", ".join(m.op_type for m in self.members)
         return f"[{ops}] ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)})"
+
+
+# The group of each bound body (see FusedGroup.of).
+_GROUPS: weakref.WeakKeyDictionary[Any, FusedGroup] = weakref.WeakKeyDictionary()
+
+
+def _run_classes(classes: list[_Class], n: int, arrays: Sequence[Any]) -> tuple[Any, ...]:
+    results: list[Any] = [None] * n
+    for cls in classes:
+        outs = run_plan(cls.kernel, kernel_inputs([arrays[k] for k in cls.inputs]))
+        if cls.direct:
+            return tuple(outs)
+        for j, o, shape in zip(cls.outputs, outs, cls.shapes):
+            results[j] = o if o.shape == shape else o.reshape(shape)
+    return tuple(results)
 
 
 def _kernel_dtype(dt: np.dtype) -> bool:
@@ -300,20 +318,25 @@ def _renumber(exprs: list[E.Expr], remap: dict[int, int]) -> list[E.Expr]:
 
 
 @internal_op("FusedElementwise")
-def fused_elementwise(*xs: np.ndarray, group: FusedGroup = None) -> Any:
-    """Run a fused group of elementwise ops (see :class:`FusedGroup`)."""
-    out = group.run(xs)
+def fused_elementwise(ctx: NodeContext, *xs: np.ndarray, body: Any = None) -> Any:
+    """Run a fused group of elementwise ops: ``body`` holds the members (see
+    :class:`FusedGroup`)."""
+    out = FusedGroup.of(body).run(ctx, body, xs)
     return out if len(out) != 1 else out[0]
 
 
 @lowers(fused_elementwise)
 def _lower(lc: LowerContext) -> Bound | None:
-    return lc.attrs["group"].lower(lc)
+    return FusedGroup.of(lc.attrs["body"]).lower(lc)
+
+
+_REDUCE_KINDS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max"}
 
 
 class ReduceTail:
     """A fused elementwise group followed by ReduceSum, ReduceMean or ReduceMax of its one
-    output (see :mod:`onnxjit.passes.fuse_reduce`).
+    output (see :mod:`onnxjit.passes.fuse_reduce`): the members of a FusedReduce node's body,
+    the Reduce node last.
 
     When the axes are the trailing ones of the group output's shape and every input
     broadcasts the same way across them, one generated kernel evaluates the group and
@@ -322,95 +345,76 @@ class ReduceTail:
     errors.
     """
 
-    def __init__(
-        self, group: FusedGroup, reduce_node: ir.Node, kind: str, axes: list[int], keepdims: int
-    ):
-        self.group = group
-        self.reduce_node = reduce_node
-        self.kind = kind
-        self.axes = list(axes)
-        self.keepdims = int(keepdims)
-        self._program = None
-        self._plans: dict[tuple, Any] = {}
+    def __init__(self, body: ir.Graph):
+        node = body.nodes[-1]
+        self.group = FusedGroup(
+            body.nodes[:-1], [v.name for v in body.inputs], [node.inputs[0]], body.initializers
+        )
+        self.kind = _REDUCE_KINDS[node.op_type]
+        if len(node.inputs) > 1 and node.inputs[1]:
+            axes = body.initializers[node.inputs[1]].reshape(-1)
+        else:
+            axes = node.attrs.get("axes") or []
+        self.axes = [int(a) for a in axes]
+        self.keepdims = int(node.attrs.get("keepdims", 1))
 
-    def run(self, arrays: Sequence[Any]) -> np.ndarray:
-        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
-        key = tuple([(a.shape, a.dtype) for a in arrays])
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plan(arrays)
-            if len(self._plans) > 256:
-                self._plans.clear()
-            self._plans[key] = plan
-        if plan is _FALLBACK:
-            return self._run_members(arrays)
-        expr, used, rank, n_axes, out_dtype, out_shape = plan
-        ins = [arrays[k].reshape((1,) * (rank - arrays[k].ndim) + arrays[k].shape) for k in used]
-        y = apply_reduce(expr, ins, self.kind, n_axes, out_dtype)
-        if y is None:  # pragma: no cover - _plan checked the layout
-            return self._run_members(arrays)
-        return y.reshape(out_shape)
+    @classmethod
+    def of(cls, body: Any) -> ReduceTail:
+        """The reduction of a FusedReduce node's bound ``body``, made once per body."""
+        tail = _TAILS.get(body)
+        if tail is None:
+            tail = _TAILS[body] = cls(body.graph)
+        return tail
 
-    def _plan(self, arrays: list[np.ndarray]) -> Any:
+    def plan(self, arrays: Sequence[Any]) -> Any:
+        """What one kernel call needs for inputs of these shapes and dtypes (arrays or
+        specs), or None where the members and the Reduce node must run one by one."""
         g = self.group
         dtypes = tuple(a.dtype for a in arrays)
         exprs = g._expressions(dtypes)
         if exprs is _FALLBACK or len(exprs) != 1:
-            return _FALLBACK
+            return None
         expr, out_dtype = exprs[0]
         if np.dtype(out_dtype).kind != "f" or expr.dtype.kind != "f":
-            return _FALLBACK  # integer sums and means keep the Reduce op's own rules
+            return None  # integer sums and means keep the Reduce op's own rules
         d_in, d_c = g._out_deps[0]
         if not d_in:
-            return _FALLBACK
+            return None
         try:
             shape = np.broadcast_shapes(
                 *[arrays[k].shape for k in d_in], *[g.consts[c].shape for c in d_c]
             )
         except ValueError:
-            return _FALLBACK
+            return None
         rank = len(shape)
         if rank == 0:
-            return _FALLBACK
+            return None
         axes = sorted({a + rank if a < 0 else a for a in self.axes}) or list(range(rank))
         n_axes = len(axes)
         if axes != list(range(rank - n_axes, rank)) or any(a < 0 or a >= rank for a in axes):
-            return _FALLBACK
+            return None
         used = sorted(d_in)
         (renumbered,) = _renumber([expr], {old: new for new, old in enumerate(used)})
         lead = shape[: rank - n_axes]
-        padded = [(1,) * (rank - arrays[k].ndim) + arrays[k].shape for k in used]
+        padded = [(1,) * (rank - arrays[k].ndim) + tuple(arrays[k].shape) for k in used]
         if not _tail_broadcasts_once(padded, rank - n_axes):
-            return _FALLBACK
+            return None
         out_shape = lead + (1,) * n_axes if self.keepdims else lead
         return renumbered, used, rank, n_axes, out_dtype, out_shape
 
-    def _run_members(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
-        if self._program is None:
-            from onnxjit.program import Program
+    def run(self, plan: Any, arrays: Sequence[Any]) -> np.ndarray | None:
+        """The reduction by ``plan`` (see :meth:`plan`), None where the kernel declined."""
+        expr, used, rank, n_axes, out_dtype, out_shape = plan
+        ins = [arrays[k].reshape((1,) * (rank - arrays[k].ndim) + arrays[k].shape) for k in used]
+        y = apply_reduce(expr, ins, self.kind, n_axes, out_dtype)
+        return None if y is None else y.reshape(out_shape)
 
-            node = self.reduce_node
-            inits = dict(self.group.consts)
-            if len(node.inputs) > 1 and node.inputs[1]:
-                inits[node.inputs[1]] = np.asarray(self.axes, np.int64)
-            graph = ir.Graph(
-                name="fused_reduce",
-                nodes=[*self.group.members, node],
-                inputs=[ir.ValueInfo(n, None) for n in self.group.inputs],
-                outputs=[ir.ValueInfo(node.outputs[0], None)],
-                initializers=inits,
-            )
-            self._program = Program(graph)
-        return self._program.run(list(arrays))[0]
 
-    def describe(self) -> str:
-        return f"{self.kind} over axes {self.axes or 'all'} of {self.group.describe()}"
+_TAILS: weakref.WeakKeyDictionary[Any, ReduceTail] = weakref.WeakKeyDictionary()
 
 
 def _tail_broadcasts_once(shapes: list[tuple[int, ...]], split: int) -> bool:
     """Every input is present in all, or in none, of the non-1 dims from ``split`` on."""
-    from onnxjit.codegen.elementwise import broadcast_layout
-
     try:
         _out, sizes, _masks = broadcast_layout([s[split:] for s in shapes])
     except ValueError:
@@ -419,6 +423,31 @@ def _tail_broadcasts_once(shapes: list[tuple[int, ...]], split: int) -> bool:
 
 
 @internal_op("FusedReduce")
-def fused_reduce(*xs: np.ndarray, reduction: ReduceTail = None) -> np.ndarray:
+def fused_reduce(ctx: NodeContext, *xs: np.ndarray, body: Any = None) -> np.ndarray:
     """Reduce the output of a fused elementwise group (see :class:`ReduceTail`)."""
-    return reduction.run(xs)
+    tail = ReduceTail.of(body)
+    arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in xs]
+    plan = tail.plan(arrays)
+    y = None if plan is None else tail.run(plan, arrays)
+    return ctx.run_subgraph(body, arrays)[0] if y is None else y
+
+
+@lowers(fused_reduce)
+def _lower_reduce(lc: LowerContext) -> Bound | None:
+    specs = lc.inputs
+    if any(s is None or s.kind != TENSOR for s in specs):
+        return None
+    tail = ReduceTail.of(lc.attrs["body"])
+    plan = tail.plan(specs)
+    if plan is None:
+        return None
+    out_dtype, out_shape = plan[4], plan[5]
+
+    def call(*xs: np.ndarray) -> np.ndarray:
+        y = tail.run(plan, xs)
+        if y is None:  # pragma: no cover - plan() checked the layout
+            raise RuntimeError("the fused reduction's layout changed within its plan")
+        return y
+
+    ins = [In(k) for k in range(len(specs))]
+    return returns(call, *ins, outs=[tensor(out_dtype, out_shape)], name="elementwise reduce")

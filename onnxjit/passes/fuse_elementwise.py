@@ -23,7 +23,7 @@ import numpy as np
 
 from onnxjit import ir
 from onnxjit.ops.elementwise import fusible_key, fusible_ops
-from onnxjit.ops.fused_elementwise import FusedGroup, _kernel_dtype
+from onnxjit.ops.fused_elementwise import _kernel_dtype
 from onnxjit.passes.rewrite import GraphIndex, _reads, fused_node
 
 _FUSIBLE = fusible_ops()
@@ -194,8 +194,14 @@ def _fused(graph: ir.Graph, idx: GraphIndex, members: list[ir.Node]) -> ir.Node:
             elif x not in inputs:
                 inputs.append(x)
     outputs = [m.outputs[0] for m in members if idx.used_outside(m.outputs[0], members)]
-    group = FusedGroup(members, inputs, outputs, consts)
-    return fused_node("FusedElementwise", inputs, outputs, attrs={"group": group}, members=members)
+    body = ir.Graph(
+        name="fused",
+        nodes=list(members),
+        inputs=[ir.ValueInfo(n, None) for n in inputs],
+        outputs=[ir.ValueInfo(n, None) for n in outputs],
+        initializers=consts,
+    )
+    return fused_node("FusedElementwise", inputs, outputs, attrs={"body": body}, members=members)
 
 
 def _toposort(nodes: list[ir.Node], graph: ir.Graph) -> list[ir.Node]:

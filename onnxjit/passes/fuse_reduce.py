@@ -15,7 +15,6 @@ The axes must be known when the graph is optimised (an attribute or a constant i
 from __future__ import annotations
 
 from onnxjit import ir
-from onnxjit.ops.fused_elementwise import FusedGroup, ReduceTail
 from onnxjit.passes.fuse_elementwise import _candidate, _fused
 from onnxjit.passes.rewrite import GraphIndex, fused_node, is_op
 
@@ -37,19 +36,28 @@ def fuse_reductions(graph: ir.Graph) -> int:
         if producer is None or id(producer) in dropped or idx.only_user(node.inputs[0]) is not node:
             continue
         if producer.op_type == "FusedElementwise" and len(producer.outputs) == 1:
-            group: FusedGroup = producer.attrs["group"]
+            group: ir.Graph = producer.attrs["body"]
         elif _candidate(producer, idx):
-            group = _fused(graph, idx, [producer]).attrs["group"]
+            group = _fused(graph, idx, [producer]).attrs["body"]
         else:
             continue
-        keepdims = int(node.attrs.get("keepdims", 1))
-        tail = ReduceTail(group, node, _KINDS[node.op_type], axes, keepdims)
+        # the group's members, then the Reduce node (its axes, where an input, a constant)
+        inits = dict(group.initializers)
+        if len(node.inputs) > 1 and node.inputs[1]:
+            inits[node.inputs[1]] = idx.const(node.inputs[1])
+        body = ir.Graph(
+            name="fused_reduce",
+            nodes=[*group.nodes, node],
+            inputs=list(group.inputs),
+            outputs=[ir.ValueInfo(node.outputs[0], None)],
+            initializers=inits,
+        )
         members = [*(producer.members or [producer]), node]
         fused = fused_node(
             "FusedReduce",
-            list(group.inputs),
+            [v.name for v in group.inputs],
             list(node.outputs),
-            attrs={"reduction": tail},
+            attrs={"body": body},
             members=members,
         )
         replaced[id(node)] = fused

@@ -107,7 +107,7 @@ def _topological(nodes: list[ir.Node]) -> list[ir.Node]:
         state[start] = 1
         while stack:
             i, k = stack.pop()
-            deps = nodes[i].inputs + _outer_reads(nodes[i])
+            deps = nodes[i].inputs + ir.outer_reads(nodes[i])
             while k < len(deps):
                 j = producer.get(deps[k], -1) if deps[k] else -1
                 k += 1
@@ -128,17 +128,6 @@ def _topological(nodes: list[ir.Node]) -> list[ir.Node]:
                 state[i] = 2
                 order.append(nodes[i])
     return order
-
-
-def _outer_reads(node: ir.Node) -> list[str]:
-    """Names a node's subgraphs read from the enclosing scope (so they are ordered too)."""
-    reads: list[str] = []
-    for g in ir.subgraphs(node):
-        defined = set(g.initializers) | {v.name for v in g.inputs}
-        for n in g.nodes:
-            reads.extend(x for x in n.inputs + _outer_reads(n) if x and x not in defined)
-            defined.update(n.outputs)
-    return reads
 
 
 class _Expander:

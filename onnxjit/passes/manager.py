@@ -100,12 +100,6 @@ PASSES: tuple[PassSpec, ...] = (
         "Conv + bias + activation (and residual Add)",
     ),
     PassSpec(
-        "shape_subgraph_caching",
-        EXTENDED,
-        "shape_subgraphs:cache_shape_subgraphs",
-        "shape arithmetic computed once per input shapes",
-    ),
-    PassSpec(
         "elementwise_fusion",
         LAYOUT,
         "fuse_elementwise:fuse_elementwise",

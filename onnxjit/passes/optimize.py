@@ -135,8 +135,7 @@ def remove_dead_nodes(graph: ir.Graph) -> int:
         if any(o and o in live for o in node.outputs):
             kept_rev.append(node)
             live.update(x for x in node.inputs if x)
-            for g in ir.subgraphs(node):
-                live.update(_outer_reads(g))
+            live.update(ir.outer_reads(node))
     removed = len(graph.nodes) - len(kept_rev)
     graph.nodes = list(reversed(kept_rev))
     _reindex(graph)
@@ -157,15 +156,6 @@ def rename_reads(nodes: Iterable[ir.Node], rename: dict[str, str]) -> None:
         node.inputs = [rename.get(x, x) for x in node.inputs]
         for g in ir.subgraphs(node):
             _rename_outer(g, rename)
-
-
-def _outer_reads(g: ir.Graph) -> set[str]:
-    """Every name a subgraph (or its nested subgraphs) reads; superset of outer reads."""
-    names = {x for n in g.nodes for x in n.inputs if x} | {v.name for v in g.outputs}
-    for n in g.nodes:
-        for sub in ir.subgraphs(n):
-            names |= _outer_reads(sub)
-    return names
 
 
 def _rename_outer(g: ir.Graph, rename: dict[str, str]) -> None:

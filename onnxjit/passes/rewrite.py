@@ -200,15 +200,5 @@ class GraphIndex:
 
 
 def _reads(n: ir.Node) -> list[str]:
-    names = [x for x in n.inputs if x]
-    for g in ir.subgraphs(n):
-        names.extend(_subgraph_reads(g))
-    return names
-
-
-def _subgraph_reads(g: ir.Graph) -> set[str]:
-    names = {x for n in g.nodes for x in n.inputs if x} | {v.name for v in g.outputs}
-    for n in g.nodes:
-        for sub in ir.subgraphs(n):
-            names |= _subgraph_reads(sub)
-    return names
+    """The names ``n`` reads: its inputs, and what its subgraphs read from outside."""
+    return [x for x in n.inputs if x] + ir.outer_reads(n)

@@ -1,12 +1,12 @@
-"""Shape arithmetic: static types of values, Shape/Size folding, and cached shape subgraphs.
+"""Shape arithmetic: static types of values, and Shape/Size folding.
 
 Exporters compute shapes at run time (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``).
 When a shape is static those chains are constants: :func:`fold_static_shapes` turns ``Shape``
 and ``Size`` of a statically shaped value into initializers and folds what follows. When shapes
-are dynamic, :func:`cache_shape_subgraphs` replaces the arithmetic by one ``ShapeSubgraph`` node
-that computes it once per distinct set of input shapes.
+are dynamic, each input signature's plan computes them once (:mod:`onnxjit.plan`, static
+values).
 
-:func:`infer_types` is the static knowledge both these passes and the no-op elimination rely on.
+:func:`infer_types` is the static knowledge this pass and the no-op elimination rely on.
 It trusts only what can be proven: dims fixed by graph input types (feeds are checked against
 them), initializer shapes, value_info written by exporters, and shapes propagated node by node
 through onnx's own per-operator inference functions from those. Symbolic dims (``dim_param``)
@@ -265,147 +265,6 @@ _SHAPE_OPS = frozenset(
 )  # fmt: skip
 # A constant read by a group is copied into its body; larger constants keep a node out.
 _GROUP_CONST_LIMIT = 4096
-
-
-def cache_shape_subgraphs(graph: ir.Graph) -> int:
-    """Replace each group of shape arithmetic by one cached ``ShapeSubgraph`` node.
-
-    Shape values are the outputs of ``Shape``/``Size`` and of ops in :data:`_SHAPE_OPS`
-    whose inputs are all shape values or small constants. Groups are the connected
-    components of those nodes (linked by the shape values they pass each other); a group of a
-    single node, or one that cannot be placed (it would need a tensor computed from one of its
-    own outputs), is left alone. Returns the number of ``ShapeSubgraph`` nodes made.
-    """
-    from onnxjit.passes.rewrite import fresh_name, fused_node
-
-    inputs = {v.name for v in graph.inputs}
-    consts = {
-        k: v
-        for k, v in graph.initializers.items()
-        if k not in inputs and isinstance(v, np.ndarray) and v.nbytes <= _GROUP_CONST_LIMIT
-    }
-    shape_values: set[str] = set()
-    member_ids: set[int] = set()
-    for node in graph.nodes:
-        if node.domain not in ("", "ai.onnx") or ir.subgraphs(node) or not node.outputs:
-            continue
-        if node.op_type in ("Shape", "Size"):
-            ok = bool(node.inputs and node.inputs[0])
-        elif node.op_type in _SHAPE_OPS:
-            present = [x for x in node.inputs if x]
-            ok = any(x in shape_values for x in present) and all(
-                x in shape_values or x in consts for x in present
-            )
-        else:
-            ok = False
-        if ok:
-            member_ids.add(id(node))
-            shape_values.update(o for o in node.outputs if o)
-    if not member_ids:
-        return 0
-    groups = _components(graph, member_ids)
-    outputs = {v.name for v in graph.outputs}
-    readers: dict[str, list[int]] = {}
-    position = {id(n): i for i, n in enumerate(graph.nodes)}
-    producer: dict[str, int] = {}
-    for i, node in enumerate(graph.nodes):
-        for o in node.outputs:
-            if o:
-                producer[o] = i
-        for x in _all_reads(node):
-            readers.setdefault(x, []).append(i)
-    placed: list[tuple[int, list[ir.Node], ir.Node]] = []
-    for group in groups:
-        if len(group) < 2 or all(n.op_type in ("Shape", "Size") for n in group):
-            continue
-        ids = {id(n) for n in group}
-        idx = {position[id(n)] for n in group}
-        read = list(dict.fromkeys(n.inputs[0] for n in group if n.op_type in ("Shape", "Size")))
-        produced = [o for n in group for o in n.outputs if o]
-        exposed = [
-            o for o in produced if o in outputs or any(i not in idx for i in readers.get(o, ()))
-        ]
-        if not exposed:
-            continue
-        ready = max((producer.get(x, -1) for x in read), default=-1)
-        first_use = min(
-            (i for o in exposed for i in readers.get(o, ()) if i not in idx),
-            default=len(graph.nodes),
-        )
-        if ready >= first_use:
-            continue  # a tensor whose shape is read depends on the group's own output
-        body = ir.Graph(
-            name=fresh_name(graph, "shape_body"),
-            nodes=list(group),
-            inputs=[_value_info(graph, x) for x in read],
-            outputs=[ir.ValueInfo(o, None) for o in exposed],
-            initializers={
-                x: consts[x]
-                for n in group
-                for x in n.inputs
-                if x and x in consts and x not in shape_values
-            },
-        )
-        fused = fused_node("ShapeSubgraph", read, exposed, attrs={"body": body}, members=group)
-        placed.append((ready, group, fused))
-        member_ids -= ids
-    if not placed:
-        return 0
-    gone = {id(n) for _, group, _ in placed for n in group}
-    after: dict[int, list[ir.Node]] = {}
-    for ready, _, fused in placed:
-        after.setdefault(ready, []).append(fused)
-    nodes: list[ir.Node] = list(after.get(-1, []))
-    for i, node in enumerate(graph.nodes):
-        if id(node) not in gone:
-            nodes.append(node)
-        nodes.extend(after.get(i, []))
-    graph.nodes = nodes
-    for i, n in enumerate(graph.nodes):
-        n.index = i
-    return len(placed)
-
-
-def _components(graph: ir.Graph, member_ids: set[int]) -> list[list[ir.Node]]:
-    """Connected components of the member nodes, linked by values one passes another."""
-    members = [n for n in graph.nodes if id(n) in member_ids]
-    parent = list(range(len(members)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    made_by = {o: i for i, n in enumerate(members) for o in n.outputs if o}
-    for i, n in enumerate(members):
-        for x in n.inputs:
-            j = made_by.get(x)
-            if j is not None:
-                parent[find(i)] = find(j)
-    groups: dict[int, list[ir.Node]] = {}
-    for i, n in enumerate(members):
-        groups.setdefault(find(i), []).append(n)
-    return list(groups.values())
-
-
-def _all_reads(node: ir.Node) -> list[str]:
-    """Inputs and the names its subgraphs read (a superset of their outer reads)."""
-    from onnxjit.passes.optimize import _outer_reads
-
-    names = [x for x in node.inputs if x]
-    for g in ir.subgraphs(node):
-        names.extend(_outer_reads(g))
-    return list(dict.fromkeys(names))
-
-
-def _value_info(graph: ir.Graph, name: str) -> ir.ValueInfo:
-    """The declared type of ``name`` (graph input or value_info), or an untyped ValueInfo."""
-    for v in graph.inputs:
-        if v.name == name:
-            return ir.ValueInfo(name, v.type)
-    vi = graph.value_info.get(name)
-    return ir.ValueInfo(name, vi.type if vi is not None else None)
 
 
 def _negative_dim(tp: onnx.TypeProto) -> bool:
