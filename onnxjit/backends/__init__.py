@@ -24,13 +24,35 @@ class Backend(Protocol):
         """The kernel ``name`` of ``family``; KeyError naming both when it has none."""
         ...
 
-    def launcher(self, family: str, name: str, work: int, sample: Sequence[Any]) -> Any:
-        """The call of kernel ``name`` of ``family`` for ``work`` elements of work, bound for
-        arguments typed like ``sample`` (serial, or on the backend's threads)."""
+    #: Elements of work from which :meth:`launcher` and :meth:`run` use the backend's
+    #: threads by default.
+    parallel_threshold: int
+
+    def threads(self) -> int:
+        """How many threads the calling thread's runs use."""
         ...
 
-    def run(self, family: str, name: str, work: int, *args: Any) -> None:
+    def launcher(
+        self, family: str, name: str, work: int, sample: Sequence[Any], threshold: int | None = None
+    ) -> Any:
+        """The call of kernel ``name`` of ``family`` for ``work`` elements of work, bound for
+        arguments typed like ``sample`` (serial, or on the backend's threads from
+        ``threshold``, by default :attr:`parallel_threshold`)."""
+        ...
+
+    def pooled(self, family: str, name: str, sample: Sequence[Any]) -> Any:
+        """The call of kernel ``name`` of ``family`` on the backend's threads, bound for
+        arguments typed like ``sample`` (for callers that choose the threads themselves)."""
+        ...
+
+    def run(
+        self, family: str, name: str, work: int, *args: Any, threshold: int | None = None
+    ) -> None:
         """Call kernel ``name`` of ``family`` on ``args`` now, as :meth:`launcher` would."""
+        ...
+
+    def blas_ready(self) -> None:
+        """Prepare the BLAS library that the backend's product kernels call."""
         ...
 
     def elementwise(
@@ -44,3 +66,11 @@ class Backend(Protocol):
         kernel generated for them; ``positions[k]``: the node input that expression input k
         reads, by default k), or None where the backend cannot."""
         ...
+
+
+def default() -> Backend:
+    """The backend that code running outside a plan (an implementation called directly)
+    uses: the CPU backend, the only one yet."""
+    from onnxjit.backends.cpu import CPU
+
+    return CPU

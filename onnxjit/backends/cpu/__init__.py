@@ -31,27 +31,59 @@ class CpuBackend:
             self._kernels[key] = found
         return found
 
-    def launcher(self, family: str, name: str, work: int, sample: Sequence[Any]) -> Any:
+    @property
+    def parallel_threshold(self) -> int:
+        """Elements of work from which :meth:`launcher` and :meth:`run` use the pool."""
+        return _jit.PARALLEL_THRESHOLD
+
+    def threads(self) -> int:
+        """The calling thread's thread count (its session's ``intra_op_num_threads``)."""
+        from onnxjit.backends.cpu import threads
+
+        return threads.current()
+
+    def launcher(
+        self, family: str, name: str, work: int, sample: Sequence[Any], threshold: int | None = None
+    ) -> Any:
         """Kernel ``name`` of ``family`` for ``work`` elements of work: the serial kernel, or
-        from ``PARALLEL_THRESHOLD`` on its pool twin ``name_par`` bound to the thread pool
-        for arguments typed like ``sample`` (arrays of the call's dtypes and ranks, and its
-        scalars), at the calling thread's thread count."""
-        if work < _jit.PARALLEL_THRESHOLD:
+        from ``threshold`` (default ``PARALLEL_THRESHOLD``) on, with more than one thread,
+        its pool twin ``name_par`` bound to the thread pool for arguments typed like
+        ``sample`` (arrays of the call's dtypes and ranks, and its scalars), at the calling
+        thread's thread count."""
+        limit = _jit.PARALLEL_THRESHOLD if threshold is None else threshold
+        if work < limit or self.threads() <= 1:
             return self.kernel(family, name)
-        from onnxjit.backends.cpu import pool, threads
+        return self.pooled(family, name, sample)
 
-        return pool.bind(self.kernel(family, f"{name}_par"), tuple(sample), threads.current())
+    def pooled(self, family: str, name: str, sample: Sequence[Any]) -> Any:
+        """The pool twin ``name_par`` of kernel ``name`` of ``family`` bound to the thread
+        pool for arguments typed like ``sample``, at the calling thread's thread count
+        (called without the pool's control argument)."""
+        from onnxjit.backends.cpu import pool
 
-    def run(self, family: str, name: str, work: int, *args: Any) -> None:
-        """Call kernel ``name`` of ``family`` on ``args`` now: serially, or from
-        ``PARALLEL_THRESHOLD`` elements of work on, its pool twin ``name_par`` on the thread
-        pool (what an implementation does where no plan bound the call)."""
-        if work < _jit.PARALLEL_THRESHOLD:
+        return pool.bind(self.kernel(family, f"{name}_par"), tuple(sample), self.threads())
+
+    def run(
+        self, family: str, name: str, work: int, *args: Any, threshold: int | None = None
+    ) -> None:
+        """Call kernel ``name`` of ``family`` on ``args`` now: serially, or from ``threshold``
+        (default ``PARALLEL_THRESHOLD``) elements of work on, with more than one thread, its
+        pool twin ``name_par`` on the thread pool (what an implementation does where no plan
+        bound the call)."""
+        limit = _jit.PARALLEL_THRESHOLD if threshold is None else threshold
+        if work < limit or self.threads() <= 1:
             self.kernel(family, name)(*args)
             return
         from onnxjit.backends.cpu.pool import run_parallel
 
         run_parallel(self.kernel(family, f"{name}_par"), *args)
+
+    def blas_ready(self) -> None:
+        """Load the BLAS library the kernels call and hold it at one thread, before a kernel
+        that multiplies through it first runs (:func:`onnxjit.backends.cpu.threads.blas_ready`)."""
+        from onnxjit.backends.cpu import threads
+
+        threads.blas_ready()
 
     def elementwise(
         self,
