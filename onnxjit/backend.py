@@ -15,7 +15,7 @@ from onnxjit.session import InferenceSession
 class OnnxJitRep(BackendRep):
     """A prepared model: ``run(inputs)`` takes inputs positionally (or a dict) -> list."""
 
-    def __init__(self, session: InferenceSession):
+    def __init__(self, session: InferenceSession) -> None:
         self.session = session
         self._names = [i.name for i in session.get_inputs()]
 

@@ -27,7 +27,7 @@ class ModelCheckError(OnnxJitError, ValueError):
     ``problems`` holds every problem found, one message each; ``str(err)`` lists them all.
     """
 
-    def __init__(self, problems: list[str], what: str = "model"):
+    def __init__(self, problems: list[str], what: str = "model") -> None:
         self.problems = list(problems)
         head = f"the {what} is not valid ONNX ({len(self.problems)} problem"
         head += "s):" if len(self.problems) != 1 else "):"

@@ -43,7 +43,7 @@ class ExecutionOrder(enum.IntEnum):
 class _NotImplementedField:
     """A field accepted only at its onnxruntime default."""
 
-    def __init__(self, default: Any, why: str):
+    def __init__(self, default: Any, why: str) -> None:
         self.default = default
         self.why = why
 

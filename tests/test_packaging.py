@@ -47,6 +47,14 @@ def test_installed_copy_carries_the_kernels():
     assert kernels_dir == PKG / "kernels"
     assert (kernels_dir / "_jit.py").is_file()
     assert (PKG / "demo" / "demo.onnx").is_file()
+    assert (PKG / "py.typed").is_file()
+
+
+def test_the_package_declares_its_type_hints():
+    # PEP 561: type checkers read onnxjit's annotations only when py.typed ships with it
+    assert (REPO / "onnxjit" / "py.typed").is_file()
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert '"py.typed"' in pyproject
 
 
 @pytest.mark.parametrize("where", ["repository root", "elsewhere"])
