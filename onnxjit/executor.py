@@ -27,7 +27,7 @@ import numpy as np
 from onnxjit import lowering
 from onnxjit.errors import OnnxJitError
 from onnxjit.lowering import In, Out
-from onnxjit.plan import Plan, PlannedStep
+from onnxjit.plan import Plan, PlannedStep, transformed
 from onnxjit.program import execution_error
 
 _ids = itertools.count()
@@ -75,12 +75,15 @@ class _Renderer:
         plan = self.plan
         return s in plan.program.constants or (s in plan.static and s not in plan.entry)
 
+    def value(self, s: int) -> Any:
+        """The value of a held (constant) slot."""
+        plan = self.plan
+        return plan.program.constants[s] if s in plan.program.constants else plan.static[s]
+
     def name(self, s: int) -> str:
         if self.held(s):
-            plan = self.plan
-            value = plan.program.constants[s] if s in plan.program.constants else plan.static[s]
             name = f"k{s}"
-            self.scope[name] = value
+            self.scope[name] = self.value(s)
             return name
         return f"v{s}"
 
@@ -96,6 +99,9 @@ class _Renderer:
             s = ps.step.in_slots[a.index] if t is In else ps.out_value(a.index)
             if s < 0:
                 return "None"
+            if self.held(s) and (a.flat or a.view is not None or a.shape is not None):
+                # a constant's view is the same every run: made once, here
+                return self.const(transformed(a, self.value(s)), "c")
             if a.view is None and a.shape is None:
                 return self.flat(s) if a.flat else self.name(s)
             v = self.name(s)
@@ -255,3 +261,4 @@ class _Renderer:
             spec = plan.specs.get(s) if s >= 0 else None
             described.append(spec.describe() if spec is not None else "None")
         return execution_error(step.node, described, exc)
+

@@ -595,14 +595,18 @@ def _resolve(a: Any, args: list[Any], outs: Sequence[Any]) -> Any:
     t = type(a)
     if t is In or t is Out:
         v = args[a.index] if t is In else outs[a.index]
-        if v is None:
-            return v
-        if a.view is not None:
-            v = v.view(a.view)
-        if a.shape is not None:
-            return v.reshape(a.shape)
-        return v.reshape(-1) if a.flat else v
+        return v if v is None else transformed(a, v)
     return a
+
+
+def transformed(a: In | Out, v: np.ndarray) -> np.ndarray:
+    """``v`` as argument ``a`` passes it: reinterpreted as ``a.view``, reshaped to ``a.shape``
+    or flattened."""
+    if a.view is not None:
+        v = v.view(a.view)
+    if a.shape is not None:
+        return v.reshape(a.shape)
+    return v.reshape(-1) if a.flat else v
 
 
 def _entry_point(fn: Any, args: Sequence[Any]) -> Any:
