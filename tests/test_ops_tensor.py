@@ -757,10 +757,13 @@ def test_space_to_depth_28(mode):
     check_node("SpaceToDepth", {"x": arr((1, 2, 4, 4))}, {"blocksize": 2, "mode": mode}, opset=28)
 
 
-# Large transpositions that move the innermost axis take the tiled kernel from their second
-# run on (the prepared fast path): every perm of these shapes, size-1 axes included, at one and
-# two threads, for each element width, against numpy's transpose.
+# Transpositions that move the innermost axis run the tiled kernel in a plan (the small ones
+# too; the large ones also in the implementation): every perm of these shapes, size-1 axes
+# included, at one and two threads, for each element width, against numpy's transpose.
 _TILED = [
+    ((4, 4), (1, 0)),
+    ((2, 3, 5), (2, 0, 1)),
+    ((1, 1, 4, 8), (0, 2, 1, 3)),  # only size-1 axes move: a reshape
     ((1, 128, 4, 64), (0, 2, 3, 1)),
     ((1, 128, 4, 64), (0, 2, 1, 3)),
     ((3, 70, 33), (2, 0, 1)),
@@ -776,28 +779,30 @@ _TILED = [
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.float16, BOOL], ids=dt_id)
 @pytest.mark.parametrize("shape,perm", _TILED, ids=str)
-def test_transpose_tiled_fast_path(shape, perm, dtype, threads):
+def test_transpose_tiled_kernel(shape, perm, dtype, threads):
     model = make_node_model("Transpose", {"x": arr(shape, dtype)}, {"perm": list(perm)}, opset=13)
     opts = onnxjit.SessionOptions()
     opts.intra_op_num_threads = threads
     sess = onnxjit.InferenceSession(model.SerializeToString(), opts)
-    for seed in range(3):  # the first run plans, the later ones take the fast path
+    for seed in range(3):  # the first run plans, the later ones run the plan
         x = arr(shape, dtype, seed=seed)
         (y,) = sess.run(None, {"x": x})
         want = np.transpose(x, perm)
         assert y.shape == want.shape and y.dtype == want.dtype
         assert np.array_equal(y, want)
+    (step,) = sess.stats()["plans"][-1]["steps"]
+    assert not step["generic"]
 
 
 @pytest.mark.parametrize("big", [False, True], ids=["serial", "pool"])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float16, BOOL], ids=dt_id)
-def test_gather_fast_path(monkeypatch, dtype, axis, big):
-    """Gather's prepared fast path (second run on) against numpy's take, with negative
-    indices; an out-of-range index on a later run still raises the operator's error and the
-    session runs correctly afterwards."""
+def test_gather_bound_call(monkeypatch, dtype, axis, big):
+    """Gather's bound call (the plan's) against numpy's take, with negative indices; an
+    out-of-range index on a later run still raises the operator's error and the session runs
+    correctly afterwards."""
     if big:
-        monkeypatch.setattr(tensor_ops, "_GATHER_PARALLEL_MIN", 1)
+        monkeypatch.setattr(tensor_ops, "_GATHER_PARALLEL_FACTOR", 0)
     data = arr((5, 6, 7), dtype)
     model = make_node_model(
         "Gather",
@@ -819,3 +824,90 @@ def test_gather_fast_path(monkeypatch, dtype, axis, big):
         sess.run(None, {"x": data, "i": bad})
     (got,) = sess.run(None, {"x": data, "i": idx})
     np.testing.assert_array_equal(got, np.take(data, idx, axis=axis))
+    (step,) = sess.stats()["plans"][-1]["steps"]
+    assert not step["generic"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=dt_id)
+def test_gather_from_a_constant_table(dtype):
+    """An embedding lookup: Gather from an initializer by int32 indices fed per run, bound once
+    for the plan (the table's view made once); a bad index still raises the operator's error."""
+    table = arr((50, 8), dtype)
+    h = onnx.helper
+    graph = h.make_graph(
+        [h.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
+        "embed",
+        [h.make_tensor_value_info("ids", onnx.TensorProto.INT32, ["b", "s"])],
+        [h.make_tensor_value_info("y", types.onnx_elem_type(np.dtype(dtype)), ["b", "s", 8])],
+        [onnx.numpy_helper.from_array(table, "table")],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(4)
+    for shape in ((2, 3), (2, 3), (1, 7)):
+        ids = rng.integers(-50, 50, size=shape).astype(np.int32)
+        (got,) = sess.run(None, {"ids": ids})
+        np.testing.assert_array_equal(got, np.take(table, ids, axis=0))
+    assert not sess.stats()["plans"][-1]["steps"][0]["generic"]
+    with pytest.raises(InvalidArgumentError, match=r"indices\[0, 1\] = 50 is out of range"):
+        sess.run(None, {"ids": np.array([[0, 50]], np.int32)})
+
+
+def test_shape_ops_are_bound_while_shapes_change():
+    """Slice (blocks and strided parts), Split (blocks and strided parts), Expand, Identity,
+    Dropout and Transpose, with constant shapes, axes and sizes: bound calls of the plan,
+    against onnxruntime while the batch changes, with consumers that may write their outputs
+    over these values."""
+    import onnxruntime as ort
+
+    h, TP = onnx.helper, onnx.TensorProto
+    i64 = [
+        ("st", [0, 1]), ("en", [1 << 40, 7]), ("ax", [0, 2]), ("sp", [1, 2]),  # strided part
+        ("st1", [1]), ("en1", [3]), ("ax1", [1]),  # a block when the batch is 1
+        ("halves", [4, 4]), ("rows", [1, 3]), ("big", [130, 130]), ("eshape", [3, 1, 1, 8]),
+    ]  # fmt: skip
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in i64]
+    two = h.make_tensor("v", TP.FLOAT, [1], [2])
+    nodes = [
+        h.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["a"]),
+        h.make_node("Relu", ["a"], ["a1"]),
+        h.make_node("Neg", ["a1"], ["y0"]),
+        h.make_node("Slice", ["x", "st1", "en1", "ax1"], ["b"]),
+        h.make_node("Abs", ["b"], ["y1"]),
+        h.make_node("Split", ["x", "halves"], ["c0", "c1"], axis=2),  # strided parts
+        h.make_node("Mul", ["c0", "c1"], ["y2"]),
+        h.make_node("Split", ["x", "rows"], ["d0", "d1"], axis=1),
+        h.make_node("Neg", ["d1"], ["y3"]),
+        h.make_node("Identity", ["d0"], ["e0"]),
+        h.make_node("Dropout", ["e0"], ["e1"]),
+        h.make_node("Expand", ["e1", "eshape"], ["y4"]),
+        h.make_node("ConstantOfShape", ["big"], ["z"], value=two),
+        h.make_node("Transpose", ["y4"], ["t"], perm=[1, 0, 2, 3]),
+        h.make_node("ReduceSum", ["z"], ["r"], keepdims=0),
+        h.make_node("Add", ["t", "r"], ["y5"]),
+    ]
+    ranks = {"y0": 3, "y1": 3, "y2": 3, "y3": 3, "y4": 4, "y5": 4}
+    graph = h.make_graph(
+        nodes,
+        "shapes",
+        [h.make_tensor_value_info("x", TP.FLOAT, ["n", 4, 8])],
+        [h.make_tensor_value_info(n, TP.FLOAT, [None] * r) for n, r in ranks.items()],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    blob = model.SerializeToString()
+    ref = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    shape_ops = {"Slice", "Split", "Identity", "Dropout", "Expand", "Transpose"}
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # the first keeps every node
+        opts = onnxjit.SessionOptions()
+        opts.graph_optimization_level = getattr(onnxjit.GraphOptimizationLevel, level)
+        sess = onnxjit.InferenceSession(blob, opts)
+        for seed, n in enumerate((1, 1, 2, 2, 1)):
+            x = arr((n, 4, 8), seed=seed)
+            for got, want in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
+                assert got.shape == want.shape
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+            steps = sess.stats()["plans"][-1]["steps"]
+            ran = {s["op_type"] for s in steps} & shape_ops
+            assert ran == shape_ops or level != "ORT_DISABLE_ALL"
+            assert not any(s["generic"] for s in steps if s["op_type"] in shape_ops)

@@ -18,27 +18,23 @@ split exporters write, folded in: the kernel reads each head in place with a row
 heads * dim); ``y_bshd`` that the node's output is that Transpose of ``y`` (the merge of the
 heads, written in place). ``k_bshd`` describes K itself, so it comes with ``k_transposed = 0``.
 
-The fast path covers Q/K/V of rank 2 to 4 whose batch dimensions broadcast like MatMul's and
-masks that do not widen the scores: one batched BLAS matmul for Q K^T, one Numba pass per row
-for scale, masks and softmax (in place, masks read through their broadcast layout), one batched
-BLAS matmul for P V. Anything else (rank 5 and more, a mask that broadcasts the scores to a
+Q/K/V of rank 2 to 4 whose batch dimensions broadcast like MatMul's, with V broadcasting into
+the scores' batch and masks that do not widen the scores, run the backend's ``sdpa.heads``
+kernel: each (batch, head) pair from end to end (Q K^T, scale, masks and softmax per row, P V),
+reading operands in (batch, seq, heads, dim) layout in place. Its lowering binds that call once
+per plan (strides, sizes, thread choice, the scores' scratch buffer). Other batch layouts take
+one batched BLAS matmul for Q K^T, the ``sdpa.attention_rows`` pass per row and one batched
+BLAS matmul for P V; anything else (rank 5 and more, a mask that broadcasts the scores to a
 larger shape) takes a numpy path with the same semantics. float16/bfloat16 compute in float32.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import numpy as np
 
-from onnxjit.backends.cpu import pool, threads
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.buffers import Slot
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import sdpa as ksdpa
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
 from onnxjit.ops.gemm import PARALLEL_MACS
-from onnxjit.registry import MISS, NodeContext, fast_path, internal_op
+from onnxjit.registry import NodeContext, internal_op
 
 _DUMMY = {}
 
@@ -119,7 +115,6 @@ def sdpa(
     ``k`` is K ([..., sk, d]) when ``k_transposed`` is 0 (the graph's Transpose of K, which
     swapped the last two of ``k_rank`` axes, is folded in), else K^T ([..., d, sk]).
     """
-    _LAST.runner = None
     given = (q, k, v)
     layouts = (bool(q_bshd), bool(k_bshd), bool(v_bshd))
     if k_bshd and k_transposed:
@@ -134,7 +129,6 @@ def sdpa(
     y, wrote_bshd = _sdpa(ctx, q, k, v, mask, cond, given, layouts, bool(y_bshd), scale,
                           k_transposed, k_rank, fill, swap, where_first, nan_to_zero)  # fmt: skip
     if y_bshd and not wrote_bshd:
-        _LAST.runner = None  # the fast path would skip this transpose
         if y.ndim != 4:
             raise ctx.error(f"the output is declared in (batch, seq, heads, dim) layout but has "
                             f"shape {y.shape}; expected rank 4")  # fmt: skip
@@ -199,8 +193,8 @@ def _sdpa(ctx, q, k, v, mask, cond, given, layouts, y_bshd, scale, k_transposed,
         if narrow:  # converted copies in the logical layout
             given, layouts = (q, k, v), (False, False, False)
         wrote = y_bshd and len(batch) == 2
-        y = _by_heads(q, k, bool(k_transposed), v, given, layouts, wrote, mask, cond, batch,
-                      cdt, scale, fill, args)  # fmt: skip
+        y = _by_heads(ctx, q, k, bool(k_transposed), v, given, layouts, wrote, mask, cond,
+                      batch, cdt, scale, fill, args)  # fmt: skip
         return y.astype(dtype, copy=False), wrote
     s = np.matmul(q, kt)  # batched BLAS, fresh and C-contiguous
     s = np.ascontiguousarray(s, dtype=cdt)
@@ -223,36 +217,32 @@ def _sdpa(ctx, q, k, v, mask, cond, given, layouts, y_bshd, scale, k_transposed,
         cdt.type(fill),
         *args,
     )
-    if rows.size >= _jit.PARALLEL_THRESHOLD:
-        run_parallel(ksdpa.attention_rows_par, *kargs)
-    else:
-        ksdpa.attention_rows(*kargs)
+    ctx.run_kernel("sdpa", "attention_rows", rows.size, *kargs)
     y = np.matmul(s, v)
     return y.astype(dtype, copy=False), False
 
 
-def _flat_heads(a: np.ndarray, bshd: bool, cdt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """An operand of rank 2 to 4 as flat C-contiguous ``cdt`` data and its (batch, head, row)
-    element strides, batch and head 0 where the dim is 1 (broadcast). ``bshd``: ``a`` is in
-    (b, s, h, d) layout and stands for its [0, 2, 1, 3] transpose, read in place."""
-    a = np.ascontiguousarray(a, dtype=cdt)
+def _strides(shape: tuple[int, ...], bshd: bool) -> np.ndarray:
+    """The (batch, head, row) element strides of a C-contiguous operand of rank 2 to 4, batch
+    and head 0 where the dim is 1 (broadcast). ``bshd``: the operand is in (b, s, h, d) layout
+    and stands for its [0, 2, 1, 3] transpose, read in place."""
     if bshd:
-        nb, s, nh, d = a.shape
-        strides = [s * nh * d if nb > 1 else 0, d if nh > 1 else 0, nh * d]
-    else:
-        a = a.reshape((1,) * (4 - a.ndim) + a.shape)
-        nb, nh, s, d = a.shape
-        strides = [nh * s * d if nb > 1 else 0, s * d if nh > 1 else 0, d]
-    return a.reshape(-1), np.array(strides, np.int64)
+        nb, s, nh, d = shape
+        return np.array([s * nh * d if nb > 1 else 0, d if nh > 1 else 0, nh * d], np.int64)
+    nb, nh, s, d = (1,) * (4 - len(shape)) + tuple(shape)
+    return np.array([nh * s * d if nb > 1 else 0, s * d if nh > 1 else 0, d], np.int64)
 
 
-_LAST = threading.local()  # the heads runner of this thread's last SDPA (for _prepare)
+def _heads_work(nb: int, nh: int, sq: int, sk: int, d: int, dv: int) -> int:
+    """The work figure of the heads kernel for the backend's thread choice (from
+    ``PARALLEL_MACS`` multiply-adds on, when there is more than one head)."""
+    return nb * nh * sq * sk * (d + dv) if nb * nh > 1 else 0
 
 
 def _by_heads(
-    q, k, k_given_t, v, given, layouts, y_bshd, mask, cond, batch, cdt, scale, fill, opts
+    ctx, q, k, k_given_t, v, given, layouts, y_bshd, mask, cond, batch, cdt, scale, fill, opts
 ) -> np.ndarray:
-    """The fast path: :func:`onnxjit.kernels.cpu.sdpa.heads` over every (batch, head) pair.
+    """Attention through the backend's ``sdpa.heads`` kernel over every (batch, head) pair.
     ``q``, ``k``, ``v`` are the logical operands, ``given`` the arrays they view and
     ``layouts`` which of those are in (b, s, h, d) layout; ``y_bshd`` (``batch`` of length
     2 only) writes the result in that layout."""
@@ -265,90 +255,139 @@ def _by_heads(
         c = [a.astype(cdt) for a in (q, kt, v)]
         y = _reference(c[0], c[1], c[2], mask, cond, scale, fill, *opts)
         return np.ascontiguousarray(y.transpose(0, 2, 1, 3)) if y_bshd else y
-    qf, qs = _flat_heads(given[0], layouts[0], cdt)
-    kf, ks = _flat_heads(given[1], layouts[1], cdt)
-    vf, vs = _flat_heads(given[2], layouts[2], cdt)
-    run = _heads_runner(batch, sq, d, sk, dv, qs, ks, k_given_t, vs, y_bshd, cdt, scale, fill,
-                        opts, qf)  # fmt: skip
-    _LAST.runner = run
-    return run(qf, kf, vf, mask, cond)
-
-
-def _heads_runner(
-    batch, sq, d, sk, dv, qs, ks, k_given_t, vs, y_bshd, cdt, scale, fill, opts, sample
-):
-    """``run(qf, kf, vf, mask, cond)`` for flat C-contiguous Q, K, V of these shapes and
-    layouts (the kernel, its pool entry and every size fixed); the result is (*batch, sq,
-    dv), or (nb, sq, nh, dv) when ``y_bshd``."""
-    nb, nh = (1,) * (2 - len(batch)) + tuple(batch)
-    if not k_given_t and sq <= ksdpa.BLAS_ROWS:
-        threads.blas_ready()  # Q K^T with K as stored goes to BLAS (kernels/cpu/sdpa.py)
+    flat = [np.ascontiguousarray(a, dtype=cdt) for a in given]
+    qs, ks, vs = (_strides(a.shape, bshd) for a, bshd in zip(flat, layouts))
+    y_shape, ys = _out_layout(batch, nb, nh, sq, dv, y_bshd)
+    backend = ctx.backend
+    if not k_given_t and sq <= backend.kernel("sdpa", "BLAS_ROWS"):
+        backend.blas_ready()  # Q K^T with K as stored goes to BLAS (kernels/cpu/sdpa.py)
+    y = np.empty(y_shape, cdt)
+    s = np.empty((nb * nh * sq, sk), cdt)
+    masks = _masks(mask, cond, sk, cdt)
     t = cdt.type
-    tail_scale, tail_opts = t(scale), (t(fill), *opts)
+    args = (nb * nh, flat[0].reshape(-1), qs, flat[1].reshape(-1), ks, k_given_t,
+            flat[2].reshape(-1), vs, s, y.reshape(-1), ys, nh, sq, d, dv, masks, t(scale),
+            (t(fill), *opts))  # fmt: skip
+    work = _heads_work(nb, nh, sq, sk, d, dv)
+    backend.run("sdpa", "heads", work, *args, threshold=PARALLEL_MACS)
+    return y
+
+
+def _out_layout(batch, nb, nh, sq, dv, y_bshd) -> tuple[tuple[int, ...], np.ndarray]:
+    """The heads kernel's output shape and its (batch, head, row) element strides."""
     if y_bshd:
-        y_shape = (nb, sq, nh, dv)
-        ys = np.array([sq * nh * dv, dv, nh * dv], np.int64)
-    else:
-        y_shape = (*batch, sq, dv)
-        ys = np.array([nh * sq * dv, sq * dv, dv], np.int64)
-    dummy_f, dummy_b = _dummy(cdt), _dummy(np.dtype(np.bool_))
-    kernel = ksdpa.heads
-    if nb * nh > 1 and nb * nh * sq * sk * (d + dv) >= PARALLEL_MACS:
-        s0 = np.empty((1, sk), cdt)
-        masks0 = (dummy_f, dummy_b, False, False)
-        sample_args = (nb * nh, sample, qs, sample, ks, k_given_t, sample, vs, s0, sample, ys)
-        sample_args += (nh, sq, d, dv, masks0, tail_scale, tail_opts)
-        kernel = pool.bind(ksdpa.heads_par, sample_args, threads.current())
-
-    y_slot = Slot(y_shape, cdt)
-    s_slot = Slot((nb * nh * sq, sk), cdt, scratch=True)
-
-    def run(qf, kf, vf, mask, cond):
-        y = y_slot.get()
-        s = s_slot.get()
-        masks = (
-            dummy_f if mask is None else _as_4d(mask, sk),
-            dummy_b if cond is None else _as_4d(cond, sk),
-            mask is not None,
-            cond is not None,
-        )
-        kernel(nb * nh, qf, qs, kf, ks, k_given_t, vf, vs, s, y.reshape(-1), ys, nh, sq, d,
-               dv, masks, tail_scale, tail_opts)  # fmt: skip
-        return y
-
-    return run
+        return (nb, sq, nh, dv), np.array([sq * nh * dv, dv, nh * dv], np.int64)
+    return (*batch, sq, dv), np.array([nh * sq * dv, sq * dv, dv], np.int64)
 
 
-@fast_path(sdpa)
-def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    """SDPA on float32/float64 Q, K, V of fixed shapes that took the per-head kernel."""
-    run = getattr(_LAST, "runner", None)
-    _LAST.runner = None
-    q, k, v = args[0], args[1], args[2]
-    if run is None or q.dtype not in (np.float32, np.float64):
+def _masks(mask: np.ndarray | None, cond: np.ndarray | None, sk: int, cdt: np.dtype) -> tuple:
+    """The heads kernel's ``masks`` argument: (mask, cond) as 4-D C-contiguous arrays widened
+    to ``sk`` columns (stand-ins where absent) and whether each is given."""
+    return (
+        _dummy(cdt) if mask is None else _as_4d(mask, sk),
+        _dummy(np.dtype(np.bool_)) if cond is None else _as_4d(cond, sk),
+        mask is not None,
+        cond is not None,
+    )
+
+
+# -- lowering (see onnxjit.lowering) -------------------------------------------------------------
+def _logical(shape: tuple[int, ...], bshd: bool) -> tuple[int, ...]:
+    return (shape[0], shape[2], shape[1], shape[3]) if bshd else shape
+
+
+def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
         return None
-    if not all(type(a) is np.ndarray and a.flags.c_contiguous for a in (q, k, v)):
+
+
+@lowers(sdpa)
+def _lower_sdpa(lc: LowerContext) -> Bound | None:
+    """SDPA on float32/float64 operands that the heads kernel takes (see the module
+    docstring): its call bound once, with every stride and size, the thread choice and the
+    scores' scratch buffer (an extra output); a constant mask or condition is widened once.
+    Anything else runs the implementation."""
+    specs = list(lc.inputs) + [None] * (5 - len(lc.inputs))
+    q, k, v, mask, cond = specs[:5]
+    if not all(s is not None and s.kind == TENSOR for s in (q, k, v)):
         return None
-    extras = tuple(args[3:])
-    shapes = (q.shape, k.shape, v.shape)
+    for s in (mask, cond):
+        if s is not None and s.kind != TENSOR:
+            return None
     dtype = q.dtype
-    extra_kinds = tuple(None if e is None else (e.shape, e.dtype) for e in extras)
-
-    def fast(q2: Any, k2: Any, v2: Any, *rest: Any) -> Any:
-        if (
-            (q2.shape, k2.shape, v2.shape) != shapes
-            or q2.dtype != dtype
-            or k2.dtype != dtype
-            or v2.dtype != dtype
-            or not (q2.flags.c_contiguous and k2.flags.c_contiguous and v2.flags.c_contiguous)
-            or len(rest) != len(extras)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    if k.dtype != dtype or v.dtype != dtype:
+        return None
+    a = lc.attrs
+    k_t = bool(a["k_transposed"])
+    layouts = (bool(a["q_bshd"]), bool(a["k_bshd"]), bool(a["v_bshd"]))
+    if layouts[1] and k_t:
+        return None
+    if any(flag and s.ndim != 4 for s, flag in zip((q, k, v), layouts)):
+        return None
+    qsh, ksh, vsh = (_logical(s.shape, flag) for s, flag in zip((q, k, v), layouts))
+    if len(ksh) < 2 or (not k_t and a["k_rank"] and len(ksh) != a["k_rank"]):
+        return None
+    kt = ksh if k_t else ksh[:-2] + (ksh[-1], ksh[-2])
+    if not (2 <= len(qsh) <= 4 and len(kt) <= 4 and 2 <= len(vsh) <= 4):
+        return None
+    batch = _broadcast(qsh[:-2], kt[:-2])
+    if batch is None:
+        return None
+    sq, d, sk, dv = qsh[-2], qsh[-1], kt[-1], vsh[-1]
+    if d != kt[-2] or vsh[-2] != sk:
+        return None
+    scores = batch + (sq, sk)
+    for s, want in ((mask, dtype), (cond, np.dtype(np.bool_))):
+        if s is not None and (
+            s.ndim > 4 or s.dtype != want or _broadcast(scores, s.shape) != scores
         ):
-            return MISS
-        for e, kind in zip(rest, extra_kinds):
-            if (e is None) != (kind is None) or (e is not None and (e.shape, e.dtype) != kind):
-                return MISS
-        mask = rest[0] if len(rest) > 0 else None
-        cond = rest[1] if len(rest) > 1 else None
-        return run(q2.reshape(-1), k2.reshape(-1), v2.reshape(-1), mask, cond)
+            return None
+    vb = vsh[:-2]
+    if len(vb) > len(batch) or not all(x in (1, y) for x, y in zip(vb[::-1], batch[::-1])):
+        return None  # V does not broadcast into the scores' batch: the implementation's matmuls
+    y_bshd = bool(a["y_bshd"])
+    if y_bshd and len(batch) != 2:
+        return None
+    nb, nh = (1,) * (2 - len(batch)) + tuple(batch)
+    if nb * nh * sq * dv == 0 or sk == 0 or d == 0:
+        return None
+    return _bind_heads(lc, (q, k, v), layouts, k_t, mask, cond, batch, (nb, nh, sq, d, sk, dv))
 
-    return fast
+
+def _bind_heads(lc: LowerContext, operands, layouts, k_t, mask, cond, batch, sizes) -> Bound:
+    nb, nh, sq, d, sk, dv = sizes
+    dtype = operands[0].dtype
+    t = dtype.type
+    a = lc.attrs
+    qs, ks, vs = (_strides(s.shape, bshd) for s, bshd in zip(operands, layouts))
+    y_shape, ys = _out_layout(batch, nb, nh, sq, dv, bool(a["y_bshd"]))
+    if not k_t and sq <= lc.kernel("sdpa", "BLAS_ROWS"):
+        lc.backend.blas_ready()  # Q K^T with K as stored goes to BLAS (kernels/cpu/sdpa.py)
+    scale = t(a["scale"])
+    opts = (t(a["fill"]), bool(a["swap"]), bool(a["where_first"]), bool(a["nan_to_zero"]))
+    flat = np.empty(1, dtype)
+    masks0 = _masks(None, None, sk, dtype)
+    sample = (nb * nh, flat, qs, flat, ks, k_t, flat, vs, np.empty((1, sk), dtype), flat, ys,
+              nh, sq, d, dv, masks0, scale, opts)  # fmt: skip
+    work = _heads_work(nb, nh, sq, sk, d, dv)
+    kernel = lc.backend.launcher("sdpa", "heads", work, sample, threshold=PARALLEL_MACS)
+    outs = [tensor(dtype, y_shape), tensor(dtype, (nb * nh * sq, sk))]  # y, the scores
+    q, k, v = (In(i, flat=True) for i in range(3))
+    y, s = Out(0, flat=True), Out(1)
+    extras = [(i, spec) for i, spec in ((3, mask), (4, cond)) if spec is not None]
+    if all(lc.is_const(i) for i, _ in extras):
+        masks = _masks(lc.const(3), lc.const(4), sk, dtype)
+        return writes(kernel, nb * nh, q, qs, k, ks, k_t, v, vs, s, y, ys, nh, sq, d, dv, masks,
+                      scale, opts, outs=outs, name="sdpa.heads")  # fmt: skip
+
+    def heads(qf, kf, vf, m, c, s2, yf):  # masks fed per run: widened every run
+        kernel(nb * nh, qf, qs, kf, ks, k_t, vf, vs, s2, yf, ys, nh, sq, d, dv,
+               _masks(m, c, sk, dtype), scale, opts)  # fmt: skip
+
+    m = In(3) if mask is not None else None
+    c = In(4) if cond is not None else None
+    return writes(heads, q, k, v, m, c, s, y, outs=outs, name="sdpa.heads")
