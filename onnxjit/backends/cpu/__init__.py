@@ -61,7 +61,15 @@ class CpuBackend:
         (called without the pool's control argument)."""
         from onnxjit.backends.cpu import pool
 
-        return pool.bind(self.kernel(family, f"{name}_par"), tuple(sample), self.threads())
+        return pool.bind(self.twin(family, name), tuple(sample), self.threads())
+
+    def twin(self, family: str, name: str) -> Any:
+        """The pool twin of kernel ``name`` of ``family``: ``name_par``, or ``name_parallel``
+        where a family names its twins so (resize, vision)."""
+        try:
+            return self.kernel(family, f"{name}_par")
+        except KeyError:
+            return self.kernel(family, f"{name}_parallel")
 
     def run(
         self, family: str, name: str, work: int, *args: Any, threshold: int | None = None
@@ -76,7 +84,7 @@ class CpuBackend:
             return
         from onnxjit.backends.cpu.pool import run_parallel
 
-        run_parallel(self.kernel(family, f"{name}_par"), *args)
+        run_parallel(self.twin(family, name), *args)
 
     def blas_ready(self) -> None:
         """Load the BLAS library the kernels call and hold it at one thread, before a kernel
