@@ -413,6 +413,26 @@ def test_tfidf_vectorizer_9_rejects_bad_pools() -> None:
         _run("TfIdfVectorizer", {"x": x}, _tfidf_attrs("IDF", 1, 2, 0, weights=[1.0]), 9)
 
 
+def test_tfidf_vectorizer_9_plan_binds_the_pool_once() -> None:
+    """A session's plan runs TfIdfVectorizer through its bound call (the pool's trie built
+    once for the plan), equal to onnxruntime while the rows and their length change."""
+    attrs = _tfidf_attrs("TFIDF", 1, 2, 1, weights=[0.5, 1, 2, 3, 4, 5, 6])
+    x = np.array([SEQ, SEQ[::-1]], np.int64)
+    model = make_node_model("TfIdfVectorizer", {"x": x}, attrs, 9)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "c"
+    declare_outputs_like(model, [np.zeros((2, 7), np.float32)])
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(3)
+    for shape in ((2, 12), (2, 12), (5, 9), (1, 30), (5, 9)):
+        feed = {"x": rng.integers(0, 10, shape).astype(np.int64)}
+        (got,) = sess.run(None, feed)
+        assert_close(got, ort_outputs(model, feed)[0], 1e-6, 1e-6, "TfIdfVectorizer")
+        (step,) = sess.stats()["plans"][-1]["steps"]
+        assert not step["generic"]
+
+
 # ------------------------------------------------------------------- randomised comparisons
 
 

@@ -4,7 +4,7 @@ Attention: Q K^T and P V are batched BLAS matmuls (grouped-query heads are folde
 row dimension, so no K/V repetition is materialised); the additive bias (boolean/float mask,
 causal frontier, sliding window, padding from ``nonpad_kv_seqlen``) is built once with numpy
 at the mask's own broadcast shape; softcap, bias, softmax and the fully-masked-row guard run in
-one Numba kernel per row (kernels/cpu/attention.py).
+one kernel per row (the backend's ``attention`` family, kernels/cpu/attention.py).
 
 float16/bfloat16 are computed in float32, with intermediates rounded to the narrow type where
 the spec's dataflow holds them in that type (scaled Q and K, the scores, softmax in the input
@@ -19,9 +19,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import attention as katt
 from onnxjit.registry import NodeContext, onnx_op
 
 _BF16 = "bfloat16"
@@ -259,10 +256,7 @@ def _attention(
         smode,
         mode,
     )
-    if s2.size >= _jit.PARALLEL_THRESHOLD:
-        run_parallel(katt.softmax_rows_par, *args)
-    else:
-        katt.softmax_rows(*args)
+    ctx.run_kernel("attention", "softmax_rows", s2.size, *args)
 
     y = _grouped_matmul(scores, present_v.astype(cdt), hkv)  # probabilities @ V
     if rank3:
@@ -480,7 +474,7 @@ def linear_attention_27(
         state_dtype = query.dtype
     sc = 1.0 / math.sqrt(dk) if not scale else float(scale)
     out = np.empty((nb, nt, q_num_heads, dv), dtype=f32)
-    katt.linear_attention(
+    ctx.kernel("attention", "linear_attention")(
         q4, k4, v4, state, d4, b3, q_num_heads // kv_num_heads, rule, f32(sc), out
     )
     y = out.reshape(nb, nt, q_num_heads * dv).astype(query.dtype, copy=False)
@@ -524,7 +518,9 @@ def causal_conv_with_state_27(
     )
     out = np.empty_like(xc)
     new_state = np.empty((nb, nc, kw - 1), dtype=cdt)
-    katt.causal_conv(xc, w, b, st, activation != "none", _narrow_mode(dtype), out, new_state)
+    ctx.kernel("attention", "causal_conv")(
+        xc, w, b, st, activation != "none", _narrow_mode(dtype), out, new_state
+    )
     return out.astype(dtype, copy=False), new_state.astype(dtype, copy=False)
 
 
@@ -593,10 +589,7 @@ def flex_attention_1(
         _narrow_mode(sdt),
         -1,
     )
-    if s2.size >= _jit.PARALLEL_THRESHOLD:
-        run_parallel(katt.softmax_rows_par, *args)
-    else:
-        katt.softmax_rows(*args)
+    ctx.run_kernel("attention", "softmax_rows", s2.size, *args)
     probs = scores
     if prob_mod is not None:
         probs = _run_mod(ctx, prob_mod, probs.astype(sdt), "prob_mod").astype(cdt)
@@ -665,7 +658,7 @@ def rotary_embedding_23(
     cdt = _compute_dtype(dtype)
     xc = np.ascontiguousarray(x4, dtype=cdt)
     out = np.empty_like(xc)
-    katt.rotary(
+    ctx.kernel("attention", "rotary")(
         xc,
         np.ascontiguousarray(cos2, dtype=cdt),
         np.ascontiguousarray(sin2, dtype=cdt),

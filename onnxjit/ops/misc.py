@@ -1,7 +1,7 @@
 """Miscellaneous default-domain operators, random generators and the training optimisers.
 
-Loops that numpy cannot do in one pass run as Numba kernels from
-``onnxjit.kernels.cpu.misc`` (CumProd, ReverseSequence, LpNormalization,
+Loops that numpy cannot do in one pass run as the backend's ``misc`` kernels
+(kernels/cpu/misc.py: CumProd, ReverseSequence, LpNormalization,
 NegativeLogLikelihoodLoss, TensorScatter, Multinomial's draws); the rest is numpy doing one
 pass (Compress, Unique, MaxUnpool's scatter, Det through LAPACK, BitCast as a view).
 float16/bfloat16 inputs are computed in float32 and cast back.
@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from onnxjit import limits, types
-from onnxjit.kernels.cpu import misc as K
 from onnxjit.registry import NodeContext, onnx_op
 
 _LOW_FLOATS = ("float16", "bfloat16")
@@ -130,7 +129,7 @@ def cumprod_26(ctx, x, axis, *, exclusive=0, reverse=0):
         work = work.astype(np.float32)
     x3 = _canonical3(work, a)
     out = np.empty_like(x3)
-    K.cumprod3(x3, bool(exclusive), bool(reverse), out)
+    ctx.kernel("misc", "cumprod3")(x3, bool(exclusive), bool(reverse), out)
     out = out.reshape(x.shape)
     return out.astype(x.dtype) if low else out
 
@@ -166,7 +165,7 @@ def reverse_sequence(ctx, input, sequence_lens, *, batch_axis=1, time_axis=0):
     out = np.empty_like(x3)
     raw_in, raw_out = _raw(x3), _raw(out)
     if raw_in is not None:
-        K.reverse_sequence3(raw_in, lens, batch_axis == 0, raw_out)
+        ctx.kernel("misc", "reverse_sequence3")(raw_in, lens, batch_axis == 0, raw_out)
         return out.reshape(x.shape)
     # Strings: gather along the time axis with a (batch, time) source-index table.
     t = np.arange(n_time)[None, :]
@@ -229,7 +228,7 @@ def lp_normalization(ctx, input, *, axis=-1, p=2):
         work = work.astype(np.float32)
     x3 = _canonical3(work, a)
     out = np.empty_like(x3)
-    K.lp_normalize3(x3, int(p), out)
+    ctx.kernel("misc", "lp_normalize3")(x3, int(p), out)
     out = out.reshape(x.shape)
     return out.astype(x.dtype) if out.dtype != x.dtype else out
 
@@ -383,7 +382,7 @@ def tensor_scatter(ctx, past_cache, update, write_indices=None, *, axis=-2, mode
         raise ctx.unsupported(f"element type {cache.dtype} is not supported")
     o4 = o4.reshape(n_batch, prefix, n_seq, inner)
     u4 = u4.reshape(n_batch, prefix, s, inner)
-    K.tensor_scatter4(u4, wi, mode == "circular", o4)
+    ctx.kernel("misc", "tensor_scatter4")(u4, wi, mode == "circular", o4)
     return out
 
 
@@ -431,7 +430,7 @@ def nll_loss(ctx, input, target, weight=None, *, ignore_index=None, reduction="m
         w = np.ones(1, dtype=work.dtype)
     loss = np.empty(t2.shape, dtype=work.dtype)
     wsum = np.zeros(1, dtype=np.float64)
-    K.nll_loss3(x3, t2, w, weight is not None, ignore, loss, wsum)
+    ctx.kernel("misc", "nll_loss3")(x3, t2, w, weight is not None, ignore, loss, wsum)
     if reduction == "none":
         out = loss.reshape(t.shape)
     elif reduction == "sum":
@@ -575,7 +574,7 @@ def multinomial(ctx, input, *, dtype=6, sample_size=1, seed=None):
     if n_class and out.size:
         logits = x.astype(np.float64)
         cdf = np.cumsum(np.exp(logits - logits.max(axis=1, keepdims=True)), axis=1)
-        K.multinomial_draw(np.ascontiguousarray(cdf), u * cdf[:, -1:], out)
+        ctx.kernel("misc", "multinomial_draw")(np.ascontiguousarray(cdf), u * cdf[:, -1:], out)
     return out.astype(out_dt, copy=False)
 
 

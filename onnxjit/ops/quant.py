@@ -2,7 +2,7 @@
 QLinearMatMul, QLinearConv.
 
 The affine loops (scale broadcast per tensor / axis / block, round half to even, zero point,
-clamp) are the Numba kernels of ``onnxjit.kernels.cpu.quant``. They run in float32 (float64
+clamp) are the backend's ``quant`` kernels (kernels/cpu/quant.py). They run in float32 (float64
 where the input or the requantization factor is float64) and produce floats holding the
 quantized values; the final conversion to the storage type (int8 ... int2, float8, float4,
 float6) is one numpy/ml_dtypes ``astype``, through Cast's ``cast_array`` for the saturating
@@ -18,9 +18,6 @@ import ml_dtypes
 import numpy as np
 
 from onnxjit import types as onnx_types
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import quant as kq
 from onnxjit.ops.elementwise import cast_array
 from onnxjit.ops.nn import conv_integer
 from onnxjit.registry import NodeContext, onnx_op
@@ -105,6 +102,7 @@ def _layout(
 
 
 def _run_affine(
+    ctx: NodeContext,
     x3: np.ndarray,
     s3: np.ndarray,
     z3: np.ndarray,
@@ -118,12 +116,8 @@ def _run_affine(
     out = np.empty(x3.shape, x3.dtype)
     if out.size == 0:
         return out
-    kern = kq.quantize_par if out.size >= _jit.PARALLEL_THRESHOLD else kq.quantize
     args = (x3, s3, z3, np.int64(block), divide, do_round, float(lo), float(hi), out)
-    if kern is kq.quantize_par:
-        run_parallel(kern, *args)
-    else:
-        kern(*args)
+    ctx.run_kernel("quant", "quantize", out.size, *args)
     return out
 
 
@@ -181,12 +175,12 @@ def _quantize(
     is_int = dst in _INT_RANGES
     lo, hi = _INT_RANGES[dst] if is_int else (-np.inf, np.inf)
     if narrow:
-        q = _run_affine(x3, s3, np.zeros_like(z3), _bs, True, False, -np.inf, np.inf)
+        q = _run_affine(ctx, x3, s3, np.zeros_like(z3), _bs, True, False, -np.inf, np.inf)
         q = _to_float(q.astype(prec), cdt)
         one = np.ones(ss, cdt)
-        q = _run_affine(q, one, z3, _bs, False, is_int, lo, hi)
+        q = _run_affine(ctx, q, one, z3, _bs, False, is_int, lo, hi)
     else:
-        q = _run_affine(x3, s3, z3, _bs, True, is_int, lo, hi)
+        q = _run_affine(ctx, x3, s3, z3, _bs, True, is_int, lo, hi)
     return _store(ctx, q.reshape(x.shape), dst, saturate)
 
 
@@ -217,10 +211,7 @@ def _dequantize(
     z3 = np.zeros(ss, np.float32) if zero is None else _to_float(zero).reshape(ss)
     out = np.empty(xs, np.float32)
     if out.size:
-        if out.size >= _jit.PARALLEL_THRESHOLD:
-            run_parallel(kq.dequantize_par, x3, s3, z3, np.int64(bs), out)
-        else:
-            kq.dequantize(x3, s3, z3, np.int64(bs), out)
+        ctx.run_kernel("quant", "dequantize", out.size, x3, s3, z3, np.int64(bs), out)
     out = out.reshape(x.shape)
     return out if dst == out.dtype else out.astype(dst)
 
@@ -415,6 +406,7 @@ def dynamicquantizelinear_11(
     scale = np.float32(rng / np.float32(255))
     zp = np.float32(np.rint(min(255.0, max(0.0, float(np.float32(0) - mn / scale)))))
     q = _run_affine(
+        ctx,
         xf.reshape(1, -1, 1),
         np.full((1, 1, 1), scale, np.float32),
         np.full((1, 1, 1), zp, np.float32),
@@ -456,7 +448,9 @@ def _requantize(
     a3 = np.ascontiguousarray(acc, dtype=np.float64).reshape(lead, tsize, 1)
     is_int = dst in _INT_RANGES
     lo, hi = _INT_RANGES[dst] if is_int else (-np.inf, np.inf)
-    q = _run_affine(a3, f.reshape(1, tsize, 1), z.reshape(1, tsize, 1), 1, False, is_int, lo, hi)
+    q = _run_affine(
+        ctx, a3, f.reshape(1, tsize, 1), z.reshape(1, tsize, 1), 1, False, is_int, lo, hi
+    )
     return _store(ctx, q.reshape(acc.shape), dst, 1)
 
 
@@ -586,5 +580,5 @@ def qlinearconv_10(
     a3 = np.ascontiguousarray(acc).reshape(n, m, sp)
     # z3 must match f3's layout (per-channel) for the kernel's shared indexing.
     z3 = np.broadcast_to(z3, (1, m, 1)).copy()
-    q = _run_affine(a3, f3, z3, 1, False, is_int, lo, hi)
+    q = _run_affine(ctx, a3, f3, z3, 1, False, is_int, lo, hi)
     return _store(ctx, q.reshape(acc.shape), dst, 1)

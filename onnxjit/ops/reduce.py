@@ -1,7 +1,7 @@
 """Reduction operators: Reduce*, ArgMax/ArgMin, CumSum, TopK.
 
 All of them bring the input to a canonical ``(outer, n, inner)`` view, where ``n`` runs over the
-reduced elements, and run one Numba kernel from ``onnxjit.kernels.cpu.reduce``. Reduced axes that
+reduced elements, and run one kernel of the backend's ``reduce`` family. Reduced axes that
 are adjacent need no copy; otherwise the input is transposed once so that they become adjacent.
 
 Versions: the axes of ReduceSum moved from an attribute to an input at 13, those of the other
@@ -17,9 +17,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import reduce as K
 from onnxjit.registry import NodeContext, onnx_op
 
 _LOW_FLOATS = ("float16", "bfloat16")
@@ -61,18 +58,19 @@ def _canonical(x: np.ndarray, axes: list[int]) -> tuple[np.ndarray, int, int, in
     return xt.reshape(outer, n, 1), outer, n, 1
 
 
-# name -> (kernel kind, post-processing applied to the reduced value)
+# name -> (kernel kind, post-processing applied to the reduced value); the kernel's code of a
+# kind is its constant of that name (kernels/cpu/reduce.py)
 _KINDS = {
-    "sum": (K.SUM, None),
-    "mean": (K.SUM, "mean"),
-    "max": (K.MAX, None),
-    "min": (K.MIN, None),
-    "prod": (K.PROD, None),
-    "l1": (K.L1, None),
-    "l2": (K.SUMSQ, "sqrt"),
-    "logsum": (K.SUM, "log"),
-    "logsumexp": (K.LOGSUMEXP, None),
-    "sumsquare": (K.SUMSQ, None),
+    "sum": ("SUM", None),
+    "mean": ("SUM", "mean"),
+    "max": ("MAX", None),
+    "min": ("MIN", None),
+    "prod": ("PROD", None),
+    "l1": ("L1", None),
+    "l2": ("SUMSQ", "sqrt"),
+    "logsum": ("SUM", "log"),
+    "logsumexp": ("LOGSUMEXP", None),
+    "sumsquare": ("SUMSQ", None),
 }
 
 
@@ -99,15 +97,15 @@ def _elementwise_noop(x: np.ndarray, name: str) -> np.ndarray:
     return np.asarray(r).astype(x.dtype)
 
 
-def _identity(kind: int, dtype: np.dtype):
-    if kind == K.PROD:
+def _identity(kind: str, dtype: np.dtype):
+    if kind == "PROD":
         return 1
-    if kind in (K.MAX, K.MIN):
+    if kind in ("MAX", "MIN"):
         if dtype.kind == "f":
-            return -np.inf if kind == K.MAX else np.inf
+            return -np.inf if kind == "MAX" else np.inf
         info = np.iinfo(dtype)
-        return info.min if kind == K.MAX else info.max
-    if kind == K.LOGSUMEXP:
+        return info.min if kind == "MAX" else info.max
+    if kind == "LOGSUMEXP":
         return -np.inf
     return 0
 
@@ -145,11 +143,11 @@ def reduce_values(
         work = x.view(np.uint8)
     elif _is_low_float(dtype):
         work = x.astype(np.float32)
-    elif kind == K.LOGSUMEXP and dtype.kind != "f":
+    elif kind == "LOGSUMEXP" and dtype.kind != "f":
         work = x.astype(np.float64)
     x3, outer, n, inner = _canonical(work, axes_n)
     wk = work.dtype
-    if kind in (K.MAX, K.MIN):
+    if kind in ("MAX", "MIN"):
         acc_dtype = wk
     elif wk.kind == "f":
         acc_dtype = np.dtype(np.float64)
@@ -159,10 +157,9 @@ def reduce_values(
         acc_dtype = np.dtype(np.int64)
     acc = np.full((outer, inner), _identity(kind, wk), dtype=acc_dtype)
     if x3.size:
-        if outer > 1 and x3.size >= _jit.PARALLEL_THRESHOLD:
-            run_parallel(K.reduce3_par, x3, kind, acc)
-        else:
-            K.reduce3(x3, kind, acc)
+        code = int(ctx.kernel("reduce", kind))
+        # threads split the outer rows: one row has nothing to split
+        ctx.run_kernel("reduce", "reduce3", x3.size if outer > 1 else 0, x3, code, acc)
     res = acc
     with np.errstate(all="ignore"):
         if post == "mean":
@@ -227,7 +224,7 @@ def _arg(ctx: NodeContext, x: np.ndarray, axis: int, keepdims: int, last: int, w
     x3, outer, _, inner = _canonical(work, [a])
     out = np.empty((outer, inner), dtype=np.int64)
     if out.size:
-        K.argreduce3(x3, want_max, bool(last), out)
+        ctx.kernel("reduce", "argreduce3")(x3, want_max, bool(last), out)
     shape = list(x.shape)
     if keepdims:
         shape[a] = 1
@@ -281,7 +278,7 @@ def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
     x3, _, _, _ = _canonical(work, [a])
     out = np.empty_like(x3)
     if out.size:
-        K.cumsum3(x3, bool(exclusive), bool(reverse), out)
+        ctx.kernel("reduce", "cumsum3")(x3, bool(exclusive), bool(reverse), out)
     out = out.reshape(x.shape)
     return out.astype(x.dtype) if low else out
 
@@ -302,7 +299,7 @@ def _topk(ctx: NodeContext, x: np.ndarray, k: int, axis: int, largest: int):
     values = np.empty((outer, k, inner), dtype=work.dtype)
     indices = np.empty((outer, k, inner), dtype=np.int64)
     if values.size:
-        K.topk3(x3, k, bool(largest), values, indices)
+        ctx.kernel("reduce", "topk3")(x3, k, bool(largest), values, indices)
     shape = list(x.shape)
     shape[a] = k
     values = values.reshape(shape)

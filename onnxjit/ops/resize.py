@@ -2,7 +2,7 @@
 
 For each resized axis the host builds a small table (source indices and weights per output
 position) from the coordinate transformation, the interpolation mode and its options; the
-Numba kernel in ``onnxjit.kernels.cpu.resize`` applies it over the tensor viewed as
+backend's ``resize.interp_axis`` kernel applies it over the tensor viewed as
 (outer, axis, inner). Nearest mode is a plain gather (``np.take``), exact for every dtype.
 
 The arithmetic follows onnx's reference implementation where the spec is loose: the
@@ -23,9 +23,6 @@ import math
 import numpy as np
 
 from onnxjit import limits
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import resize as K
 from onnxjit.registry import NodeContext, onnx_op
 
 _COORD_MODES = (
@@ -125,6 +122,7 @@ def _axis_table(
 
 
 def _apply_axis(
+    ctx: NodeContext,
     x: np.ndarray,
     axis: int,
     idx: np.ndarray,
@@ -148,10 +146,7 @@ def _apply_axis(
     oob_u8 = np.zeros(n_out, dtype=np.uint8) if oob is None else oob.astype(np.uint8)
     wt = np.ascontiguousarray(w, dtype=x.dtype)
     if out.size:
-        if out.size >= _jit.PARALLEL_THRESHOLD:
-            run_parallel(K.interp_axis_parallel, x3, idx, wt, oob_u8, extrapolation, out)
-        else:
-            K.interp_axis(x3, idx, wt, oob_u8, extrapolation, out)
+        ctx.run_kernel("resize", "interp_axis", out.size, x3, idx, wt, oob_u8, extrapolation, out)
     return out.reshape(shape[:axis] + (n_out,) + shape[axis + 1 :])
 
 
@@ -276,7 +271,7 @@ def _resize(
             cubic_a=cubic_a, exclude_outside=bool(exclude_outside),
             antialias=bool(antialias), roi=roi_of.get(a),
         )  # fmt: skip
-        work = _apply_axis(work, a, idx, w, oob, extrapolation)
+        work = _apply_axis(ctx, work, a, idx, w, oob, extrapolation)
     if work.dtype == out_dtype:
         return work if work is not X else X.copy()
     if out_dtype.kind in "iu":

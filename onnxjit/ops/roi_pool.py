@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.kernels.cpu import roi_pool as kroi
 from onnxjit.registry import onnx_op
 
 
@@ -61,5 +60,5 @@ def max_roi_pool_1(ctx, x, rois, *, pooled_shape=None, spatial_scale=1.0):
     ws, we = _bounds(x1, roi_w, pw, w)
     out = np.empty((r.shape[0], c, ph, pw), dtype=work)
     if out.size:
-        kroi.max_roi_pool(xc, batch, hs, he, ws, we, out)
+        ctx.kernel("roi_pool", "max_roi_pool")(xc, batch, hs, he, ws, we, out)
     return out if work == orig else out.astype(orig)

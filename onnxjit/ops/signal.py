@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from onnxjit import limits, types
-from onnxjit.kernels.cpu import signal as K
 from onnxjit.registry import NodeContext, onnx_op
 
 _LOW_FLOATS = ("float16", "bfloat16")
@@ -249,7 +248,7 @@ def mel_weight_matrix_17(
             f"{n_fft}-point DFT at sample_rate {rate}; use at most sample_rate / 2"
         )
     out = np.zeros((n_spec, n_mel), dtype=np.float64)
-    K.mel_triangles(edges, out)
+    ctx.kernel("signal", "mel_triangles")(edges, out)
     return out.astype(types.np_dtype(int(output_datatype)))
 
 

@@ -4,8 +4,8 @@ TfIdfVectorizer.
 String tensors are numpy object arrays of Python ``str``. Numba cannot compile loops over
 Python objects, so the string work is done with Python's ``str`` methods and ``re`` (each one
 call per element; there is no faster one-pass numpy form for them). TfIdfVectorizer maps its
-tokens to int64 on the host side and counts n-grams in a Numba kernel
-(``kernels/cpu/text.py``).
+tokens to int64 on the host side and counts n-grams in the backend's ``text.ngram_counts``
+kernel (``kernels/cpu/text.py``); its lowering builds the pool's trie once per plan.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import text as ktext
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, lowers, returns, tensor
 from onnxjit.registry import onnx_op
 
 
@@ -509,10 +507,6 @@ class _NgramTable:
         self.vocab = vocab
 
 
-_TABLES: dict[tuple[int, ...], tuple[tuple[Any, ...], _NgramTable]] = {}
-_TABLES_LOCK = threading.Lock()
-
-
 def _build_table(
     ctx: Any,
     ngram_counts: list[int],
@@ -592,22 +586,6 @@ def _build_table(
     )
 
 
-def _cached_table(ctx: Any, keys: tuple[Any, ...]) -> _NgramTable:
-    # The executor passes the same attribute objects to every run of a node: the table is kept
-    # per attribute identity (the key objects stay alive in the entry, so ids are not reused).
-    key = tuple(id(k) for k in keys)
-    with _TABLES_LOCK:
-        hit = _TABLES.get(key)
-    if hit is not None:
-        return hit[1]
-    table = _build_table(ctx, *keys)
-    with _TABLES_LOCK:
-        if len(_TABLES) >= 256:
-            _TABLES.pop(next(iter(_TABLES)))
-        _TABLES[key] = (keys, table)
-    return table
-
-
 @onnx_op("TfIdfVectorizer", since=9)
 def tfidf_vectorizer_9(
     ctx: Any,
@@ -633,6 +611,14 @@ def tfidf_vectorizer_9(
     say; the reference evaluator indexes weights by output column, which agrees when
     ngram_indexes is 0, 1, 2, ...).
     """
+    _check_tfidf(ctx, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts,
+                 ngram_indexes)  # fmt: skip
+    table = _build_table(ctx, ngram_counts, ngram_indexes, pool_int64s, pool_strings)
+    return _tfidf(ctx, x, table, min_gram_length, max_gram_length, max_skip_count, mode, weights)
+
+
+def _check_tfidf(ctx, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts,
+                 ngram_indexes) -> None:  # fmt: skip
     for name, value in (
         ("max_gram_length", max_gram_length),
         ("max_skip_count", max_skip_count),
@@ -650,7 +636,19 @@ def tfidf_vectorizer_9(
             "need 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got "
             f"{min_gram_length}, {max_gram_length}, {max_skip_count}"
         )
-    table = _cached_table(ctx, (ngram_counts, ngram_indexes, pool_int64s, pool_strings))
+
+
+def _tfidf(
+    ctx: Any,
+    x: np.ndarray,
+    table: _NgramTable,
+    min_gram_length: int,
+    max_gram_length: int,
+    max_skip_count: int,
+    mode: str,
+    weights: list[float] | None,
+) -> np.ndarray:
+    """TfIdfVectorizer of ``x`` against the pool's ``table`` (attributes checked)."""
     x = np.asarray(x)
     if x.ndim > 2:
         raise ctx.error(f"X must have shape [C] or [N, C], got {list(x.shape)}")
@@ -671,7 +669,6 @@ def tfidf_vectorizer_9(
         raise ctx.error(f"X must be int32, int64 or string, got {x.dtype}")
     counts = np.zeros((rows.shape[0], table.n_out), dtype=np.float32)
     if tokens.size and table.child_key.size:
-        kernel = ktext.ngram_counts
         args = (
             tokens,
             table.child_start,
@@ -683,10 +680,9 @@ def tfidf_vectorizer_9(
             int(max_skip_count),
             counts,
         )
-        if tokens.shape[0] > 1 and tokens.size * (max_skip_count + 1) >= _jit.PARALLEL_THRESHOLD:
-            run_parallel(ktext.ngram_counts_par, *args)
-        else:
-            kernel(*args)
+        # threads split the rows: one row has nothing to split
+        work = tokens.size * (max_skip_count + 1) if tokens.shape[0] > 1 else 0
+        ctx.run_kernel("text", "ngram_counts", work, *args)
     if mode != "TF":
         w = None
         if weights:
@@ -706,3 +702,37 @@ def tfidf_vectorizer_9(
         elif mode == "TFIDF" and w is not None:
             counts *= w
     return counts if x.ndim == 2 else counts.reshape(-1)
+
+
+@lowers(tfidf_vectorizer_9)
+def _lower_tfidf(lc: LowerContext) -> Bound | None:
+    """TfIdfVectorizer with valid attributes: the pool's trie built once for the plan (the
+    implementation builds it at every call). Invalid attributes or inputs leave the node to
+    the implementation, which raises the error."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.ndim > 2:
+        return None
+    a = lc.attrs
+    keys = ("max_gram_length", "max_skip_count", "min_gram_length", "mode", "ngram_counts",
+            "ngram_indexes")  # fmt: skip
+    try:
+        _check_tfidf(lc, *(a[k] for k in keys))
+        table = _build_table(lc, a["ngram_counts"], a["ngram_indexes"], a["pool_int64s"],
+                             a["pool_strings"])  # fmt: skip
+    except Exception:
+        return None
+    strings = x.dtype == object or x.dtype.kind == "U"
+    if strings != (table.vocab is not None) or not (strings or x.dtype in (np.int32, np.int64)):
+        return None
+    weights = a["weights"]
+    if a["mode"] != "TF" and weights and len(weights) != table.columns.shape[0]:
+        return None
+    n = x.shape[0] if x.ndim == 2 else None
+    shape = (n, table.n_out) if n is not None else (table.n_out,)
+    ctx = lc.ctx
+    lo, hi, skip, mode = a["min_gram_length"], a["max_gram_length"], a["max_skip_count"], a["mode"]
+
+    def tfidf(x: np.ndarray) -> np.ndarray:
+        return _tfidf(ctx, x, table, lo, hi, skip, mode, weights)
+
+    return returns(tfidf, In(0), outs=[tensor(np.float32, shape)], name="text.tfidf")

@@ -1,9 +1,10 @@
 """Vision operators: GridSample, RoiAlign, NonMaxSuppression, Col2Im and DeformConv.
 
-The host code here validates shapes, resolves attributes and lays the data out for the Numba
-kernels in ``onnxjit.kernels.cpu.vision`` (every sampling, pooling, suppression and scatter
-loop runs there); DeformConv's contraction is one BLAS GEMM per group over the deformed im2col
-matrix the kernel builds. float16/bfloat16 inputs are computed in float32 and cast back.
+The host code here validates shapes, resolves attributes and lays the data out for the
+backend's ``vision`` kernels (kernels/cpu/vision.py: every sampling, pooling, suppression and
+scatter loop runs there); DeformConv's contraction is one BLAS GEMM per group over the
+deformed im2col matrix the kernel builds. float16/bfloat16 inputs are computed in float32 and
+cast back.
 
 Registered versions, and why later versions need no registration:
 
@@ -33,9 +34,6 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit import limits
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import vision as K
 from onnxjit.registry import NodeContext, onnx_op
 
 _NATIVE_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -130,15 +128,9 @@ def _grid_sample(
     for q0 in range(0, n_q, chunk):
         k = min(chunk, n_q - q0)
         targs = (coords, dims, mode, pad, int(bool(align)), q0, off[:k], wt[:k], cnt[:k])
-        if k * n_taps >= _jit.PARALLEL_THRESHOLD:
-            run_parallel(K.grid_sample_taps_parallel, *targs)
-        else:
-            K.grid_sample_taps(*targs)
+        ctx.run_kernel("vision", "grid_sample_taps", k * n_taps, *targs)
         args = (xs, q0, off[:k], wt[:k], cnt[:k], mode == 0, zero, out)
-        if k * c >= _jit.PARALLEL_THRESHOLD:
-            run_parallel(K.grid_sample_apply_parallel, *args)
-        else:
-            K.grid_sample_apply(*args)
+        ctx.run_kernel("vision", "grid_sample_apply", k * c, *args)
     out = out.reshape(out_shape)
     if back == "int":
         if dt.kind == "b":
@@ -252,10 +244,8 @@ def _roi_align(
     out = np.empty(out_shape, cdt)
     args = (xs.reshape(n, c, height * width), height, width, start, binsz, grid, bidx)
     args = (*args, mode == "max", out)
-    if out.size * int(grid.max(initial=1)) ** 2 >= _jit.PARALLEL_THRESHOLD and r_n > 1:
-        run_parallel(K.roi_align_parallel, *args)
-    else:
-        K.roi_align(*args)
+    work = out.size * int(grid.max(initial=1)) ** 2 if r_n > 1 else 0  # threads split the rois
+    ctx.run_kernel("vision", "roi_align", work, *args)
     return out if out.dtype == x.dtype else out.astype(x.dtype)
 
 
@@ -356,7 +346,7 @@ def non_max_suppression_10(
     # One stable sort of all classes at once (a numpy pass): descending score, ties by index.
     order = np.ascontiguousarray(np.argsort(-sc, axis=-1, kind="stable"), dtype=np.int64)
     out = np.empty((n_b * n_c * max_out, 3), np.int64)
-    count = K.non_max_suppression(
+    count = ctx.kernel("vision", "non_max_suppression")(
         bx, sc, order, max_out, iou, np.float32(st[0]) if st is not None else np.float32(0.0),
         st is not None, bool(center_point_box), np.float32(0.5), out,
     )  # fmt: skip
@@ -425,15 +415,13 @@ def col2im_18(
         data = input.astype(np.float32)
     data = np.ascontiguousarray(data).reshape(n * c, k_total, l_n)
     i64 = np.int64
-    idx = K.col2im_index(
+    idx = ctx.kernel("vision", "col2im_index")(
         np.asarray(image, i64), np.asarray(block, i64), np.asarray(dil, i64),
         np.asarray(pd[:d_n], i64), np.asarray(st, i64), np.asarray(cols, i64),
     )  # fmt: skip
     out = np.zeros((n * c, int(np.prod(image))), data.dtype)
-    if data.size >= _jit.PARALLEL_THRESHOLD and n * c > 1:
-        run_parallel(K.col2im_scatter_parallel, data, idx, out)
-    else:
-        K.col2im_scatter(data, idx, out)
+    # threads split the (image, channel) planes: one plane has nothing to split
+    ctx.run_kernel("vision", "col2im_scatter", data.size if n * c > 1 else 0, data, idx, out)
     out = out.reshape(out_shape)
     if dt.kind == "b":
         return out != 0
@@ -508,12 +496,9 @@ def deform_conv_19(
         cols = np.empty((c, kh * kw, oh * ow), cdt)
         wm = np.ascontiguousarray(W, dtype=cdt).reshape(oc, -1)
         icg, ocg = c // group, oc // group
-        parallel = cols.size >= _jit.PARALLEL_THRESHOLD and c > 1
+        work = cols.size if c > 1 else 0  # threads split the channels
         for b in range(n):
-            if parallel:
-                run_parallel(K.deform_im2col_parallel, xs[b], offs[b], msk[b], geo, cols)
-            else:
-                K.deform_im2col(xs[b], offs[b], msk[b], geo, cols)
+            ctx.run_kernel("vision", "deform_im2col", work, xs[b], offs[b], msk[b], geo, cols)
             for g in range(group):
                 cg = cols[g * icg : (g + 1) * icg].reshape(icg * kh * kw, oh * ow)
                 # BLAS GEMM: (OC/group, C/group*kH*kW) @ (C/group*kH*kW, OH*OW)
