@@ -1,4 +1,4 @@
-"""Convolution and pooling kernels on the geometries their fast paths specialise.
+"""Convolution and pooling kernels on the geometries their plans specialise.
 
 Covers the paths of ``onnxjit.ops.nn._conv_core`` (im2col by output-row runs or by a gather
 table, the conv GEMM tiles, the depthwise kernel with its fused epilogue) and the pooling
@@ -563,7 +563,7 @@ def test_maxpool_nan_propagates(indices, threading_mode):
     want = _maxpool_numpy(x, [3, 3], [2, 2], [1, 1, 1, 1])
     declare_outputs_like(model, [want, np.zeros(want.shape, np.int64)][: 2 if indices else 1])
     sess = onnxjit.InferenceSession(model.SerializeToString())
-    for _ in range(2):  # the operator, then the prepared path (without Indices)
+    for _ in range(2):  # the planning run, then the plan (its bound kernel without Indices)
         got = sess.run(None, {"x": x})
         assert_close(got[0], want, rtol=0, atol=0)
     if indices:
@@ -574,8 +574,8 @@ def test_maxpool_nan_propagates(indices, threading_mode):
 
 @pytest.mark.parametrize("case", ["stem", "2x2", "s1_asym", "ceil", "s3", "same", "dil"])
 @pytest.mark.parametrize("dtype", [F32, F64])
-def test_maxpool_prepared_path(case, dtype, threading_mode):
-    """Runs after the first take the prepared path (max_pool_values, geometry fixed once);
+def test_maxpool_bound_kernel(case, dtype, threading_mode):
+    """Runs take the kernel the plan binds (max_pool_values, geometry fixed once per plan);
     exact against onnxruntime, with other inputs of the same shape and earlier outputs
     kept."""
     xs, attrs = MAXPOOL[case]
@@ -587,7 +587,7 @@ def test_maxpool_prepared_path(case, dtype, threading_mode):
     kept = [sess.run(None, {"x": x}) for x in (xa, xb, xa, xb)]
     for got, w in zip(kept, want * 2):
         assert_close(got, w, rtol=0, atol=0)
-    assert [st.fast is not None for st in sess._program.steps] == [True]
+    assert [not s["generic"] for s in sess.stats()["plans"][-1]["steps"]] == [True]
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 7, 9), (1, 64, 4, 4), (1, 3, 300), (1, 2, 3, 40, 50)])
@@ -595,12 +595,12 @@ def test_global_average_pool(shape, threading_mode):
     check_node("GlobalAveragePool", {"x": rnd(shape)}, opset=21, oracle="ort", rtol=1e-5, atol=1e-6)
 
 
-# ------------------------------------------------------------------------- prepared fast paths
+# --------------------------------------------------------------- conv and pool kernels in plans
 
 
 def _cnn(dtype=F32):
     """Conv(bias) / FusedConv (ReLU6, residual) / depthwise / 1x1 / MaxPool / global average:
-    every conv and pool fast path in one graph with a dynamic batch."""
+    every conv and pool lowering in one graph with a dynamic batch."""
     et = {F32: TensorProto.FLOAT, F64: TensorProto.DOUBLE}[dtype]
 
     def init(name, shape, seed):
@@ -640,7 +640,7 @@ def _cnn(dtype=F32):
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])
-def test_conv_pool_fast_paths(dtype, threading_mode):
+def test_conv_pool_lowerings(dtype, threading_mode):
     model = _cnn(dtype)
     sess = onnxjit.InferenceSession(model.SerializeToString())
     ops = {n.op_type for n in sess.graph_nodes()}
@@ -655,13 +655,13 @@ def test_conv_pool_fast_paths(dtype, threading_mode):
         kept.append((got, want))
     for got, want in kept:  # no buffer handed out twice
         assert_close(got, want, rtol=rtol, atol=atol)
-    prepared = {st.node.op_type for st in sess._program.steps if st.fast is not None}
-    assert {"Conv", "FusedConv", "MaxPool", "GlobalAveragePool"} <= prepared, prepared
+    bound = {s["op_type"] for s in sess.stats()["plans"][-1]["steps"] if not s["generic"]}
+    assert {"Conv", "FusedConv", "MaxPool", "GlobalAveragePool"} <= bound, bound
 
 
-def test_conv_fast_path_steps_aside():
-    # A non-contiguous input, then another dtype layout of the same shape: the prepared
-    # path returns MISS and the implementation runs (outputs still exact).
+def test_conv_plan_takes_feeds_of_other_layouts():
+    # A Fortran-order feed of the planned shape, between C-order ones: the plan's kernels
+    # get it C-contiguous (outputs still exact).
     model = _cnn()
     sess = onnxjit.InferenceSession(model.SerializeToString())
     x = rnd((2, 3, 23, 21), F32, 20)

@@ -44,8 +44,8 @@ def test_work_items(cols, mbuf, threads, monkeypatch):
     # Items of one tile row (6 product columns: 9-wide outputs) or two, and of 12 or 24 of
     # the 50 output channels (the last item of each block of tile rows partial): a thread
     # runs several items of one block of tile rows in a row and reuses the V block it
-    # transformed for the first; two images, residual and Relu; twice, so that the second
-    # run takes the prepared path.
+    # transformed for the first; two images, residual and Relu; twice (the planning run,
+    # then the plan).
     monkeypatch.setattr(nn, "_WINO_COLS", cols)
     monkeypatch.setattr(nn, "_WINO_MBUF_BYTES", mbuf)
     xs, ws, attrs = (2, 24, 11, 9), (50, 24, 3, 3), {"pads": [1, 1, 1, 1]}
@@ -77,9 +77,11 @@ def test_session_switch(value, kind):
         False, 0, 0.0, 0.0, winograd=value == "1",
     )  # fmt: skip
     assert plan.kind == getattr(nn, kind)
-    conv = next(s for s in sess._program.steps if s.node.op_type in ("Conv", "FusedConv"))
-    assert conv.ctx.winograd == (value == "1")  # what the session's Conv plans are made with
     assert_close(sess.run(None, feeds), ort_outputs(model, feeds), rtol=1e-4, atol=1e-5)
+    steps = sess.stats()["plans"][-1]["steps"]
+    conv = next(s for s in steps if s["op_type"] in ("Conv", "FusedConv"))
+    # what the session's Conv plans are made with
+    assert conv["kernel"] == ("conv.winograd" if value == "1" else "conv.taps")
 
 
 def test_session_switch_rejects_other_values():

@@ -400,7 +400,7 @@ def _product_model(c_shape, trans_b, dtype):
         ((36,), True, np.float32),
         ((1, 36), False, np.float64),
         ((), False, np.float32),
-        ((3, 36), True, np.float32),  # a full C (batch 3 only): the operator, no fast path
+        ((3, 36), True, np.float32),  # a full C (batch 3 only): the operator, not bound
     ],
 )
 @pytest.mark.parametrize("threads", [1, 2])

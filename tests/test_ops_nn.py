@@ -674,7 +674,7 @@ def _softmax64(x: np.ndarray) -> np.ndarray:
 
 def _last_axis_runs(op: str, x: np.ndarray):
     """The output of ``op`` over the last axis of ``x`` on 1 and on 2 threads, each at the
-    first run (the operator) and the second (its prepared fast path)."""
+    first run (the planning run) and the second (the plan's bound kernel)."""
     model = make_node_model(op, {"x": x}, {"axis": -1}, opset=13)
     for threads in (1, 2):
         opts = onnxjit.SessionOptions()

@@ -4,19 +4,18 @@ Created by ``onnxjit.passes.patterns_conv.fuse_conv_activation`` from Conv (+ Ad
 activation. The convolution is :func:`onnxjit.ops.nn.conv_compute` (im2col + BLAS writing NCHW
 directly, plain GEMM for 1x1, a Numba kernel for depthwise); the epilogue runs on each GEMM
 tile as soon as BLAS wrote it (after the depthwise kernel: one pass over each channel plane).
+A plan binds it once per input shape (:func:`onnxjit.ops.nn.lower_conv`).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.lowering import TENSOR, Bound, LowerContext, lowers
 from onnxjit.ops.fused_gemm import activation_args
 from onnxjit.ops.gemm import empty_array
-from onnxjit.ops.nn import ConvEpilogue, conv_compute, conv_output_shape, prepare_conv
-from onnxjit.registry import NodeContext, fast_path, internal_op
+from onnxjit.ops.nn import ConvEpilogue, conv_compute, conv_output_shape, lower_conv
+from onnxjit.registry import NodeContext, internal_op
 
 
 @internal_op("FusedConv")
@@ -63,27 +62,26 @@ def fused_conv(
     if res is not None and res.shape != conv_output_shape(ctx, x, w, **geometry):
         # A residual that broadcasts: bias in the epilogue, numpy's broadcasting add, then
         # the activation in a second pass.
-        y = conv_compute(ctx, x, w, **geometry, epilogue=ConvEpilogue(bias, None, 0, p0, p1))
+        none = ctx.kernel("epilogue", "ACT_NONE")
+        y = conv_compute(ctx, x, w, **geometry, epilogue=ConvEpilogue(bias, None, none, p0, p1))
         y = np.add(y, res)
-        if y.size and code != kep.ACT_NONE:
+        if y.size and code != none:
             y2 = y.reshape(-1, y.shape[-1] if y.ndim else 1)
             t = y2.dtype.type
-            kep.rows(y2, t(1), empty_array(y2.dtype, 1), False, code, p0, p1)
+            ctx.kernel("epilogue", "rows")(y2, t(1), empty_array(y2.dtype, 1), False, code, p0, p1)
         return y if cd == x.dtype else y.astype(x.dtype)
     ep = ConvEpilogue(bias, res, code, p0, p1)
     y = conv_compute(ctx, x, w, **geometry, epilogue=ep)
     return y if cd == x.dtype else y.astype(x.dtype)
 
 
-@fast_path(fused_conv)
-def _prepare(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    """FusedConv for one input shape (float32/float64, C-contiguous) with the same weight and
-    bias objects and a residual of the output's shape (or none): the convolution's plan
-    (method, tiles, pool entries, epilogue) is made once."""
-    x, w, b, residual = (*args, None, None)[:4]
-    has_res = residual is not None
-    if has_res and (residual.shape != result.shape or residual.dtype != x.dtype):
-        return None  # a broadcasting residual: the implementation's numpy path
-    act = kwargs.get("activation", "")
-    code, p0, p1 = activation_args(ctx, act, kwargs.get("activation_params"), x.dtype)
-    return prepare_conv(ctx, x, w, b, kwargs, has_res, code, p0, p1)
+@lowers(fused_conv)
+def _lower_fused_conv(lc: LowerContext) -> Bound | None:
+    """FusedConv of float32/float64 inputs with a constant weight and bias and a residual of
+    the output's shape (or none): see :func:`onnxjit.ops.nn.lower_conv`."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR:
+        return None
+    act, params = lc.attrs["activation"], lc.attrs["activation_params"]
+    code, p0, p1 = activation_args(lc.ctx, act, params, x.dtype, lc.backend)
+    return lower_conv(lc, code, p0, p1)

@@ -21,10 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import nn as knn
-from onnxjit.kernels.cpu import norm as knorm
 from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, Spec, lowers, tensor, writes
 from onnxjit.ops.elementwise import generated_gelu, lower_node
 from onnxjit.registry import NodeContext, internal_op
@@ -35,13 +31,6 @@ _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 def _cdtype(dtype: np.dtype) -> np.dtype:
     """The type a kernel computes in: float32/float64 as they are, anything else float32."""
     return dtype if dtype in _NATIVE else np.dtype(np.float32)
-
-
-def _launch(serial, parallel, work: int, *args) -> None:
-    if work >= _jit.PARALLEL_THRESHOLD:
-        run_parallel(parallel, *args)
-    else:
-        serial(*args)
 
 
 def _rows(x: np.ndarray, k: int, cd: np.dtype) -> np.ndarray:
@@ -78,7 +67,7 @@ def _check_axis(ctx: NodeContext, axis: int, rank: int) -> int:
 
 
 def layer_norm_rows(
-    x: np.ndarray, k: int, eps: float, scale: np.ndarray, bias: np.ndarray
+    ctx: NodeContext, x: np.ndarray, k: int, eps: float, scale: np.ndarray, bias: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """LayerNorm of ``x`` over its last ``k`` dims with ``scale``/``bias`` given as (n,) vectors
     of the compute type. Returns ``(y, mean, inv)``: ``y`` in the compute type with x's shape,
@@ -89,9 +78,9 @@ def layer_norm_rows(
     mean = np.empty(x2.shape[0], cd)
     inv = np.empty(x2.shape[0], cd)
     if x2.size:
-        _launch(
-            knorm.layer_norm_rows,
-            knorm.layer_norm_rows_par,
+        ctx.run_kernel(
+            "norm",
+            "layer_norm_rows",
             x2.size,
             x2,
             scale,
@@ -146,7 +135,7 @@ def layer_norm(
     if sc is None or bi is None:
         y = _affine_numpy(_standardize_numpy(x, k, epsilon, cd), scale, bias, cd)
     else:
-        y = layer_norm_rows(x, k, epsilon, sc, bi)[0]
+        y = layer_norm_rows(ctx, x, k, epsilon, sc, bi)[0]
     return y.astype(dtype, copy=False)
 
 
@@ -184,9 +173,9 @@ def skip_layer_norm(
     rows = a2.shape[0]
     mean = np.empty(rows, cd)
     inv = np.empty(rows, cd)
-    _launch(
-        knorm.skip_layer_norm_rows,
-        knorm.skip_layer_norm_rows_par,
+    ctx.run_kernel(
+        "norm",
+        "skip_layer_norm_rows",
         a2.size,
         a2,
         b2,
@@ -252,9 +241,9 @@ def rms_norm(
     x2 = _rows(x, k, cd)
     y2 = np.empty_like(x2)
     inv = np.empty(x2.shape[0], cd)
-    _launch(
-        knorm.rms_norm_rows,
-        knorm.rms_norm_rows_par,
+    ctx.run_kernel(
+        "norm",
+        "rms_norm_rows",
         x2.size,
         x2,
         sc,
@@ -295,14 +284,14 @@ def gelu(
     return generated_gelu(x.astype(cd), approximate, b).astype(x.dtype)
 
 
-def softmax_last(x: np.ndarray, log: bool) -> np.ndarray:
+def softmax_last(ctx: NodeContext, x: np.ndarray, log: bool) -> np.ndarray:
     """Softmax (or log-softmax) over the last axis of ``x`` (float32/float64, any rank >= 1),
     in a new array of x's shape and type."""
     n = x.shape[-1]
     x2 = np.ascontiguousarray(x).reshape(math.prod(x.shape[:-1]), n)
     y2 = np.empty_like(x2)
     if x2.size:
-        _launch(knn.softmax_rows, knn.softmax_rows_par, x2.size, x2, y2, log)
+        ctx.run_kernel("nn", "softmax_rows", x2.size, x2, y2, log)
     return y2.reshape(x.shape)
 
 

@@ -1,10 +1,14 @@
-"""Matrix products for the operators: BLAS tiles run by onnxjit's thread pool.
+"""Matrix products for the operators: the backend's GEMM kernel, in tiles on its threads.
 
-:func:`matmul_into` is what MatMul, Gemm, FusedGemm, Conv (im2col and 1x1) and attention call for
-float32/float64 products. It hands :mod:`onnxjit.kernels.cpu.blas` flat views of the operands and
-lets the pool's threads take tiles of the product, each one single-threaded BLAS call (the BLAS
-library's own threads stay at one, see :func:`onnxjit.backends.cpu.threads.apply`). Other element
-types, and layouts it cannot pass to BLAS without a copy, go to ``np.matmul``.
+:func:`product` is the call of the backend's batched GEMM kernel (family ``blas``, kernel
+``gemm_ks``) for one product of fixed sizes, every decision made once: the kernel, whether it
+runs on the backend's threads and in which tiles, the epilogue (bias, residual, activation)
+applied to each tile by the thread that computed it. Lowerings bind it into a plan
+(:func:`bound_product`: MatMul, Gemm, FusedGemm); :func:`matmul_into`, what the operators'
+implementations and the convolutions call, makes the same call at once. Each tile is one
+single-threaded BLAS or micro-kernel call (BLAS's own threads stay at one, see the backend's
+``blas_ready``). Other element types, and layouts the kernel cannot take without a copy, go
+to ``np.matmul``.
 """
 
 from __future__ import annotations
@@ -13,14 +17,12 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from onnxjit import buffers
-from onnxjit.backends.cpu import pool, threads
-from onnxjit.kernels.cpu import blas as kblas
-from onnxjit.kernels.cpu import epilogue as kep
+from onnxjit.backends import default as default_backend
+from onnxjit.lowering import Bound, In, Out, Spec, tensor, writes
 
 _BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -38,6 +40,12 @@ PARALLEL_MACS = 1 << 18
 GEMV_PARALLEL_MACS = 1 << 17
 
 
+def _blas(backend: Any, name: str) -> Any:
+    """The backend's GEMM kernel or constant ``name`` (family ``blas``: ``B_PACKED``,
+    ``BIAS_COL``, ``pack_b``, ``tiles``, ...)."""
+    return backend.kernel("blas", name)
+
+
 def _operand(x: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, bool] | None:
     """``x`` (..., rows, cols) as (flat C-contiguous data, transposed flag), or None when only
     a copy would make it so. A transposed view of a C-contiguous matrix is passed as its
@@ -52,16 +60,17 @@ def _operand(x: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, bool] | N
 
 
 class Epilogue(NamedTuple):
-    """What :func:`matmul_into` applies to each tile of the product once BLAS wrote it:
-    ``act(y + bias + residual)``. ``bias`` is per column (``bias_mode=BIAS_COL``, a fully
-    connected layer) or per row of each matrix (``BIAS_ROW``, a convolution's channels);
-    ``residual`` has the output's shape; ``act``, ``p0``, ``p1`` are an activation code of
-    :mod:`onnxjit.kernels.cpu.epilogue` and its parameters in the output's type."""
+    """What :func:`matmul_into` applies to each tile of the product once it is computed:
+    ``act(y + bias + residual)``. ``bias`` is per column (``bias_mode`` the backend's
+    ``BIAS_COL``, a fully connected layer) or per row of each matrix (``BIAS_ROW``, a
+    convolution's channels); ``residual`` has the output's shape; ``act``, ``p0``, ``p1``
+    are an activation code of the backend's ``epilogue`` family (None: none) and its
+    parameters in the output's type."""
 
     bias: np.ndarray | None = None
-    bias_mode: int = kblas.BIAS_NONE
+    bias_mode: int | None = None
     residual: np.ndarray | None = None
-    act: int = kep.ACT_NONE
+    act: int | None = None
     p0: float = 0.0
     p1: float = 0.0
 
@@ -80,6 +89,78 @@ def empty_array(dtype: np.dtype, ndim: int = 1) -> np.ndarray:
     return e
 
 
+def epilogue_args(backend: Any, epilogue: Epilogue, dtype: np.dtype) -> tuple:
+    """The epilogue as the kernel takes it: ``(bias, bias_mode, residual, has_residual, act,
+    p0, p1)`` with empty stand-ins for what is absent."""
+    t = dtype.type
+    act = backend.kernel("epilogue", "ACT_NONE") if epilogue.act is None else epilogue.act
+    return (
+        empty_array(dtype) if epilogue.bias is None else epilogue.bias,
+        epilogue.bias_mode if epilogue.bias is not None else _blas(backend, "BIAS_NONE"),
+        empty_array(dtype) if epilogue.residual is None else epilogue.residual.reshape(-1),
+        epilogue.residual is not None,
+        act,
+        t(epilogue.p0),
+        t(epilogue.p1),
+    )
+
+
+def product(
+    backend: Any,
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    a: Any,
+    ta: int,
+    sa: int,
+    b: Any,
+    tb: int,
+    sb: int,
+    c: Any,
+    dtype: np.dtype,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    ep: tuple | None = None,
+) -> tuple[Callable[..., None], tuple]:
+    """``(fn, args)``: ``fn(*args)`` computes ``c[p] = act(alpha * op(a[p]) @ op(b[p]) + beta
+    * c[p] + bias + res[p])`` for each of ``batch`` row-major products of ``m x n`` (inner
+    ``k > 0``), with every decision for these sizes made here: the kernel (the backend's
+    ``gemm_ks``), whether it runs on the backend's threads and in which tiles.
+
+    ``a``, ``b``, ``c`` are flat C-contiguous arrays of ``dtype`` (float32/float64), or a
+    plan's references to them (:class:`~onnxjit.lowering.In`, :class:`~onnxjit.lowering.Out`):
+    matrix ``p`` of ``a`` starts at element ``p * sa`` (``sa == 0``: one matrix for every
+    ``p``), of ``b`` at ``p * sb``, of ``c`` at ``p * m * n``. ``ta``/``tb``: the operand is
+    stored transposed (or, ``A_PACKED``/``B_PACKED``, in the micro-kernel's panels; ``B_BLAS``
+    as stored but multiplied by BLAS). ``ep``: :func:`epilogue_args` (default: none)."""
+    dtype = np.dtype(dtype)
+    t = dtype.type
+    if ep is None:
+        ep = epilogue_args(backend, _NO_EPILOGUE, dtype)
+    # the flags as ints, as the convolutions pass them: one compiled kernel serves both
+    # (a bool flag compiled a second copy, 4 s for ResNet-18 from an empty cache on the Zen 3)
+    ta, tb = int(ta), int(tb)
+    if tb and tb != _blas(backend, "B_PACKED"):
+        backend.blas_ready()  # a transposed B (or B_BLAS) goes to BLAS
+    n_threads = backend.threads()
+    limit = PARALLEL_MACS if m > 1 else GEMV_PARALLEL_MACS
+    al, be = t(alpha), t(beta)
+    if n_threads > 1 and batch * m * n * k >= limit:
+        tm, tn = _blas(backend, "tiles")(batch, m, n, k, n_threads, dtype.itemsize)
+        s = np.empty(1, dtype)
+        sample = (batch, m, n, k, _like(a, s), sa, _like(b, s), sb, _like(c, s), ta, tb)
+        fn = backend.pooled("blas", "gemm_ks", (*sample, al, be, ep, tm, tn, k))
+    else:
+        tm, tn = m, n
+        fn = _blas(backend, "gemm_ks")
+    return fn, (batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn, k)
+
+
+def _like(x: Any, sample: np.ndarray) -> Any:
+    return x if isinstance(x, np.ndarray) else sample
+
+
 def matmul_into(
     a: np.ndarray,
     b: np.ndarray,
@@ -87,15 +168,20 @@ def matmul_into(
     alpha: float = 1.0,
     beta: float = 0.0,
     epilogue: Epilogue = _NO_EPILOGUE,
+    backend: Any = None,
 ) -> None:
     """``out = act(alpha * (a @ b) + beta * out + bias + residual)`` with ``np.matmul``'s
-    broadcasting of stacks (the epilogue is optional, see :class:`Epilogue`).
+    broadcasting of stacks (the epilogue is optional, see :class:`Epilogue`), on ``backend``
+    (default: :func:`onnxjit.backends.default`).
 
     ``out`` must have the product's shape and be C-contiguous. ``beta == 0`` ignores what
-    ``out`` held. float32/float64 operands of one type go to BLAS through the pool (one
-    operand may be a single matrix shared by the whole stack), the epilogue applied tile by
-    tile by the thread that computed the tile; anything else to numpy.
+    ``out`` held. float32/float64 operands of one type go to the backend's GEMM kernel (one
+    operand may be a single matrix shared by the whole stack; transposed views are read in
+    place), the epilogue applied tile by tile by the thread that computed the tile; anything
+    else to numpy.
     """
+    if backend is None:
+        backend = default_backend()
     dtype = out.dtype
     if (
         dtype in _BLAS_TYPES
@@ -128,11 +214,17 @@ def matmul_into(
                     out.fill(0)
                 else:
                     out *= dtype.type(beta)
-                _apply_epilogue(out, epilogue)
+                _apply_epilogue(backend, out, epilogue)
                 return
             sa = m * k if lead_a == lead and lead else 0
             sb = k * n if lead_b == lead and lead else 0
-            _gemm(batch, m, n, k, pa, sa, pb, sb, out, alpha, beta, epilogue)
+            ep = epilogue_args(backend, epilogue, dtype)
+            (af, ta), (bf, tb) = pa, pb
+            fn, args = product(
+                backend, batch, m, n, k, af, ta, sa, bf, tb, sb, out.reshape(-1), dtype,
+                alpha, beta, ep,
+            )  # fmt: skip
+            fn(*args)
             return
     y = np.matmul(a, b)
     if alpha != 1.0:
@@ -140,95 +232,101 @@ def matmul_into(
     if beta != 0.0:
         y = y + out * out.dtype.type(beta)
     out[...] = y
-    _apply_epilogue(out, epilogue)
+    _apply_epilogue(backend, out, epilogue)
 
 
-def _gemm(batch, m, n, k, pa, sa, pb, sb, out, alpha, beta, epilogue: Epilogue) -> None:
-    (a, ta), (b, tb) = pa, pb
-    run = bind(batch, m, n, k, ta, sa, b, tb, sb, out.dtype, alpha, beta, epilogue, a)
-    run(a, out.reshape(-1))
-
-
-def epilogue_args(epilogue: Epilogue, dtype: np.dtype) -> tuple:
-    """The epilogue as the kernel takes it: ``(bias, bias_mode, residual, has_residual, act,
-    p0, p1)`` with empty stand-ins for what is absent."""
-    t = dtype.type
-    return (
-        empty_array(dtype) if epilogue.bias is None else epilogue.bias,
-        epilogue.bias_mode if epilogue.bias is not None else kblas.BIAS_NONE,
-        empty_array(dtype) if epilogue.residual is None else epilogue.residual.reshape(-1),
-        epilogue.residual is not None,
-        epilogue.act,
-        t(epilogue.p0),
-        t(epilogue.p1),
-    )
-
-
-def bind(
-    batch: int,
+def bound_product(
+    backend: Any,
+    a: Spec,
+    b: np.ndarray | In,
     m: int,
     n: int,
     k: int,
-    ta: bool,
-    sa: int,
-    b: np.ndarray,
-    tb: bool,
-    sb: int,
-    dtype: np.dtype,
-    alpha: float,
-    beta: float,
-    epilogue: Epilogue,
-    sample_a: np.ndarray,
-    constant_b: bool = False,
-) -> Callable[[np.ndarray, np.ndarray], None]:
-    """``run(a, c)``: the product of :func:`matmul_into` for flat operands ``a`` (like
-    ``sample_a``) and ``c`` (the output), every decision for these sizes made once: the
-    kernel, whether to split it over the pool and how. Fast paths keep it between runs.
-
-    ``constant_b``: ``b`` is a weight that stays as it is for the life of the caller (an
-    initializer), so it is rearranged once into the micro-kernel's panels
-    (:func:`packed_weight`, shared by every binding of the same array)."""
-    t = dtype.type
-    ep = epilogue_args(epilogue, dtype)
-    al, be = t(alpha), t(beta)
-    # the flags as ints, as the convolutions pass them: one compiled kernel serves both
-    # (a bool flag compiled a second copy, 4 s for ResNet-18 from an empty cache on the Zen 3)
-    ta, tb = int(ta), int(tb)
-    n_threads = threads.current()
-    if constant_b and not tb and sb == 0 and k > 0:
-        b, tb = packed_weight(b, k, n), kblas.B_PACKED
-    if tb and tb != kblas.B_PACKED:
-        threads.blas_ready()  # a transposed B goes to BLAS (kernels/cpu/blas.py)
-    if n_threads > 1 and batch * m * n * k >= (PARALLEL_MACS if m > 1 else GEMV_PARALLEL_MACS):
-        tm, tn = kblas.tiles(batch, m, n, k, n_threads, dtype.itemsize)
-        sample_c = np.empty(1, dtype)
-        go = pool.bind(
-            kblas.gemm_ks_par,
-            (batch, m, n, k, sample_a, sa, b, sb, sample_c, ta, tb, al, be, ep, tm, tn, k),
-            n_threads,
-        )
-
-        def run(a: np.ndarray, c: np.ndarray) -> None:
-            go(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn, k)
-
-        return run
-    gemm = kblas.gemm_ks
-    tm, tn = m, n
-
-    def run1(a: np.ndarray, c: np.ndarray) -> None:
-        gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, al, be, ep, tm, tn, k)
-
-    return run1
+    out_shape: tuple[int, ...],
+    alpha: float = 1.0,
+    ep: tuple | None = None,
+    packed: bool = False,
+) -> Bound:
+    """The bound call writing ``alpha * A @ B`` (plus the epilogue ``ep``) into output 0 of
+    shape ``out_shape``: input 0 (spec ``a``, float32/float64, read as ``m x k`` rows), by
+    ``b``, a ``k x n`` weight constant for the plan (row-major, packed here into the
+    micro-kernel's panels once per weight, see :func:`packed_weight`; ``packed``: already
+    so), or the reference to an input holding one (read as stored at every run)."""
+    dtype = a.dtype
+    if isinstance(b, np.ndarray):
+        bb = b if packed else packed_weight(backend, b, k, n)
+        tb = _blas(backend, "B_PACKED")
+    else:
+        bb, tb = b, 0
+    fn, args = product(
+        backend, 1, m, n, k, In(0, flat=True), 0, 0, bb, tb, 0, Out(0, flat=True), dtype,
+        alpha, 0.0, ep,
+    )  # fmt: skip
+    return writes(fn, *args, outs=[tensor(dtype, out_shape)], name="blas.gemm_ks")
 
 
 _PACKED: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 _PACKED_LOCK = threading.Lock()
 
 
-def packed_weight(b: np.ndarray, k: int, n: int) -> np.ndarray:
-    """The flat row-major ``k x n`` weight ``b`` as the B operand in the micro-kernel's
-    panels (:func:`onnxjit.kernels.cpu.blas.pack_b`), see :func:`_packed`."""
-    return _packed(kblas.pack_b, b, k, n)
+def packed_weight(
+    backend: Any, b: np.ndarray, k: int, n: int, transposed: bool = False
+) -> np.ndarray:
+    """The row-major ``k x n`` weight ``b`` (constant: an initializer; ``transposed``: stored
+    ``n x k``, Gemm's transB) as the B operand in the micro-kernel's panels (the backend's
+    ``blas.pack_b``), shared by every plan that binds the same array (see :func:`_packed`)."""
+    pack_b = _blas(backend, "pack_b")
+    if not transposed:
+        return _packed(pack_b, b.reshape(-1), k, n)
+
+    def pack_b_t(w: np.ndarray, k: int, n: int) -> np.ndarray:
+        return pack_b(np.ascontiguousarray(w.reshape(n, k).T).reshape(-1), k, n)
+
+    return _packed(pack_b_t, b.reshape(-1), k, n)
+
+
+def packed_rows(backend: Any, a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:
+    """The flat row-major ``m x k`` weight ``a`` as the A operand in the micro-kernel's
+    panels (the backend's ``blas.pack_a``: a convolution's weights); shared by every plan
+    that binds the same array (:func:`_packed`) only when ``constant`` (an initializer): the
+    values of any other array may change under the same identity."""
+    return packed_with(_blas(backend, "pack_a"), a, m, k, constant)
+
+
+def packed_with(packer: Callable, w: np.ndarray, d0: int, d1: int, constant: bool) -> np.ndarray:
+    """``packer(w, d0, d1)``: a weight in the layout a kernel wants, shared (:func:`_packed`)
+    only when ``constant`` (as :func:`packed_rows`). ``packer`` is named uniquely (its name
+    is part of the key)."""
+    return _packed(packer, w, d0, d1) if constant else packer(w, d0, d1)
+
+
+def _packed(packer: Callable, w: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """``packer(w, d0, d1)``, computed once per weight and kept while the array that owns
+    its memory lives: every plan of a session (one per input signature) binds the same
+    initializer, and each would otherwise hold a packed copy of every weight of the model.
+    Keyed on identity: for constant weights only."""
+    owner = w
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    key = (packer.__name__, id(owner), w.__array_interface__["data"][0], d0, d1, w.dtype.str)
+    with _PACKED_LOCK:
+        hit = _PACKED.get(key)
+        if hit is not None and hit[0]() is owner:
+            return hit[1]
+    packed = packer(w, d0, d1)
+
+    def forget(ref: weakref.ref, key: tuple = key) -> None:
+        with _PACKED_LOCK:
+            if _PACKED.get(key, (None,))[0] is ref:
+                del _PACKED[key]
+
+    try:
+        ref = weakref.ref(owner, forget)
+    except TypeError:  # an owner that cannot be weakly referenced: no sharing
+        return packed
+    with _PACKED_LOCK:
+        _PACKED[key] = (ref, packed)
+    return packed
 
 
 # OpenBLAS cores whose GEMM multiplies small blocks without packing the operands (its
@@ -271,73 +369,32 @@ def small_blocks_in_place() -> bool:
     return _small_blocks
 
 
-def packed_rows(a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:
-    """The flat row-major ``m x k`` weight ``a`` as the A operand in the micro-kernel's
-    panels (:func:`onnxjit.kernels.cpu.blas.pack_a`: a convolution's weights); kept for the
-    next call (:func:`_packed`) only when ``constant`` (an initializer): the values of any
-    other array may change under the same identity."""
-    return packed_with(kblas.pack_a, a, m, k, constant)
-
-
-def packed_with(packer: Callable, w: np.ndarray, d0: int, d1: int, constant: bool) -> np.ndarray:
-    """``packer(w, d0, d1)``: a weight in the layout a kernel wants, kept for the next call
-    (:func:`_packed`) only when ``constant`` (as :func:`packed_rows`). ``packer`` is named
-    uniquely (its name is part of the key)."""
-    return _packed(packer, w, d0, d1) if constant else packer(w, d0, d1)
-
-
-def _packed(packer: Callable, w: np.ndarray, d0: int, d1: int) -> np.ndarray:
-    """``packer(w, d0, d1)``, computed once per weight and kept while the array that owns
-    its memory lives: every shape signature of a session binds the same weight, through a
-    new view each time. Keyed on identity: for initializers only."""
-    owner = w
-    while isinstance(owner, np.ndarray) and owner.base is not None:
-        owner = owner.base
-    key = (packer.__name__, id(owner), w.__array_interface__["data"][0], d0, d1, w.dtype.str)
-    with _PACKED_LOCK:
-        hit = _PACKED.get(key)
-        if hit is not None and hit[0]() is owner:
-            return hit[1]
-    packed = packer(w, d0, d1)
-
-    def forget(ref: weakref.ref, key: tuple = key) -> None:
-        with _PACKED_LOCK:
-            if _PACKED.get(key, (None,))[0] is ref:
-                del _PACKED[key]
-
-    try:
-        ref = weakref.ref(owner, forget)
-    except TypeError:  # an owner that cannot be weakly referenced: no sharing
-        return packed
-    with _PACKED_LOCK:
-        _PACKED[key] = (ref, packed)
-    return packed
-
-
-def _apply_epilogue(out: np.ndarray, ep: Epilogue) -> None:
-    """The epilogue with numpy and the row kernel, for products not computed by BLAS tiles."""
+def _apply_epilogue(backend: Any, out: np.ndarray, ep: Epilogue) -> None:
+    """The epilogue with numpy and the row kernel, for products not computed in tiles."""
     if ep is _NO_EPILOGUE:
         return
     m, n = out.shape[-2:]
     if ep.bias is not None:
-        if ep.bias_mode == kblas.BIAS_COL:
+        if ep.bias_mode == _blas(backend, "BIAS_COL"):
             out += ep.bias
-        elif ep.bias_mode == kblas.BIAS_ROW:
+        elif ep.bias_mode == _blas(backend, "BIAS_ROW"):
             out += ep.bias.reshape(m, 1)
     if ep.residual is not None:
         out += ep.residual
-    if ep.act != kep.ACT_NONE and out.size:
+    if ep.act is not None and ep.act != backend.kernel("epilogue", "ACT_NONE") and out.size:
         t = out.dtype.type
         rows = out.reshape(-1, n)
-        kep.rows(rows, t(1), empty_array(out.dtype), False, ep.act, t(ep.p0), t(ep.p1))
+        backend.kernel("epilogue", "rows")(
+            rows, t(1), empty_array(out.dtype), False, ep.act, t(ep.p0), t(ep.p1)
+        )
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, backend: Any = None) -> np.ndarray:
     """``np.matmul(a, b)`` (same broadcasting and result type), products through
     :func:`matmul_into` where it can take them."""
     if a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype and a.dtype in _BLAS_TYPES:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        out = buffers.empty((*lead, a.shape[-2], b.shape[-1]), a.dtype)
-        matmul_into(a, b, out)
+        out = np.empty((*lead, a.shape[-2], b.shape[-1]), a.dtype)
+        matmul_into(a, b, out, backend=backend)
         return out
     return np.matmul(a, b)

@@ -1,42 +1,33 @@
 """Neural-network operators: contractions, convolution, pooling, normalisation, softmax.
 
-Contractions (MatMul, Gemm, Conv's GEMM, Einsum) go to BLAS through numpy; data movement that
-numpy cannot do in one pass (im2col, col2im, depthwise convolution, pooling, normalisations,
-softmax, LRN) runs in the Numba kernels of ``onnxjit.kernels.cpu.{conv,pool,norm,nn}``.
+Contractions (MatMul, Gemm, Conv's GEMM) go to the backend's product kernels
+(:mod:`onnxjit.ops.gemm`), Einsum to numpy; data movement that numpy cannot do in one pass
+(im2col, col2im, depthwise convolution, pooling, normalisations, softmax, LRN) runs in the
+backend's kernel families ``conv``, ``pool``, ``norm``, ``nn`` (``kernels/cpu/`` on the CPU).
+Plans bind MatMul, Gemm, Conv, MaxPool and GlobalAveragePool once per input shape (their
+lowerings); the implementations work out the same calls at every call.
 
 Conventions shared by every operator here:
 
 * float16 / bfloat16 inputs are computed in float32 and cast back (``_compute``/``_back``).
 * Spatial operators canonicalise their inputs to three spatial dims (leading size-1 dims) so
   that one compiled kernel per dtype serves 1-D, 2-D and 3-D.
-* Parallel kernel twins run only when the work exceeds ``PARALLEL_THRESHOLD`` elements.
+* Parallel kernel twins run only when the work exceeds the backend's parallel threshold.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from onnxjit.backends.cpu import pool, threads
-from onnxjit.backends.cpu.pool import run_parallel
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import blas as kblas
-from onnxjit.kernels.cpu import conv as kconv
-from onnxjit.kernels.cpu import conv_taps as ktaps
-from onnxjit.kernels.cpu import conv_winograd as kwino
-from onnxjit.kernels.cpu import epilogue as kep
-from onnxjit.kernels.cpu import nn as knn
-from onnxjit.kernels.cpu import norm as knorm
-from onnxjit.kernels.cpu import pool as kpool
-from onnxjit.kernels.cpu.ukernel import geometry
-from onnxjit.lowering import Bound, In, LowerContext, Out, lowers, tensor, writes
+from onnxjit.backends import default as default_backend
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
 from onnxjit.ops import gemm as blas
 from onnxjit.ops.fused_norm import layer_norm_rows, lower_layer_norm, rows_of, softmax_last
-from onnxjit.registry import MISS, NodeContext, fast_path, onnx_op, plain_array
+from onnxjit.registry import NodeContext, onnx_op
 
 # Schema defaults are stored as float32 in the ONNX schemas; the signatures use the exact value
 # so that the registry's default lint sees equality.
@@ -72,13 +63,6 @@ def _is_float(dtype: np.dtype) -> bool:
 
 def _back(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return y if y.dtype == dtype else y.astype(dtype)
-
-
-def _launch(serial: Any, parallel: Any, work: int, *args: Any) -> Any:
-    """Run the parallel twin above the threshold, else the serial kernel."""
-    if work >= _jit.PARALLEL_THRESHOLD:
-        return run_parallel(parallel, *args)
-    return serial(*args)
 
 
 def _norm_axis(ctx: NodeContext, axis: int, rank: int, allow_end: bool = False) -> int:
@@ -212,7 +196,7 @@ def matmul(ctx: NodeContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise ctx.error(f"inner dimensions differ: A {a.shape} and B {b.shape}")
     dtype = a.dtype
     if _is_float(dtype):
-        y = blas.matmul(_compute(a), _compute(b))
+        y = blas.matmul(_compute(a), _compute(b), ctx.backend)
     else:
         y = np.matmul(a, b)
     return _back(np.asarray(y), dtype)
@@ -243,7 +227,7 @@ def _gemm(
     if not c_ok and beta != 0:
         raise ctx.error(f"C of shape {c.shape} does not broadcast to ({m}, {n})")
     if _is_float(dtype):
-        y = blas.matmul(_compute(at), _compute(bt))
+        y = blas.matmul(_compute(at), _compute(bt), ctx.backend)
         if alpha != 1.0:
             y *= y.dtype.type(alpha)
         if c is not None and beta != 0:
@@ -304,6 +288,93 @@ def gemm_6(
         if c.shape != (m, n):
             raise ctx.error(f"C has shape {c.shape}, expected ({m}, {n}) since broadcast=0")
     return _gemm(ctx, a, b, c, alpha, beta, transA, transB)
+
+
+def _operands(lc: LowerContext, n: int) -> bool:
+    """Inputs ``0 .. n-1`` are float32/float64 tensors of one type with no zero-size dim."""
+    first = lc.inputs[0]
+    for s in lc.inputs[:n]:
+        if s is None or s.kind != TENSOR or s.dtype not in _NATIVE_FLOATS:
+            return False
+        if s.dtype != first.dtype or s.ndim == 0 or s.size == 0:
+            return False
+    return True
+
+
+@lowers(matmul)
+def _lower_matmul(lc: LowerContext) -> Bound | None:
+    """MatMul of float32/float64 operands: by a 2-D B constant for the plan, one product of
+    all of A's rows with B packed once (what graph optimisation turns into FusedGemm; this
+    serves sessions below that level); by any other B (attention's products, a KV cache's),
+    the batched product of fixed sizes, both operands read as stored (C-contiguous) and a
+    single matrix shared by the stack where one side broadcasts."""
+    if len(lc.inputs) < 2 or not _operands(lc, 2):
+        return None
+    a, b = lc.inputs[0], lc.inputs[1]
+    dtype = a.dtype
+    if b.const and b.ndim == 2:
+        K, N = b.shape
+        if a.shape[-1] != K:
+            return None
+        w = np.ascontiguousarray(b.value)
+        return blas.bound_product(lc.backend, a, w, a.size // K, N, K, a.shape[:-1] + (N,))
+    a2 = a.shape if a.ndim >= 2 else (1, *a.shape)
+    b2 = b.shape if b.ndim >= 2 else (*b.shape, 1)
+    (m, k), (k2, n) = a2[-2:], b2[-2:]
+    if k != k2:
+        return None
+    try:
+        lead = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        return None
+    lead_a, lead_b = a2[:-2], b2[:-2]
+    if not (lead_a == lead or all(d == 1 for d in lead_a)):
+        return None
+    if not (lead_b == lead or all(d == 1 for d in lead_b)):
+        return None
+    sa = m * k if lead_a == lead and lead else 0
+    sb = k * n if lead_b == lead and lead else 0
+    shape = (*lead, *((m,) if a.ndim >= 2 else ()), *((n,) if b.ndim >= 2 else ()))
+    fn, args = blas.product(
+        lc.backend, math.prod(lead), m, n, k, In(0, flat=True), 0, sa, In(1, flat=True), 0, sb,
+        Out(0, flat=True), dtype,
+    )  # fmt: skip
+    return writes(fn, *args, outs=[tensor(dtype, shape)], name="blas.gemm_ks")
+
+
+@lowers(gemm)
+def _lower_gemm(lc: LowerContext) -> Bound | None:
+    """Gemm-7+ of a 2-D float32/float64 A (not transposed) by a B constant for the plan,
+    with C absent or constant and a scalar or one row of N (a fully connected layer):
+    ``beta * C`` becomes the epilogue's bias, B is packed once (transposed first for
+    transB). Other C shapes keep the operator."""
+    if not _operands(lc, 2) or lc.attrs["transA"]:
+        return None
+    a, b = lc.inputs[0], lc.inputs[1]
+    c = lc.inputs[2] if len(lc.inputs) > 2 else None
+    if a.ndim != 2 or b.ndim != 2 or not b.const:
+        return None
+    dtype = a.dtype
+    trans_b = bool(lc.attrs["transB"])
+    N, K = b.shape if trans_b else b.shape[::-1]
+    if a.shape[1] != K:
+        return None
+    bias = None
+    beta = lc.attrs["beta"]
+    if c is not None and beta != 0:
+        if not c.const or c.kind != TENSOR or c.dtype != dtype or c.size not in (1, N):
+            return None
+        if c.ndim > 2 or (c.size == N and c.shape[-1] != N):  # (N, 1) with N == M: per row
+            return None
+        bias = np.ascontiguousarray(np.broadcast_to(c.value.reshape(-1) * dtype.type(beta), (N,)))
+    backend = lc.backend
+    ep = blas.epilogue_args(
+        backend, blas.Epilogue(bias=bias, bias_mode=backend.kernel("blas", "BIAS_COL")), dtype
+    )
+    w = blas.packed_weight(backend, np.ascontiguousarray(b.value), K, N, transposed=trans_b)
+    return blas.bound_product(
+        backend, a, w, a.shape[0], N, K, (a.shape[0], N), lc.attrs["alpha"], ep, packed=True
+    )
 
 
 @onnx_op("MatMulInteger", since=10)
@@ -422,46 +493,6 @@ _WINO_MIN_C = 16
 # most bytes of product blocks per thread (output channels per item are cut to fit).
 _WINO_COLS = 128
 _WINO_MBUF_BYTES = 1 << 20
-# Padded-input buffers kept per thread (distinct shapes and pads).
-_KEEP_PADDED = 16
-# im2col buffers up to this size are kept for the next convolution of the same thread.
-_KEEP_COL_BYTES = 16 << 20
-
-_scratch = threading.local()
-_GATHER_TABLES: dict[tuple, np.ndarray] = {}
-
-
-def _col_buffer(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """An uninitialised array of ``shape``, reusing this thread's last im2col buffer (a
-    fresh multi-megabyte array costs a page fault per 4 KB at every call)."""
-    size = math.prod(shape)
-    if size * dtype.itemsize > _KEEP_COL_BYTES:
-        return np.empty(shape, dtype)
-    bufs = getattr(_scratch, "cols", None)
-    if bufs is None:
-        bufs = _scratch.cols = {}
-    buf = bufs.get(dtype)
-    if buf is None or buf.size < size:
-        buf = bufs[dtype] = np.empty(size, dtype)
-    return buf[:size].reshape(shape)
-
-
-def _padded_buffer(dtype: np.dtype, key: tuple) -> np.ndarray:
-    """This thread's zero-bordered buffer for the padded input of an implicit-GEMM
-    convolution: ``key = (shape, H, W, pad_top, pad_left, stride_h, stride_w)``. Only the
-    elements that hold input are ever written (``conv_taps._pad_channel``), so the padding stays
-    zero from one call to the next; the key holds everything that decides which elements
-    those are (an input of another size or placement would leave data in this one's padding)."""
-    bufs = getattr(_scratch, "padded", None)
-    if bufs is None:
-        bufs = _scratch.padded = {}
-    full = (np.dtype(dtype), *key)
-    buf = bufs.get(full)
-    if buf is None:
-        if len(bufs) >= _KEEP_PADDED:
-            bufs.clear()
-        buf = bufs[full] = np.zeros(key[0], dtype)
-    return buf
 
 
 def _wino_blocks(n: int, th: int, tw1: int, nr: int, n_threads: int) -> int:
@@ -483,29 +514,6 @@ def _wino_blocks(n: int, th: int, tw1: int, nr: int, n_threads: int) -> int:
         if cost < best_cost:
             best, best_cost = rows, cost
     return best
-
-
-def _wino_weights(w: np.ndarray, m: int, c: int) -> np.ndarray:
-    """The Winograd-transformed weights of the flat (m, c, 3, 3) ``w`` in the micro-kernel's
-    panels (:func:`onnxjit.kernels.cpu.conv_winograd.weights`)."""
-    return kwino.weights(w.reshape(m, c, 3, 3), geometry(w.itemsize)[0])
-
-
-def _gather_table(k3, st3, dl3, pb3, osz, isz) -> np.ndarray:
-    key = (*k3.tolist(), *st3.tolist(), *dl3.tolist(), *pb3.tolist(), *osz.tolist(), *isz.tolist())
-    tab = _GATHER_TABLES.get(key)
-    if tab is None:
-        vol = int(np.prod(isz))
-        dt = np.uint32 if vol < (1 << 32) - 1 else np.int64
-        tab = np.empty((int(np.prod(k3)), int(np.prod(osz))), dt)
-        kconv.gather_table(k3, st3, dl3, pb3, osz, isz, tab)
-        if len(_GATHER_TABLES) > 256:
-            _GATHER_TABLES.clear()
-        _GATHER_TABLES[key] = tab
-    return tab
-
-
-_TILES: dict[tuple[int, int, int], tuple[int, int, int]] = {}
 
 
 def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
@@ -543,20 +551,16 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
     kernels (:func:`blas.small_blocks_in_place`; there onnxjit's micro-kernel was as fast in
     a loop but up to 1.6x slower on ResNet-18's 512-channel layers run between onnxruntime
     runs, weights no longer in cache: C1 in bench/ went 7.3 -> 10 ms). Elsewhere
-    :meth:`_ConvPlan._bind_gemm` gives them to the micro-kernel and these tiles are unused.
+    :meth:`_ConvPlan._gemm_call` gives them to the micro-kernel and these tiles are unused.
     """
-    key = (m, n, k)
-    tiles = _TILES.get(key)
-    if tiles is not None:
-        return tiles
     if k >= 1024:
         tk = min(k, _CONV_TK)
         tn = min(n, 64)
         tm = _CONV_TM
         while tm > 8 and tm * tn * tk > _SMALL_GEMM:
             tm -= 8
-        tiles = (min(m, tm), tn, tk)
-    elif n <= _FEW_COLUMNS:
+        return min(m, tm), tn, tk
+    if n <= _FEW_COLUMNS:
         # the whole (tiny) n: rows in at least _MIN_ROW_TILES tiles of equal height, each
         # as tall as stays unpacked (C2's 960 x 16 x 160 layer: 4 tiles of 240 rows, 29-30 us
         # against 32-33 with 15 of 64; 1280 x 16 x 320: 8 of 160, 59-62 us against 64)
@@ -564,25 +568,20 @@ def _conv_tiles(m: int, n: int, k: int) -> tuple[int, int, int]:
         count = max(_MIN_ROW_TILES, -(-m // cap))
         count += count % 2
         tm = min(m, (-(-m // count) + 7) // 8 * 8)
-        tiles = (tm, n, k)
-    else:
-        tn = min(n, 64)
-        tm = 64
-        while tm > 8 and tm * tn * k > _SMALL_GEMM:
-            tm //= 2
-        tm = min(m, tm)
-        tn = max(tn, min(n, _SMALL_GEMM // (tm * k) // 16 * 16))
-        gm, gn = -(-m // tm), -(-n // tn)
-        if gm * gn < 2 * _MIN_ROW_TILES and gm * gn % 2:
-            # an odd count of a few tiles leaves one thread of two idle at the end: one
-            # more row tile (C2's 96 x 49 x 576: 4 tiles of 24 rows, 28-30 us against
-            # 37 in 3 of 32)
-            tm = (-(-m // (gm + 1)) + 7) // 8 * 8
-        tiles = (tm, tn, k)
-    if len(_TILES) > 4096:
-        _TILES.clear()
-    _TILES[key] = tiles
-    return tiles
+        return tm, n, k
+    tn = min(n, 64)
+    tm = 64
+    while tm > 8 and tm * tn * k > _SMALL_GEMM:
+        tm //= 2
+    tm = min(m, tm)
+    tn = max(tn, min(n, _SMALL_GEMM // (tm * k) // 16 * 16))
+    gm, gn = -(-m // tm), -(-n // tn)
+    if gm * gn < 2 * _MIN_ROW_TILES and gm * gn % 2:
+        # an odd count of a few tiles leaves one thread of two idle at the end: one
+        # more row tile (C2's 96 x 49 x 576: 4 tiles of 24 rows, 28-30 us against
+        # 37 in 3 of 32)
+        tm = (-(-m // (gm + 1)) + 7) // 8 * 8
+    return tm, tn, k
 
 
 def _rows_plan(n: int, rows: int, ow: int, n_threads: int) -> int:
@@ -596,6 +595,15 @@ def _rows_plan(n: int, rows: int, ow: int, n_threads: int) -> int:
 
 # What a _ConvPlan runs
 _ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS, _TAPS, _WINOGRAD = range(7)
+_KIND_NAMES = ("zeros", "pointwise", "depthwise", "im2col", "rows", "taps", "winograd")
+
+# The arguments of a convolution's call, as a plan passes them (the implementation resolves
+# the same references itself, see _ConvPlan.run): the input, the residual (FusedConv's input
+# 3, flat), the output, and scratch outputs.
+_X = In(0)
+_R = In(3, flat=True)
+_Y = Out(0)
+_YF = Out(0, flat=True)
 
 
 def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
@@ -614,22 +622,38 @@ def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
     return tuple(out) == ((H - 1) // s + 1, (W - 1) // s + 1)
 
 
+def _with_residual(fn: Any, args: tuple, pos: int) -> tuple[Any, tuple]:
+    """``(call, args')``: ``fn(*args)`` whose epilogue tuple ``args[pos]`` (its third element
+    the residual) takes the residual the call receives last (FusedConv's input 3, flat)."""
+    ep = args[pos]
+    head, tail = ep[:2], ep[3:]
+
+    def call(*a: Any) -> None:
+        fn(*a[:pos], (*head, a[-1], *tail), *a[pos:-1])
+
+    return call, (*args[:pos], *args[pos + 1 :], _R)
+
+
 class _ConvPlan:
     """A convolution of one input shape with one weight and epilogue, every decision made
-    once: the method (1x1 GEMM, depthwise kernel, im2col by runs or by gather table + GEMM),
-    GEMM tiles, which kernels run on the pool and their pool entry points. :meth:`run` then
-    allocates the output and launches. Fast paths keep a plan between runs; the operators
-    build one per call.
+    once: the method (1x1 GEMM, depthwise kernel, Winograd, implicit GEMM, im2col by runs or
+    by gather table + GEMM), GEMM tiles, which kernels run on the backend's threads, weights
+    in the layout their kernel reads. :meth:`call` is then the call a plan binds (Conv's and
+    FusedConv's lowerings make one plan per input shape); :meth:`run` makes it at once (the
+    operators' implementations, one plan per call).
 
     ``w`` is (M, C/group, *ks) in the compute dtype; ``bias`` (M,) or None; ``has_res``:
-    :meth:`run` gets a residual shaped like the output (C-contiguous, compute dtype);
-    ``winograd``: 3x3 stride-1 convolutions of at least ``_WINO_MIN_C`` channels and outputs
-    at least ``_WINO_MIN_OW`` wide may run Winograd F(2x2, 3x3) (conv_winograd)."""
+    the call takes a residual shaped like the output (C-contiguous, compute dtype);
+    ``constant_w``: ``w`` is an initializer, whose rearranged copies every plan of a session
+    shares; ``winograd``: 3x3 stride-1 convolutions of at least ``_WINO_MIN_C`` channels and
+    outputs at least ``_WINO_MIN_OW`` wide may run Winograd F(2x2, 3x3) (conv_winograd);
+    ``backend``: the one whose kernels run (default :func:`onnxjit.backends.default`)."""
 
     def __init__(
         self, x_shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1,
-        constant_w=False, winograd=True,
+        constant_w=False, winograd=True, backend=None,
     ):  # fmt: skip
+        self.backend = backend = backend or default_backend()
         dtype = np.dtype(dtype)
         N, C = x_shape[:2]
         M = w.shape[0]
@@ -638,12 +662,13 @@ class _ConvPlan:
         K = math.prod(ks)
         t = dtype.type
         self.dtype = dtype
+        self.has_res = has_res
+        self.constant_w = constant_w
         self.y_shape = (N, M, *out)
-        self.y3_shape = (N, M, s_out)
         self.empty = empty = blas.empty_array(dtype)
         self.ep = (
             empty if bias is None else bias,
-            kblas.BIAS_NONE if bias is None else kblas.BIAS_ROW,
+            _k(backend, "blas", "BIAS_NONE" if bias is None else "BIAS_ROW"),
             bias is not None,
             has_res,
             act,
@@ -651,11 +676,14 @@ class _ConvPlan:
             t(p1),
         )
         self.conv_ep = ConvEpilogue(bias, None, act, t(p0), t(p1))
+        self.scratch: list[tuple[int, ...]] = []  # shapes of the call's scratch outputs
+        self.ep_pos: int | None = None  # where a kernel called as it is takes its epilogue
         if N == 0 or M == 0 or s_out == 0 or cg == 0 or K == 0:
             self.kind = _ZEROS
-            self.with_ep = not (N == 0 or M == 0 or s_out == 0)
+            with_ep = not (N == 0 or M == 0 or s_out == 0)
+            self.fn, self.args = self._zeros(with_ep), (_Y,)
             return
-        n_threads = threads.current()
+        n_threads = backend.threads()
         w = np.ascontiguousarray(w, dtype)
         x_sp = tuple(x_shape[2:])
         if (
@@ -667,14 +695,17 @@ class _ConvPlan:
             # 1x1 convolution: a strided view of the input is already the GEMM operand
             # (stride 1: the input itself; stride > 1: one strided copy), no im2col.
             self.kind = _POINTWISE
-            self.sl = None
-            if any(s != 1 for s in st):
-                self.sl = (
-                    slice(None),
-                    slice(None),
-                    *(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st)),
-                )
-            self.gemm = self._bind_gemm(w.reshape(M, C), M, s_out, C, N, n_threads, constant_w)
+            w2 = w.reshape(M, C)
+            if all(s == 1 for s in st):
+                self.fn, self.args = self._gemm_call(w2, M, s_out, C, N, n_threads,
+                                                     In(0, flat=True), _YF)  # fmt: skip
+                self.ep_pos = 13
+                return
+            steps = (slice(0, (o - 1) * s + 1, s) for o, s in zip(out, st))
+            sl = (slice(None), slice(None), *steps)
+            self.scratch = [(N, C, *out)]
+            self.fn = self._strided_pointwise(w2, M, s_out, C, N, n_threads, sl)
+            self.args = (_X, _YF, Out(1))
             return
         self.x5_shape = (N, C, *_pad3(x_sp, 1))
         k3, st3, dl3, pb3 = (
@@ -684,18 +715,19 @@ class _ConvPlan:
             _i64(_pad3(pb, 0)),
         )
         osz = _i64(_pad3(out, 1))
+        x5, y5 = In(0, shape=self.x5_shape), Out(0, shape=(N, M, *osz.tolist()))
+        window = backend.parallel_threshold >> _WINDOW_SHIFT
         if group > 1 and cg == 1 and group == C:
             # Depthwise: direct loops with the epilogue fused (a GEMM with one input channel
             # would be all overhead).
             self.kind = _DEPTHWISE
-            self.y5_shape = (N, M, *osz.tolist())
             self.mult = M // C
-            kernels = (kconv.depthwise, kconv.depthwise_par)
+            name = "depthwise"
             wk = w.reshape(M, K)
             if len(ks) <= 2 and s_out <= _DW_TILE_MAX and out[-1] <= _DW_TILE_MAX_OW:
                 # small planes: channels across vector lanes, the weights of each block of
                 # lanes (taps + bias, lanes) repeated along an output row
-                lanes = kconv.DW_LANES
+                lanes = _k(backend, "conv", "DW_LANES")
                 nb = -(-M // lanes)
                 wt = np.zeros((nb * lanes, K + 1), dtype)
                 wt[:M, :K] = wk
@@ -703,23 +735,22 @@ class _ConvPlan:
                     wt[:M, K] = bias
                 wt = wt.reshape(nb, lanes, K + 1).transpose(0, 2, 1)
                 wk = np.ascontiguousarray(np.tile(wt, (1, 1, out[-1]))).ravel()
-                kernels = (kconv.depthwise_tiles, kconv.depthwise_tiles_par)
+                name = "depthwise_tiles"
             elif _dw3_fits(x_sp, ks, st, dl, pb, out, M // C):
                 # MobileNet's 3x3 of larger planes: flat loops over each plane, no padded copy
                 # (2-thread kernel on C2's layers: 1.5-2.4x faster than the per-plane one)
-                kernels = (kconv.depthwise3, kconv.depthwise3_par)
+                name = "depthwise3"
             self.dw_args = (wk, k3, st3, dl3, pb3)
-            if n_threads > 1 and N * M * s_out * K >= _jit.PARALLEL_THRESHOLD >> _WINDOW_SHIFT:
-                sample = (
-                    np.empty(self.x5_shape, dtype),
-                    *self.dw_args,
-                    np.empty(self.y5_shape, dtype),
-                    self.mult,
-                    self._dw_ep(empty),
-                )
-                self.dw = pool.bind(kernels[1], sample, n_threads)
-            else:
-                self.dw = kernels[0]
+            sample = (
+                np.empty(self.x5_shape, dtype),
+                *self.dw_args,
+                np.empty((N, M, *osz.tolist()), dtype),
+                self.mult,
+                self._dw_ep(empty),
+            )
+            self.dw = backend.launcher("conv", name, N * M * s_out * K, sample, window)
+            self.fn, self.args = self.dw, (x5, *self.dw_args, y5, self.mult, self._dw_ep(empty))
+            self.ep_pos = 8
             return
         if (
             group == 1
@@ -729,7 +760,7 @@ class _ConvPlan:
             and C >= _WINO_MIN_C
             and winograd
         ):
-            self._plan_winograd(x_shape, w, pb, out, n_threads, constant_w)
+            self._plan_winograd(x_shape, w, pb, out, n_threads)
             return
         if (
             group == 1
@@ -739,57 +770,57 @@ class _ConvPlan:
             and out[1] >= _TAPS_MIN_OW
         ):
             # the micro-kernel reads the padded input (or its phase planes) in place
-            self._plan_taps(x_shape, w, ks, st, pb, out, n_threads, constant_w)
+            self._plan_taps(x_shape, w, ks, st, pb, out, n_threads)
             return
         if group == 1 and osz[2] >= _ROWS_MIN_OW:
             # im2col by blocks of output rows, each multiplied while it is in cache
             self.kind = _ROWS
             kt = C * K
             rpb = _rows_plan(N, int(osz[0] * osz[1]), int(osz[2]), n_threads)
-            self.y5_shape = (N, M, *osz.tolist())
             w2 = np.ascontiguousarray(w.reshape(M, kt))
-            wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
+            wp = blas.packed_rows(backend, w2.reshape(-1), M, kt, constant_w)
             self.rows_args = (w2, wp, k3, st3, dl3, pb3)
             self.rows_tail = (M, rpb, kt)
-            if n_threads > 1 and N * M * s_out * kt >= blas.PARALLEL_MACS:
-                sample = (
-                    np.empty(self.x5_shape, dtype),
-                    *self.rows_args,
-                    np.empty(self.y5_shape, dtype),
-                    self._dw_ep(empty),
-                    *self.rows_tail,
-                )
-                self.rows = pool.bind(kconv.conv_rows_par, sample, n_threads)
-            else:
-                self.rows = kconv.conv_rows
+            sample = (
+                np.empty(self.x5_shape, dtype),
+                *self.rows_args,
+                np.empty((N, M, *osz.tolist()), dtype),
+                self._dw_ep(empty),
+                *self.rows_tail,
+            )
+            self.rows = _product_kernel(backend, "conv", "conv_rows", N * M * s_out * kt, sample)
+            self.fn = self.rows
+            self.args = (x5, *self.rows_args, y5, self._dw_ep(empty), *self.rows_tail)
+            self.ep_pos = 8
             return
         self.kind = _IM2COL
-        self.group, self.cg, self.mg, self.K = group, cg, mg, K
         per_image = C * K * s_out * dtype.itemsize
-        self.chunk = chunk = max(1, min(N, _COL_BYTES // max(per_image, 1)))
-        self.col_shape = (chunk, C * K, s_out)
-        par = n_threads > 1 and chunk * C * K * s_out >= _jit.PARALLEL_THRESHOLD >> _IM2COL_SHIFT
+        chunk = max(1, min(N, _COL_BYTES // max(per_image, 1)))
+        col_shape = (chunk, C * K, s_out)
         sample_x = np.empty(self.x5_shape, dtype)
-        sample_col = np.empty(self.col_shape, dtype)
+        sample_col = np.empty(col_shape, dtype)
         if osz[2] < _GATHER_OW:
-            tab = _gather_table(k3, st3, dl3, pb3, osz, _i64(self.x5_shape[2:]))
-            self.im2col_args = (0, C, tab)
-            kernels = (kconv.im2col_gather, kconv.im2col_gather_par)
+            tab = _gather_table(backend, k3, st3, dl3, pb3, osz, _i64(self.x5_shape[2:]))
+            im2col_args = (0, C, tab)
+            name = "im2col_gather"
         else:
-            self.im2col_args = (0, C, k3, st3, dl3, pb3, osz)
-            kernels = (kconv.im2col, kconv.im2col_par)
-        if par:
-            sample = (sample_x, *self.im2col_args, sample_col)
-            self.im2col = pool.bind(kernels[1], sample, n_threads)
-        else:
-            self.im2col = kernels[0]
-        self.w2 = w.reshape(M, cg * K)
+            im2col_args = (0, C, k3, st3, dl3, pb3, osz)
+            name = "im2col"
+        im2col = backend.launcher(
+            "conv", name, chunk * C * K * s_out, (sample_x, *im2col_args, sample_col),
+            backend.parallel_threshold >> _IM2COL_SHIFT,
+        )  # fmt: skip
+        w2 = w.reshape(M, cg * K)
+        gemm = None
         if group == 1:
-            self.gemm = self._bind_gemm(self.w2, M, s_out, cg * K, chunk, n_threads, constant_w)
+            gemm = self._gemm_runner(w2, M, s_out, cg * K, chunk, n_threads)
+        self.scratch = [col_shape]
+        self.fn = self._im2col_conv(im2col, im2col_args, gemm, w2, group, cg, mg, K, chunk)
+        self.args = (x5, Out(0, shape=(N, M, s_out)), Out(1))
 
-    def _plan_taps(self, x_shape, w, ks, st, pb, out, n_threads: int, constant_w: bool) -> None:
+    def _plan_taps(self, x_shape, w, ks, st, pb, out, n_threads: int) -> None:
         """The implicit-GEMM plan of a 2-D undilated convolution (see conv_taps)."""
-        dtype = self.dtype
+        dtype, backend = self.dtype, self.backend
         N, C, H, W = x_shape
         M = w.shape[0]
         KH, KW = ks
@@ -798,9 +829,8 @@ class _ConvPlan:
         Hq, Wq = OH + (KH - 1) // sh, OW + (KW - 1) // sw
         kt = C * KH * KW
         self.kind = _TAPS
-        # the buffer's layout depends on the pads and strides as well as its shape
-        self.xp_key = ((N, C * sh * sw, Hq, Wq), H, W, int(pb[0]), int(pb[1]), sh, sw)
-        mr, nr = geometry(dtype.itemsize)
+        xp_shape = (N, C * sh * sw, Hq, Wq)
+        mr, nr = _k(backend, "ukernel", "geometry")(dtype.itemsize)
         tm = M if M <= _TAPS_TM else _TAPS_TM // mr * mr
         cpb = max(nr, _TAPS_COLS // nr * nr)
         col_blocks = N * -(-((OH - 1) * Wq + OW) // cpb)
@@ -814,162 +844,248 @@ class _ConvPlan:
             per = -(-M // n_threads)
             tm = min(M, -(-per // mr) * mr)
         w2 = np.ascontiguousarray(w.reshape(M, kt))
-        wp = blas.packed_rows(w2.reshape(-1), M, kt, constant_w)
-        tab = ktaps.tap_table(C, KH, KW, sh, sw, Hq * Wq, Wq)
+        wp = blas.packed_rows(backend, w2.reshape(-1), M, kt, self.constant_w)
+        tab = _k(backend, "conv_taps", "tap_table")(C, KH, KW, sh, sw, Hq * Wq, Wq)
         self.taps_args = (tab, wp)
         geo = (int(sh), int(sw), int(pb[0]), int(pb[1]))
         self.taps_tail = (geo, tm, cpb, min(kt, _CONV_TK))
-        if n_threads > 1 and N * M * OH * OW * kt >= blas.PARALLEL_MACS:
-            sample = (
-                np.empty(x_shape, dtype),
-                np.empty(self.xp_key[0], dtype),
-                np.zeros(2, np.int64),
-                *self.taps_args,
-                np.empty(self.y_shape, dtype),
-                self._dw_ep(self.empty),
-                *self.taps_tail,
-            )
-            self.taps = pool.bind(ktaps.conv_taps_par, sample, n_threads)
-        else:
-            self.taps = ktaps.conv_taps
+        sample = (
+            np.empty(x_shape, dtype),
+            np.empty(xp_shape, dtype),
+            np.zeros(2, np.int64),
+            *self.taps_args,
+            np.empty(self.y_shape, dtype),
+            self._dw_ep(self.empty),
+            *self.taps_tail,
+        )
+        self.taps = _product_kernel(backend, "conv_taps", "conv_taps", N * M * OH * OW * kt, sample)
+        self.fn = self._taps_conv(xp_shape)
+        self.args = (_X, _Y)
 
-    def _plan_winograd(self, x_shape, w, pb, out, n_threads: int, constant_w: bool) -> None:
+    def _plan_winograd(self, x_shape, w, pb, out, n_threads: int) -> None:
         """The Winograd F(2x2, 3x3) plan of a 3x3 stride-1 convolution (see conv_winograd)."""
-        dtype = self.dtype
+        dtype, backend = self.dtype, self.backend
         N, C = x_shape[:2]
         M = w.shape[0]
         OH, OW = out
         TH, TW1 = (OH + 1) // 2, (OW + 1) // 2 + 1
         self.kind = _WINOGRAD
-        mr, nr = geometry(dtype.itemsize)
+        mr, nr = _k(backend, "ukernel", "geometry")(dtype.itemsize)
         tile_rows = _wino_blocks(N, TH, TW1, nr, n_threads)
         per_row = 16 * tile_rows * TW1 * dtype.itemsize
         tm = min(M, max(mr, _WINO_MBUF_BYTES // per_row // mr * mr))
+        transform = _k(backend, "conv_winograd", "weights")
+
+        def wino_weights(wf: np.ndarray, m: int, c: int) -> np.ndarray:
+            # the transformed weights in the micro-kernel's panels
+            return transform(wf.reshape(m, c, 3, 3), mr)
+
         w4 = np.ascontiguousarray(w)
-        up = blas.packed_with(_wino_weights, w4.reshape(-1), M, C, constant_w)
+        up = blas.packed_with(wino_weights, w4.reshape(-1), M, C, self.constant_w)
         self.wino_args = (up,)
         self.wino_tail = ((int(pb[0]), int(pb[1])), tm, tile_rows, min(C, _CONV_TK))
-        if n_threads > 1 and N * M * OH * OW * C * 4 >= blas.PARALLEL_MACS:
-            sample = (
-                np.empty(x_shape, dtype),
-                up,
-                np.empty(self.y_shape, dtype),
-                self._dw_ep(self.empty),
-                *self.wino_tail,
-            )
-            self.wino = pool.bind(kwino.conv_winograd_par, sample, n_threads)
-        else:
-            self.wino = kwino.conv_winograd
+        sample = (
+            np.empty(x_shape, dtype),
+            up,
+            np.empty(self.y_shape, dtype),
+            self._dw_ep(self.empty),
+            *self.wino_tail,
+        )
+        work = N * M * OH * OW * C * 4
+        self.wino = _product_kernel(backend, "conv_winograd", "conv_winograd", work, sample)
+        self.fn = self.wino
+        self.args = (_X, up, _Y, self._dw_ep(self.empty), *self.wino_tail)
+        self.ep_pos = 3
 
     def _dw_ep(self, res: np.ndarray) -> tuple:
         bias, _mode, has_bias, has_res, act, p0, p1 = self.ep
         return (bias, has_bias, res, has_res, act, p0, p1)
 
-    def _bind_gemm(
-        self, w2, m: int, n: int, k: int, batch: int, n_threads: int, constant_w: bool
-    ):  # fmt: skip
-        """``run(batch, b, c, res)``: ``c[p] = act(w2 @ b[p] + bias + res[p])`` on flat
-        C-contiguous ``b`` (batch, k, n), ``c`` and ``res`` (batch, m, n), in tiles with the
-        epilogue applied to each as the product leaves it: BLAS's tiles of
-        :func:`_conv_tiles` where :func:`blas.small_blocks_in_place` (OpenBLAS's AVX-512
-        kernels), the micro-kernel's with the weights packed once otherwise."""
+    def _gemm_call(
+        self, w2, m: int, n: int, k: int, batch: int, n_threads: int, b: Any, c: Any
+    ) -> tuple[Any, tuple]:
+        """``(fn, args)``: ``c[p] = act(w2 @ b[p] + bias + res[p])`` on flat C-contiguous
+        ``b`` (batch, k, n) and ``c`` (batch, m, n) (arrays or a plan's references; ``res``
+        in the epilogue, ``args[13]``, empty), in tiles with the epilogue applied to each as
+        the product leaves it: BLAS's tiles of :func:`_conv_tiles` where
+        :func:`blas.small_blocks_in_place` (OpenBLAS's AVX-512 kernels), the micro-kernel's
+        with the weights packed once otherwise."""
+        backend = self.backend
         t = self.dtype.type
-        one, zero = t(1), t(0)
         bias, mode, _has_bias, has_res, act, p0, p1 = self.ep
         par = n_threads > 1 and batch * m * n * k >= blas.PARALLEL_MACS
         if blas.small_blocks_in_place():
-            threads.blas_ready()
+            backend.blas_ready()
             tm, tn, tk = _conv_tiles(m, n, k)
             a = w2.reshape(-1)
-            ta, tb = False, kblas.B_BLAS
+            ta, tb = 0, _k(backend, "blas", "B_BLAS")
         else:
             # OpenBLAS's Haswell kernel (AVX2 CPUs, AMD Zen) packs both operands at every
             # call. On a Zen 3 at 2 threads, ResNet-18 at 112 pixels: its 512-channel 4x4
             # layers 1.9 -> 0.78 ms each (onnxruntime 0.83), 1x1 downsampling 130-157 ->
             # 82-136 us; the whole network 1.66 -> 1.20-1.29x onnxruntime in bench/
-            a = blas.packed_rows(w2.reshape(-1), m, k, constant_w)
-            ta, tb = kblas.A_PACKED, 0
-            tm, tn = kblas.tiles(batch, m, n, k, n_threads if par else 1, self.dtype.itemsize)
+            a = blas.packed_rows(backend, w2.reshape(-1), m, k, self.constant_w)
+            ta, tb = _k(backend, "blas", "A_PACKED"), 0
+            tiles = _k(backend, "blas", "tiles")
+            tm, tn = tiles(batch, m, n, k, n_threads if par else 1, self.dtype.itemsize)
             tk = k
-        sample_b = np.empty(1, self.dtype)
-        sample_ep = (bias, mode, self.empty, has_res, act, p0, p1)
-        sample = (batch, m, n, k, a, 0, sample_b, k * n, sample_b, ta, tb)
-        sample += (one, zero, sample_ep, tm, tn, tk)
-        go = pool.bind(kblas.gemm_ks_par, sample, n_threads if par else 1)
-        kn = k * n
+        ep = (bias, mode, self.empty, has_res, act, p0, p1)
+        args = (batch, m, n, k, a, 0, b, k * n, c, ta, tb, t(1), t(0), ep, tm, tn, tk)
+        if par:
+            s = np.empty(1, self.dtype)
+            sample = (*args[:6], s, k * n, s, *args[9:])
+            return backend.pooled("blas", "gemm_ks", sample), args
+        return _k(backend, "blas", "gemm_ks"), args
+
+    def _gemm_runner(self, w2, m: int, n: int, k: int, batch: int, n_threads: int) -> Any:
+        """``run(batch, b, c, res)``: :meth:`_gemm_call`'s product for ``batch`` matrices or
+        fewer (the last chunk of images), made at once (``res`` flat like ``c``, or empty)."""
+        fn, args = self._gemm_call(w2, m, n, k, batch, n_threads, None, None)
+        head, kn, mid, (bias, mode, _r, has_res, act, p0, p1), tail = (
+            args[1:6], args[7], args[9:13], args[13], args[14:]
+        )  # fmt: skip
 
         def run(batch: int, b: np.ndarray, c: np.ndarray, res: np.ndarray) -> None:
-            ep = (bias, mode, res, has_res, act, p0, p1)
-            go(batch, m, n, k, a, 0, b, kn, c, ta, tb, one, zero, ep, tm, tn, tk)
+            fn(batch, *head, b, kn, c, *mid, (bias, mode, res, has_res, act, p0, p1), *tail)
 
         return run
+
+    def _strided_pointwise(self, w2, m, n, k, batch, n_threads, sl) -> Any:
+        """The call of a strided 1x1 convolution: the strided input copied into a scratch
+        buffer, then the product."""
+        gemm = self._gemm_runner(w2, m, n, k, batch, n_threads)
+        empty = self.empty
+
+        def pointwise(x: np.ndarray, yf: np.ndarray, xs: np.ndarray, r: Any = None) -> None:
+            np.copyto(xs, x[sl])
+            gemm(batch, xs.reshape(-1), yf, empty if r is None else r)
+
+        return pointwise
+
+    def _taps_conv(self, xp_shape: tuple[int, ...]) -> Any:
+        """The call of an implicit-GEMM convolution. Its padded input buffer is zeroed once
+        and reused: ``conv_taps`` writes only the elements that hold input (the same ones at
+        every call of this plan), so the padding stays zero; each concurrent call takes a
+        buffer no other holds."""
+        taps, (tab, wp), tail = self.taps, self.taps_args, self.taps_tail
+        bias, has_bias, _r, has_res, act, p0, p1 = self._dw_ep(self.empty)
+        empty, dtype = self.empty, self.dtype
+        idle: list[np.ndarray] = []
+
+        def conv_taps(x: np.ndarray, y: np.ndarray, r: Any = None) -> None:
+            try:
+                xp = idle.pop()
+            except IndexError:
+                xp = np.zeros(xp_shape, dtype)
+            try:
+                ep = (bias, has_bias, empty if r is None else r, has_res, act, p0, p1)
+                taps(x, xp, np.zeros(2, np.int64), tab, wp, y, ep, *tail)
+            finally:
+                idle.append(xp)
+
+        return conv_taps
+
+    def _zeros(self, with_ep: bool) -> Any:
+        """The call of a convolution with nothing to sum: zeros, plus the epilogue."""
+        backend, ep = self.backend, self.conv_ep
+
+        def zeros(y: np.ndarray, r: Any = None) -> None:
+            y.fill(0)
+            if with_ep:
+                res = None if r is None else r.reshape(y.shape)
+                _conv_epilogue(backend, y, ep._replace(residual=res))
+
+        return zeros
+
+    def _im2col_conv(self, im2col, im2col_args, gemm, w2, group, cg, mg, K, chunk) -> Any:
+        """The call of an im2col convolution: chunks of images unfolded into the scratch
+        buffer ``col``, each multiplied by the weights (per group: numpy's products)."""
+        backend, conv_ep, empty = self.backend, self.conv_ep, self.empty
+
+        def conv_im2col(x5: np.ndarray, y: np.ndarray, col: np.ndarray, r: Any = None) -> None:
+            N = y.shape[0]
+            rf = empty if r is None else r
+            per_res = rf.size // N if r is not None else 0
+            per_y = y.size // N
+            yf = y.reshape(-1)
+            for n0 in range(0, N, chunk):
+                n1 = min(N, n0 + chunk)
+                cs = col[: n1 - n0]
+                im2col(x5[n0:n1], *im2col_args, cs)
+                if group == 1:
+                    rr = rf[n0 * per_res : n1 * per_res] if r is not None else rf
+                    gemm(n1 - n0, cs.reshape(-1), yf[n0 * per_y : n1 * per_y], rr)
+                    continue
+                ep = conv_ep._replace(residual=None if r is None else r.reshape(y.shape))
+                for g in range(group):
+                    wg = w2[g * mg : (g + 1) * mg]
+                    for i in range(n1 - n0):
+                        yg = y[n0 + i, g * mg : (g + 1) * mg]
+                        gep = _gemm_epilogue(backend, ep, y, g * mg, (g + 1) * mg, n0 + i)
+                        blas.matmul_into(wg, cs[i, g * cg * K : (g + 1) * cg * K], yg,
+                                         epilogue=gep, backend=backend)  # fmt: skip
+
+        return conv_im2col
+
+    def call(self) -> tuple[Any, tuple]:
+        """``(fn, args)``: the convolution as a plan binds it, ``args`` referring to the
+        input (In 0), the residual (In 3, when the plan has one), the output (Out 0) and the
+        scratch buffers of :attr:`scratch` (Out 1 ...)."""
+        if not self.has_res:
+            return self.fn, self.args
+        if self.ep_pos is not None:
+            return _with_residual(self.fn, self.args, self.ep_pos)
+        return self.fn, (*self.args, _R)
+
+    @property
+    def name(self) -> str:
+        """What runs it, for a plan's steps (``conv.<method>``)."""
+        return f"conv.{_KIND_NAMES[self.kind]}"
 
     def run(self, x: np.ndarray, res: np.ndarray | None) -> np.ndarray:
         """The convolution of C-contiguous ``x`` (the plan's shape and compute dtype) plus the
         epilogue, with ``res`` the residual when the plan has one: a fresh (N, M, *out)."""
-        kind = self.kind
-        dtype = self.dtype
-        if kind == _ZEROS:
-            y = np.zeros(self.y_shape, dtype)
-            if self.with_ep:
-                _conv_epilogue(y, self.conv_ep._replace(residual=res))
-            return y
-        # np.empty, not the buffer pool: layer sizes differ all through a CNN, and memory
-        # NumPy frees at a value's death comes back for the next layer of any size while
-        # still in cache, where the pool holds it for its own size only (MobileNetV2 ran
-        # 7-11 % slower with its convolution outputs pooled, ResNet-18 1-3 %)
-        y = np.empty(self.y3_shape, dtype)
-        rf = self.empty if res is None else res.reshape(-1)
-        if kind == _POINTWISE:
-            if self.sl is not None:
-                x = np.ascontiguousarray(x[self.sl])
-            self.gemm(self.y_shape[0], x.reshape(-1), y.reshape(-1), rf)
-            return y.reshape(self.y_shape)
-        x5 = x.reshape(self.x5_shape)
-        if kind == _DEPTHWISE:
-            y5 = y.reshape(self.y5_shape)
-            self.dw(x5, *self.dw_args, y5, self.mult, self._dw_ep(rf))
-            return y.reshape(self.y_shape)
-        if kind == _WINOGRAD:
-            y4 = y.reshape(self.y_shape)
-            self.wino(x, *self.wino_args, y4, self._dw_ep(rf), *self.wino_tail)
-            return y4
-        if kind == _TAPS:
-            xp = _padded_buffer(dtype, self.xp_key)
-            y4 = y.reshape(self.y_shape)
-            done = np.zeros(2, np.int64)
-            self.taps(x, xp, done, *self.taps_args, y4, self._dw_ep(rf), *self.taps_tail)
-            return y4
-        if kind == _ROWS:
-            y5 = y.reshape(self.y5_shape)
-            self.rows(x5, *self.rows_args, y5, self._dw_ep(rf), *self.rows_tail)
-            return y.reshape(self.y_shape)
-        N = self.y_shape[0]
-        chunk = self.chunk
-        col = _col_buffer(dtype, self.col_shape)
-        per_res = rf.size // N if res is not None else 0
-        per_y = y.size // N
-        yf = y.reshape(-1)
-        for n0 in range(0, N, chunk):
-            n1 = min(N, n0 + chunk)
-            cs = col[: n1 - n0]
-            self.im2col(x5[n0:n1], *self.im2col_args, cs)
-            if self.group == 1:
-                r = rf[n0 * per_res : n1 * per_res] if res is not None else rf
-                self.gemm(n1 - n0, cs.reshape(-1), yf[n0 * per_y : n1 * per_y], r)
-                continue
-            cg, mg, K = self.cg, self.mg, self.K
-            ep = self.conv_ep._replace(residual=res)
-            for g in range(self.group):
-                wg = self.w2[g * mg : (g + 1) * mg]
-                for i in range(n1 - n0):
-                    yg = y[n0 + i, g * mg : (g + 1) * mg]
-                    gep = _gemm_epilogue(ep, y, g * mg, (g + 1) * mg, n0 + i)
-                    blas.matmul_into(wg, cs[i, g * cg * K : (g + 1) * cg * K], yg, epilogue=gep)
-        return y.reshape(self.y_shape)
+        y = np.empty(self.y_shape, self.dtype)
+        outs = [y, *(np.empty(s, self.dtype) for s in self.scratch)]
+        fn, args = self.call()
+        fn(*[_resolve(a, x, res, outs) for a in args])
+        return y
+
+
+def _resolve(a: Any, x: np.ndarray, res: np.ndarray | None, outs: list[np.ndarray]) -> Any:
+    """A convolution's call argument ``a`` (see :meth:`_ConvPlan.call`) for these values."""
+    t = type(a)
+    if t is not In and t is not Out:
+        return a
+    v = (x if a.index == 0 else res) if t is In else outs[a.index]
+    if a.shape is not None:
+        return v.reshape(a.shape)
+    return v.reshape(-1) if a.flat else v
+
+
+def _k(backend: Any, family: str, name: str) -> Any:
+    return backend.kernel(family, name)
+
+
+def _product_kernel(backend: Any, family: str, name: str, macs: int, sample: tuple) -> Any:
+    """Kernel ``name`` of ``family``, or its pool twin bound for ``sample`` when the calling
+    thread runs several threads and the product has ``PARALLEL_MACS`` multiply-adds."""
+    if backend.threads() > 1 and macs >= blas.PARALLEL_MACS:
+        return backend.pooled(family, name, sample)
+    return backend.kernel(family, name)
+
+
+def _gather_table(backend, k3, st3, dl3, pb3, osz, isz) -> np.ndarray:
+    """The gather table of ``im2col_gather`` for this geometry."""
+    vol = int(np.prod(isz))
+    dt = np.uint32 if vol < (1 << 32) - 1 else np.int64
+    tab = np.empty((int(np.prod(k3)), int(np.prod(osz))), dt)
+    _k(backend, "conv", "gather_table")(k3, st3, dl3, pb3, osz, isz, tab)
+    return tab
 
 
 def _conv_core(
+    backend: Any,
     x: np.ndarray,
     w: np.ndarray,
     group: int,
@@ -992,11 +1108,12 @@ def _conv_core(
     with the epilogue fused.
     """
     if ep is None:
-        ep = ConvEpilogue(None, None, kep.ACT_NONE, 0, 0)
+        t = x.dtype.type
+        ep = ConvEpilogue(None, None, _k(backend, "epilogue", "ACT_NONE"), t(0), t(0))
     res = ep.residual
     plan = _ConvPlan(
         x.shape, x.dtype, w, group, ks, st, dl, pb, out, ep.bias, res is not None, ep.act,
-        ep.p0, ep.p1, winograd=winograd,
+        ep.p0, ep.p1, winograd=winograd, backend=backend,
     )  # fmt: skip
     if res is not None:
         res = np.ascontiguousarray(res.reshape(plan.y_shape), x.dtype)
@@ -1006,7 +1123,7 @@ def _conv_core(
 class ConvEpilogue(NamedTuple):
     """What follows a convolution inside FusedConv: ``act(y + bias + residual)``, with
     ``bias`` (M,) per channel, ``residual`` shaped like ``y`` (N, M, S) and an activation code
-    of :mod:`onnxjit.kernels.cpu.epilogue` with its parameters, all in ``y``'s type."""
+    of the backend's ``epilogue`` family with its parameters, all in ``y``'s type."""
 
     bias: np.ndarray | None
     residual: np.ndarray | None
@@ -1016,18 +1133,16 @@ class ConvEpilogue(NamedTuple):
 
 
 def _gemm_epilogue(
-    ep: ConvEpilogue | None, y: np.ndarray, m0: int, m1: int, image: int | None = None
+    backend: Any, ep: ConvEpilogue, y: np.ndarray, m0: int, m1: int, image: int | None = None
 ) -> blas.Epilogue:
     """The GEMM epilogue for output channels ``m0:m1`` (of one image, or of all)."""
-    if ep is None:
-        return blas.Epilogue()
     res = None
     if ep.residual is not None:
         r = ep.residual.reshape(y.shape)
         res = r[:, m0:m1] if image is None else r[image, m0:m1]
     return blas.Epilogue(
         bias=None if ep.bias is None else ep.bias[m0:m1],
-        bias_mode=kblas.BIAS_ROW,
+        bias_mode=_k(backend, "blas", "BIAS_ROW"),
         residual=res,
         act=ep.act,
         p0=ep.p0,
@@ -1035,18 +1150,18 @@ def _gemm_epilogue(
     )
 
 
-def _conv_epilogue(y: np.ndarray, ep: ConvEpilogue | None) -> None:
+def _conv_epilogue(backend: Any, y: np.ndarray, ep: ConvEpilogue | None) -> None:
     """Apply ``ep`` to ``y`` (N, M, ...) in place, one pass over each channel plane."""
     if ep is None or not y.size:
         return
-    if ep.bias is None and ep.residual is None and ep.act == kep.ACT_NONE:
+    if ep.bias is None and ep.residual is None and ep.act == _k(backend, "epilogue", "ACT_NONE"):
         return
     N, M = y.shape[:2]
     y3 = y.reshape(N, M, -1)
     r3 = blas.empty_array(y.dtype, 3) if ep.residual is None else ep.residual.reshape(y3.shape)
     bb = blas.empty_array(y.dtype, 1) if ep.bias is None else ep.bias
     args = (y3, bb, ep.bias is not None, r3, ep.residual is not None, ep.act, ep.p0, ep.p1)
-    _launch(kep.planes, kep.planes_par, y.size, *args)
+    backend.run("epilogue", "planes", y.size, *args)
 
 
 def _conv_checks(
@@ -1086,7 +1201,7 @@ def conv_compute(
     pb, _pe, out, st, dl = _geometry(ctx, x.shape[2:], ks, strides, dilations, pads, auto_pad)
     xc = _compute(x)
     wc = _compute(w).astype(xc.dtype, copy=False)
-    return _conv_core(xc, wc, group, ks, st, dl, pb, out, epilogue, ctx.winograd)
+    return _conv_core(ctx.backend, xc, wc, group, ks, st, dl, pb, out, epilogue, ctx.winograd)
 
 
 def conv_output_shape(
@@ -1131,7 +1246,8 @@ def conv(
             raise ctx.error(f"B has shape {b.shape}, expected ({w.shape[0]},)")
         cd = _compute_dtype(x.dtype)
         bc = np.ascontiguousarray(_compute(b), dtype=cd)
-        ep = ConvEpilogue(bc, None, kep.ACT_NONE, cd.type(0), cd.type(0))
+        none = ctx.kernel("epilogue", "ACT_NONE")
+        ep = ConvEpilogue(bc, None, none, cd.type(0), cd.type(0))
     y = conv_compute(
         ctx,
         x,
@@ -1147,74 +1263,58 @@ def conv(
     return _back(y, x.dtype)
 
 
-def prepare_conv(
-    ctx: NodeContext,
-    x: np.ndarray,
-    w: np.ndarray,
-    b: np.ndarray | None,
-    attrs: dict,
-    has_res: bool,
-    act: int,
-    p0: Any,
-    p1: Any,
-) -> Any:
-    """The fast path of Conv / FusedConv for arguments like these (see
-    :func:`onnxjit.registry.fast_path`): ``fast(x, w, b=None, residual=None)`` runs a
-    :class:`_ConvPlan` made once for float32/float64 ``x`` of this shape (C-contiguous) and
-    these weight and bias objects, with a residual of the output's shape when ``has_res``;
-    it returns MISS for anything else. None where there is no fast path."""
-    dtype = x.dtype
-    if not ctx.constant_args((x, w, b), (1, 2)):
-        return None  # the plan keys on the weight and bias objects: initializers only
-    if (
-        dtype not in _NATIVE_FLOATS
-        or w.dtype != dtype
-        or (b is not None and b.dtype != dtype)
-        or not x.flags.c_contiguous
-        or x.ndim < 3
-    ):
+def lower_conv(lc: LowerContext, act: Any, p0: Any, p1: Any) -> Bound | None:
+    """The bound call of Conv (inputs X, W, B) or FusedConv (and a residual, input 3) for
+    float32/float64 inputs with a weight and bias constant for the plan, plus the epilogue
+    ``act(y + bias + residual)`` (``act`` a code of the backend's ``epilogue`` family): a
+    :class:`_ConvPlan` made once, its weights rearranged once (shared by every plan of the
+    session). None where the implementation runs: other types, a weight or bias the plan
+    does not hold (a graph input, read at every run), a residual of another shape than the
+    output (it broadcasts), attributes the implementation rejects."""
+    x, w = lc.inputs[0], lc.inputs[1]
+    b = lc.inputs[2] if len(lc.inputs) > 2 else None
+    r = lc.inputs[3] if len(lc.inputs) > 3 else None
+    if x is None or x.kind != TENSOR or x.dtype not in _NATIVE_FLOATS or not 3 <= x.ndim <= 5:
         return None
-    ks = [int(k) for k in w.shape[2:]]
-    pb, _pe, out, st, dl = _geometry(
-        ctx,
-        x.shape[2:],
-        ks,
-        attrs.get("strides"),
-        attrs.get("dilations"),
-        attrs.get("pads"),
-        attrs.get("auto_pad", "NOTSET"),
-    )
-    bias = None if b is None else np.ascontiguousarray(b, dtype)
+    dtype = x.dtype
+    if w is None or not w.const or w.kind != TENSOR or w.dtype != dtype or w.ndim != x.ndim:
+        return None
+    M = w.shape[0]
+    if b is not None and (not b.const or b.kind != TENSOR or b.dtype != dtype or b.shape != (M,)):
+        return None
+    attrs = lc.attrs
     group = int(attrs.get("group", 1))
-    plan = _ConvPlan(
-        x.shape, dtype, w, group, ks, st, dl, pb, out, bias, has_res, act, p0, p1,
-        constant_w=True, winograd=ctx.winograd,
+    ks = [int(k) for k in w.shape[2:]]
+    kernel_shape = attrs.get("kernel_shape")
+    if group < 1 or x.shape[1] != w.shape[1] * group or M % group:
+        return None
+    if kernel_shape and [int(k) for k in kernel_shape] != ks:
+        return None
+    pb, _pe, out, st, dl = _geometry(
+        lc.ctx, x.shape[2:], ks, attrs.get("strides"), attrs.get("dilations"),
+        attrs.get("pads"), attrs.get("auto_pad") or "NOTSET",
     )  # fmt: skip
-    shape = x.shape
-    y_shape = plan.y_shape
-    ndarray = np.ndarray
-    run = plan.run
-
-    def fast(x2: Any, w2: Any, b2: Any = None, r2: Any = None) -> Any:
-        if w2 is not w or b2 is not b or not plain_array(x2, shape, dtype):
-            return MISS
-        if r2 is not None:
-            if not has_res or type(r2) is not ndarray or r2.shape != y_shape or r2.dtype != dtype:
-                return MISS
-            if not r2.flags.c_contiguous:
-                r2 = np.ascontiguousarray(r2)
-        elif has_res:
-            return MISS
-        return run(x2, r2)
-
-    return fast
+    y_shape = (x.shape[0], M, *out)
+    if r is not None and (r.kind != TENSOR or r.shape != y_shape or r.dtype != dtype):
+        return None  # a residual that broadcasts: the implementation's numpy path
+    bias = None if b is None else np.ascontiguousarray(b.value)
+    winograd = lc.settings is None or lc.settings.conv_winograd
+    plan = _ConvPlan(
+        x.shape, dtype, w.value, group, ks, st, dl, pb, out, bias, r is not None, act, p0, p1,
+        constant_w=True, winograd=winograd, backend=lc.backend,
+    )  # fmt: skip
+    fn, args = plan.call()
+    outs = [tensor(dtype, y_shape), *(tensor(dtype, s) for s in plan.scratch)]
+    return writes(fn, *args, outs=outs, name=plan.name)
 
 
-@fast_path(conv)
-def _prepare_conv(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    x, w, b = (*args, None)[:3]
+@lowers(conv)
+def _lower_conv(lc: LowerContext) -> Bound | None:
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR:
+        return None
     t = x.dtype.type
-    return prepare_conv(ctx, x, w, b, kwargs, False, kep.ACT_NONE, t(0), t(0))
+    return lower_conv(lc, lc.backend.kernel("epilogue", "ACT_NONE"), t(0), t(0))
 
 
 @onnx_op("ConvInteger", since=10)
@@ -1254,7 +1354,7 @@ def conv_integer(
         wf -= wzp.reshape(-1, *([1] * (w.ndim - 1))) if wzp.size > 1 else wzp.reshape(())
     # the direct form: its float64 sums of integer products are exact (so is Winograd's
     # with these magnitudes, but that is one more argument to make)
-    y = _conv_core(xf, wf, group, ks, st, dl, pb, out, winograd=False)
+    y = _conv_core(ctx.backend, xf, wf, group, ks, st, dl, pb, out, winograd=False)
     return np.rint(y).astype(np.int32)
 
 
@@ -1341,9 +1441,9 @@ def conv_transpose(
             # (mg*K, cg) @ (N, cg, s_in) -> (N, mg*K, s_in)
             wg = np.ascontiguousarray(wc[g * cg : (g + 1) * cg].reshape(cg, mg * K).T)
             col = np.matmul(wg, x3[:, g * cg : (g + 1) * cg])
-            _launch(
-                kconv.col2im,
-                kconv.col2im_par,
+            ctx.run_kernel(
+                "conv",
+                "col2im",
                 col.size,
                 col,
                 g * mg,
@@ -1408,16 +1508,14 @@ def _pool(
     shape = (N, C, *out)
     if kind == "max" and not (len(ctx.outputs_used) > 1 and ctx.outputs_used[1]):
         # No Indices output: a vectorised kernel over padded planes.
-        if work >= _jit.PARALLEL_THRESHOLD >> _WINDOW_SHIFT:
-            run_parallel(kpool.max_pool_values_par, x4, y4, k3, st3, dl3, pb3)
-        else:
-            kpool.max_pool_values(x4, y4, k3, st3, dl3, pb3)
+        limit = ctx.backend.parallel_threshold >> _WINDOW_SHIFT
+        ctx.backend.run("pool", "max_pool_values", work, x4, y4, k3, st3, dl3, pb3, threshold=limit)
         return _back(y4.reshape(shape), dtype), None
     if kind == "max":
         ind = np.empty(y4.shape, np.int64)
-        _launch(
-            kpool.max_pool,
-            kpool.max_pool_par,
+        ctx.run_kernel(
+            "pool",
+            "max_pool",
             work,
             x4,
             y4,
@@ -1429,9 +1527,9 @@ def _pool(
             bool(storage_order),
         )
         return _back(y4.reshape(shape), dtype), ind.reshape(shape)
-    _launch(
-        kpool.avg_pool,
-        kpool.avg_pool_par,
+    ctx.run_kernel(
+        "pool",
+        "avg_pool",
         work,
         x4,
         y4,
@@ -1507,48 +1605,36 @@ def max_pool(
     )
 
 
-@fast_path(max_pool_1, max_pool_8, max_pool)
-def _prepare_max_pool(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    """MaxPool without Indices on float32/float64 inputs of one shape (C-contiguous): the
-    geometry and kernel choice made once."""
-    x = args[0]
-    if (len(ctx.outputs_used) > 1 and ctx.outputs_used[1]) or x.dtype not in _NATIVE_FLOATS:
+@lowers(max_pool_1, max_pool_8, max_pool)
+def _lower_max_pool(lc: LowerContext) -> Bound | None:
+    """MaxPool without an Indices output nothing reads, on float32/float64 inputs: the
+    vectorised kernel over padded planes, its geometry worked out once."""
+    x = lc.inputs[0]
+    if len(lc.outputs_used) > 1 and lc.outputs_used[1]:
         return None
-    if not x.flags.c_contiguous or x.ndim < 3 or x.ndim > 5:
+    if x is None or x.kind != TENSOR or x.dtype not in _NATIVE_FLOATS or not 3 <= x.ndim <= 5:
         return None
-    ks = [int(k) for k in kwargs["kernel_shape"]]
+    attrs = lc.attrs
+    ks = [int(k) for k in attrs.get("kernel_shape") or ()]
+    if len(ks) != x.ndim - 2:
+        return None  # the implementation says what is wrong
     pb, _pe, out, st, dl = _geometry(
-        ctx,
-        x.shape[2:],
-        ks,
-        kwargs.get("strides"),
-        kwargs.get("dilations"),
-        kwargs.get("pads"),
-        kwargs.get("auto_pad", "NOTSET"),
-        kwargs.get("ceil_mode", 0),
-    )
+        lc.ctx, x.shape[2:], ks, attrs.get("strides"), attrs.get("dilations"),
+        attrs.get("pads"), attrs.get("auto_pad") or "NOTSET", attrs.get("ceil_mode", 0),
+    )  # fmt: skip
     N, C = x.shape[:2]
-    shape, dtype = x.shape, x.dtype
+    dtype = x.dtype
     x4_shape = (N * C, *_pad3(x.shape[2:], 1))
     y4_shape = (N * C, *_pad3(out, 1))
-    y_shape = (N, C, *out)
     geo = tuple(_i64(_pad3(v, f)) for v, f in ((ks, 1), (st, 1), (dl, 1), (pb, 0)))
-    if math.prod(y4_shape) * math.prod(ks) >= _jit.PARALLEL_THRESHOLD >> _WINDOW_SHIFT:
-        sample = (np.empty(x4_shape, dtype), np.empty(y4_shape, dtype), *geo)
-        kernel = pool.bind(kpool.max_pool_values_par, sample, threads.current())
-    else:
-        kernel = kpool.max_pool_values
-    pair = isinstance(result, tuple)
-
-    def fast(x2: Any) -> Any:
-        if not plain_array(x2, shape, dtype):
-            return MISS
-        y = np.empty(y4_shape, dtype)  # as a convolution's output (see _ConvPlan.run)
-        kernel(x2.reshape(x4_shape), y, *geo)
-        y = y.reshape(y_shape)
-        return (y, None) if pair else y
-
-    return fast
+    sample = (np.empty(x4_shape, dtype), np.empty(y4_shape, dtype), *geo)
+    work = math.prod(y4_shape) * math.prod(ks)
+    limit = lc.backend.parallel_threshold >> _WINDOW_SHIFT
+    fn = lc.backend.launcher("pool", "max_pool_values", work, sample, limit)
+    return writes(
+        fn, In(0, shape=x4_shape), Out(0, shape=y4_shape), *geo,
+        outs=[tensor(dtype, (N, C, *out))], name="pool.max_pool_values",
+    )  # fmt: skip
 
 
 @onnx_op("AveragePool", since=1)
@@ -1698,32 +1784,25 @@ def global_average_pool(ctx: NodeContext, x: np.ndarray) -> np.ndarray:
     xc = np.ascontiguousarray(_compute(x))
     x2 = xc.reshape(-1, s)
     y = np.empty(x2.shape[0], xc.dtype)
-    _launch(kpool.global_mean, kpool.global_mean_par, x.size, x2, y)
+    ctx.run_kernel("pool", "global_mean", x.size, x2, y)
     return _back(y.reshape(*x.shape[:2], *([1] * len(axes))), x.dtype)
 
 
-@fast_path(global_average_pool)
-def _prepare_global_average_pool(ctx: NodeContext, args: tuple, kwargs: dict, result: Any) -> Any:
-    x = args[0]
-    if x.dtype not in _NATIVE_FLOATS or not x.flags.c_contiguous or x.ndim < 3 or not x.size:
+@lowers(global_average_pool)
+def _lower_global_average_pool(lc: LowerContext) -> Bound | None:
+    """GlobalAveragePool of a float32/float64 input with no zero-size dim: one row kernel
+    over the (N * C, spatial) planes."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _NATIVE_FLOATS or x.ndim < 3 or not x.size:
         return None
-    shape, dtype = x.shape, x.dtype
-    x2_shape = (shape[0] * shape[1], math.prod(shape[2:]))
-    y_shape = result.shape
-    if x.size >= _jit.PARALLEL_THRESHOLD:
-        sample = (np.empty(x2_shape, dtype), np.empty(x2_shape[0], dtype))
-        kernel = pool.bind(kpool.global_mean_par, sample, threads.current())
-    else:
-        kernel = kpool.global_mean
-
-    def fast(x2: Any) -> Any:
-        if not plain_array(x2, shape, dtype):
-            return MISS
-        y = np.empty(x2_shape[0], dtype)
-        kernel(x2.reshape(x2_shape), y)
-        return y.reshape(y_shape)
-
-    return fast
+    dtype = x.dtype
+    rows, n = x.shape[0] * x.shape[1], math.prod(x.shape[2:])
+    sample = (np.empty((1, 1), dtype), np.empty(1, dtype))
+    fn = lc.backend.launcher("pool", "global_mean", x.size, sample)
+    return writes(
+        fn, In(0, shape=(rows, n)), Out(0, shape=(rows,)),
+        outs=[tensor(dtype, (*x.shape[:2], *([1] * (x.ndim - 2))))], name="pool.global_mean",
+    )  # fmt: skip
 
 
 @onnx_op("GlobalMaxPool", since=1)
@@ -1765,11 +1844,11 @@ def _softmax(ctx: NodeContext, x: np.ndarray, axis: int, coerce_2d: bool, log: b
     dtype = x.dtype
     if inner == 1 and n > 0:
         # Softmax over contiguous rows (the last axis, or the 2-D coercion): the row kernel.
-        y2 = softmax_last(_compute(x).reshape(outer, n), log)
+        y2 = softmax_last(ctx, _compute(x).reshape(outer, n), log)
         return _back(y2.reshape(shape), dtype)
     x3 = np.ascontiguousarray(_compute(x)).reshape(outer, n, inner)
     y3 = np.empty_like(x3)
-    _launch(knn.softmax, knn.softmax_par, x3.size, x3, y3, log)
+    ctx.run_kernel("nn", "softmax", x3.size, x3, y3, log)
     return _back(y3.reshape(shape), dtype)
 
 
@@ -1875,9 +1954,9 @@ def _bn_inference(
     b = bias.astype(np.float64).reshape(C) - mean.astype(np.float64).reshape(C) * a
     x3 = xc.reshape(N, C, S)
     y3 = np.empty_like(x3)
-    _launch(
-        knorm.channel_affine,
-        knorm.channel_affine_par,
+    ctx.run_kernel(
+        "norm",
+        "channel_affine",
         x3.size,
         x3,
         a.astype(xc.dtype),
@@ -2005,9 +2084,9 @@ def _group_norm(
     cd = compute or _compute_dtype(dtype)
     x3 = np.ascontiguousarray(x.astype(cd, copy=False)).reshape(N, C, S)
     y3 = np.empty_like(x3)
-    _launch(
-        knorm.group_norm,
-        knorm.group_norm_par,
+    ctx.run_kernel(
+        "norm",
+        "group_norm",
         x3.size,
         x3,
         groups,
@@ -2131,7 +2210,7 @@ def layer_norm(
             f"normalised shape {norm_shape}"
         ) from None
     # One pass per row over contiguous (R, n) rows (statistics in the compute type).
-    y2, mean, inv = layer_norm_rows(x, x.ndim - a, float(epsilon), sc, bi)
+    y2, mean, inv = layer_norm_rows(ctx, x, x.ndim - a, float(epsilon), sc, bi)
     stat_shape = (*x.shape[:a], *([1] * (x.ndim - a)))
     return (
         _back(y2.reshape(x.shape), dtype),
@@ -2168,9 +2247,9 @@ def mean_variance_norm(
     y2 = np.empty_like(x2)
     mean = np.empty(R, np.float64)
     inv = np.empty(R, np.float64)
-    _launch(
-        knorm.standardize_rows,
-        knorm.standardize_rows_par,
+    ctx.run_kernel(
+        "norm",
+        "standardize_rows",
         x2.size,
         x2,
         np.ones(n, x2.dtype),
@@ -2208,5 +2287,5 @@ def lrn(
     xc = np.ascontiguousarray(_compute(x))
     x3 = xc.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
     y3 = np.empty_like(x3)
-    knn.lrn(x3, y3, int(size), float(alpha), float(beta), float(bias))
+    ctx.kernel("nn", "lrn")(x3, y3, int(size), float(alpha), float(beta), float(bias))
     return _back(y3.reshape(x.shape), dtype)

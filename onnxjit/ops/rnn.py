@@ -6,9 +6,9 @@ Every version shares one driver, :func:`_recurrent`. Per direction it
   the step loop always runs forward;
 * computes the input projection ``X @ W^T`` of every time step with one BLAS call and folds the
   biases into it;
-* runs the steps: ``H_{t-1} @ R^T`` with BLAS, then a Numba gate kernel from
-  ``onnxjit.kernels.cpu.rnn`` that applies peepholes, clip and activations and updates the
-  state in place.
+* runs the steps: ``H_{t-1} @ R^T`` with BLAS, then a gate kernel of the backend's family
+  ``rnn`` (``kernels/cpu/rnn.py``) that applies peepholes, clip and activations and updates
+  the state in place.
 
 Rows past their ``sequence_lens`` entry keep their state (so ``Y_h``/``Y_c`` are the states at
 each row's last valid step) and get zeros in ``Y``; rows of length 0 get zero final states. The
@@ -24,22 +24,22 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.kernels.cpu import rnn as K
 from onnxjit.registry import NodeContext, onnx_op
 
-# name (lower case) -> (code, default alpha, default beta, takes alpha, takes beta)
-_ACTIVATIONS: dict[str, tuple[int, float, float, bool, bool]] = {
-    "sigmoid": (K.ACT_SIGMOID, 0.0, 0.0, False, False),
-    "tanh": (K.ACT_TANH, 0.0, 0.0, False, False),
-    "relu": (K.ACT_RELU, 0.0, 0.0, False, False),
-    "hardsigmoid": (K.ACT_HARDSIGMOID, 0.2, 0.5, True, True),
-    "affine": (K.ACT_AFFINE, 1.0, 0.0, True, True),
-    "leakyrelu": (K.ACT_LEAKYRELU, 0.01, 0.0, True, False),
-    "thresholdedrelu": (K.ACT_THRESHOLDEDRELU, 1.0, 0.0, True, False),
-    "scaledtanh": (K.ACT_SCALEDTANH, 1.0, 1.0, True, True),
-    "elu": (K.ACT_ELU, 1.0, 0.0, True, False),
-    "softsign": (K.ACT_SOFTSIGN, 0.0, 0.0, False, False),
-    "softplus": (K.ACT_SOFTPLUS, 0.0, 0.0, False, False),
+# name (lower case) -> (the backend's code of it in family "rnn", default alpha, default beta,
+# takes alpha, takes beta)
+_ACTIVATIONS: dict[str, tuple[str, float, float, bool, bool]] = {
+    "sigmoid": ("ACT_SIGMOID", 0.0, 0.0, False, False),
+    "tanh": ("ACT_TANH", 0.0, 0.0, False, False),
+    "relu": ("ACT_RELU", 0.0, 0.0, False, False),
+    "hardsigmoid": ("ACT_HARDSIGMOID", 0.2, 0.5, True, True),
+    "affine": ("ACT_AFFINE", 1.0, 0.0, True, True),
+    "leakyrelu": ("ACT_LEAKYRELU", 0.01, 0.0, True, False),
+    "thresholdedrelu": ("ACT_THRESHOLDEDRELU", 1.0, 0.0, True, False),
+    "scaledtanh": ("ACT_SCALEDTANH", 1.0, 1.0, True, True),
+    "elu": ("ACT_ELU", 1.0, 0.0, True, False),
+    "softsign": ("ACT_SOFTSIGN", 0.0, 0.0, False, False),
+    "softplus": ("ACT_SOFTPLUS", 0.0, 0.0, False, False),
 }
 
 _DEFAULT_ACTIVATIONS = {
@@ -90,7 +90,8 @@ def _parse_activations(
                 f"activation {name!r} is not supported; use one of "
                 f"{sorted(k for k in _ACTIVATIONS)} (case-insensitive)"
             )
-        code, alpha, beta, takes_a, takes_b = entry
+        const, alpha, beta, takes_a, takes_b = entry
+        code = ctx.kernel("rnn", const)
         if takes_a:
             alpha = float(next(alpha_it, alpha))
         if takes_b:
@@ -200,6 +201,9 @@ def _recurrent(
     hs: list[np.ndarray] = []
     cs: list[np.ndarray] = []
     gh_cols = n_g * n_h
+    lstm_step, rnn_step = ctx.kernel("rnn", "lstm_step"), ctx.kernel("rnn", "rnn_step")
+    gru_step_lbr = ctx.kernel("rnn", "gru_step_lbr")
+    gru_gates_zr, gru_finish = ctx.kernel("rnn", "gru_gates_zr"), ctx.kernel("rnn", "gru_finish")
     for d in range(n_dir):
         backward = direction == "reverse" or d == 1
         if not backward:
@@ -228,7 +232,7 @@ def _recurrent(
             Rt = np.ascontiguousarray(R[d].T)
             (f, fa, fb), (g, ga, gb), (hc, ha, hb) = act_f
             for t in range(n_t):
-                K.lstm_step(
+                lstm_step(
                     xw[t], h @ Rt, p, c, h, active[t], clip_v, int(input_forget),
                     f, fa, fb, g, ga, gb, hc, ha, hb, y[t if want_y else 0],
                 )  # fmt: skip
@@ -238,7 +242,7 @@ def _recurrent(
             if linear_before_reset:
                 Rt = np.ascontiguousarray(R[d].T)
                 for t in range(n_t):
-                    K.gru_step_lbr(
+                    gru_step_lbr(
                         xw[t], h @ Rt, rb_h, h, active[t], clip_v,
                         f, fa, fb, g, ga, gb, y[t if want_y else 0],
                     )  # fmt: skip
@@ -248,8 +252,8 @@ def _recurrent(
                 z = np.empty((n_b, n_h), dtype=dt)
                 rh = np.empty((n_b, n_h), dtype=dt)
                 for t in range(n_t):
-                    K.gru_gates_zr(xw[t], h @ Rzr, h, clip_v, f, fa, fb, z, rh)
-                    K.gru_finish(
+                    gru_gates_zr(xw[t], h @ Rzr, h, clip_v, f, fa, fb, z, rh)
+                    gru_finish(
                         xw[t], rh @ Rh, z, h, active[t], clip_v, g, ga, gb,
                         y[t if want_y else 0],
                     )  # fmt: skip
@@ -257,7 +261,7 @@ def _recurrent(
             (f, fa, fb) = act_f[0]
             Rt = np.ascontiguousarray(R[d].T)
             for t in range(n_t):
-                K.rnn_step(xw[t], h @ Rt, h, active[t], clip_v, f, fa, fb, y[t if want_y else 0])
+                rnn_step(xw[t], h @ Rt, h, active[t], clip_v, f, fa, fb, y[t if want_y else 0])
         if want_y and backward:
             y = y[::-1] if rev_idx is None else y[rev_idx, batch_idx]
         ys.append(y)
