@@ -310,3 +310,49 @@ def test_cumsum(opset, dtype, shape, axis, exclusive, reverse):
     x = rng.integers(-5, 6, size=shape).astype(dtype)
     inputs = {"x": x, "axis": np.array(axis, dtype=np.int32 if opset == 11 else np.int64)}
     check_node("CumSum", inputs, {"exclusive": exclusive, "reverse": reverse}, opset=opset)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("axes", "keepdims"), [([1, 2], 1), ([-1], 0), (None, 0), ([0, 2], 1)])
+@pytest.mark.parametrize("op", [*REDUCE_OPS, "ArgMax", "ArgMin"])
+def test_plan_binds_reductions_while_the_batch_changes(op, axes, keepdims, dtype):
+    """Reductions over constant axes run as the plan's bound call (adjacent axes; non-adjacent
+    ones through the implementation), equal to onnxruntime run after run as the batch
+    changes, with the output fed to a consumer that may write over it."""
+    import onnxruntime as ort
+
+    h = onnx.helper
+    et = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    arg = op.startswith("Arg")
+    if arg:
+        if axes is None or len(axes) != 1:
+            pytest.skip("ArgMax/ArgMin take one axis")
+        attrs = {"axis": axes[0], "keepdims": keepdims}
+    else:
+        attrs = {"keepdims": keepdims} if axes is None else {"axes": axes, "keepdims": keepdims}
+    inputs, inits = ["x"], []
+    if op == "ReduceSum" and axes is not None:  # ReduceSum-13: the axes as a constant input
+        inputs.append("axes")
+        inits.append(onnx.numpy_helper.from_array(np.array(attrs.pop("axes"), np.int64), "axes"))
+    nodes = [h.make_node(op, inputs, ["r"], **attrs), h.make_node("Neg", ["r"], ["y"])]
+    rank = 3 - (0 if keepdims else (3 if axes is None else len(axes)))
+    graph = h.make_graph(
+        nodes,
+        "reduce",
+        [h.make_tensor_value_info("x", et, ["n", 5, 6])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.INT64 if arg else et, [None] * rank)],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13 if op == "ReduceSum" else 17)])
+    blob = model.SerializeToString()
+    sess = onnxjit.InferenceSession(blob)
+    ref = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    for n in (2, 2, 3, 1, 3):
+        x = _data(op, (n, 5, 6), dtype)
+        (got,) = sess.run(None, {"x": x})
+        (want,) = ref.run(None, {"x": x})
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        (step, _) = sess.stats()["plans"][-1]["steps"]
+        adjacent = axes is None or len(axes) == 1 or axes == [1, 2]
+        assert step["generic"] == (not adjacent)

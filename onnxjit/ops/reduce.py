@@ -12,11 +12,14 @@ the earlier registration serves them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
 from onnxjit.registry import NodeContext, onnx_op
 
 _LOW_FLOATS = ("float16", "bfloat16")
@@ -174,6 +177,95 @@ def reduce_values(
     return res.reshape(out_shape)
 
 
+# Element types the lowerings bind (the kernels compute in them); others run the implementation.
+_BOUND_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _adjacent(axes: list[int]) -> bool:
+    return bool(axes) and axes == list(range(axes[0], axes[-1] + 1))
+
+
+def _lower_reduce(lc: LowerContext, name: str) -> Bound | None:
+    """Reduce* of a float32/float64 tensor over constant axes that are adjacent (after
+    dropping none): the (outer, n, inner) split, the kernel, its accumulator (a scratch
+    output) and the step after it fixed once; per run, the accumulator is reset, the kernel
+    runs and the result is written into the plan's buffer. Other cases (axes fed at run time,
+    axes to transpose, an empty reduction, other types) run the implementation."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _BOUND_TYPES or not lc.is_const(1):
+        return None
+    axes = lc.attrs["axes"] if "axes" in lc.attrs else lc.const(1)
+    if axes is None or np.size(axes) == 0:
+        if lc.attrs.get("noop_with_empty_axes"):
+            return None
+        axes_n = list(range(x.ndim))
+    else:
+        try:
+            axes_n = _norm_axes(lc, [int(a) for a in np.asarray(axes).reshape(-1)], x.ndim)
+        except Exception:  # the implementation raises its error at the planning run
+            return None
+    if not _adjacent(axes_n):
+        return None
+    lo, hi = axes_n[0], axes_n[-1] + 1
+    outer, n, inner = (math.prod(x.shape[:lo]), math.prod(x.shape[lo:hi]),
+                       math.prod(x.shape[hi:]))  # fmt: skip
+    if n == 0 or outer * inner == 0:
+        return None
+    if lc.attrs["keepdims"]:
+        shape = tuple(1 if i in axes_n else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes_n)
+    kind, post = _KINDS[name]
+    code = int(lc.kernel("reduce", kind))
+    acc_dtype = x.dtype if kind in ("MAX", "MIN") else np.dtype(np.float64)
+    start = acc_dtype.type(_identity(kind, acc_dtype))
+    sample = (np.empty((1, 1, 1), x.dtype), code, np.empty((1, 1), acc_dtype))
+    kernel = lc.backend.launcher("reduce", "reduce3", x.size if outer > 1 else 0, sample)
+    x3, y2 = In(0, shape=(outer, n, inner)), Out(0, shape=(outer, inner))
+    outs = [tensor(x.dtype, shape)]
+    if acc_dtype == x.dtype and post is None:  # max, min: the kernel writes the output
+
+        def reduce_into(x3: np.ndarray, y2: np.ndarray) -> None:
+            y2.fill(start)
+            kernel(x3, code, y2)
+
+        return writes(reduce_into, x3, y2, outs=outs, name="reduce.reduce3")
+    finish = _finish(post, n)
+
+    def reduce_acc(x3: np.ndarray, y2: np.ndarray, acc: np.ndarray) -> None:
+        acc.fill(start)
+        kernel(x3, code, acc)
+        finish(acc, y2)
+
+    outs.append(tensor(acc_dtype, (outer, inner)))  # the accumulator: a scratch output
+    return writes(reduce_acc, x3, y2, Out(1), outs=outs, name="reduce.reduce3")
+
+
+def _finish(post: str | None, n: int) -> Any:
+    """``finish(acc, y)``: the step after the kernel as :func:`reduce_values` takes it (in
+    float64), written into ``y`` in its type."""
+    if post == "mean":
+
+        def mean(acc: np.ndarray, y: np.ndarray) -> None:
+            np.divide(acc, n, out=y, casting="unsafe")
+
+        return mean
+    if post in ("sqrt", "log"):
+        ufunc = np.sqrt if post == "sqrt" else np.log
+
+        def apply(acc: np.ndarray, y: np.ndarray) -> None:
+            with np.errstate(all="ignore"):
+                ufunc(acc, out=acc)
+            np.copyto(y, acc, casting="unsafe")
+
+        return apply
+
+    def cast(acc: np.ndarray, y: np.ndarray) -> None:
+        np.copyto(y, acc, casting="unsafe")
+
+    return cast
+
+
 def _make_reduce(op: str, name: str, axes_input_since: int) -> None:
     """Register op-1 (axes attribute) and op-<axes_input_since> (axes input) for ``name``."""
 
@@ -189,6 +281,7 @@ def _make_reduce(op: str, name: str, axes_input_since: int) -> None:
     reduce_input.__name__ = reduce_input.__qualname__ = f"{op.lower()}_{axes_input_since}"
     globals()[reduce_attr.__name__] = reduce_attr
     globals()[reduce_input.__name__] = reduce_input
+    lowers(reduce_attr, reduce_input)(functools.partial(_lower_reduce, name=name))
 
 
 _make_reduce("ReduceSum", "sum", 13)
@@ -255,6 +348,36 @@ def argmin_1(ctx, data, *, axis=0, keepdims=1):
 def argmin_12(ctx, data, *, axis=0, keepdims=1, select_last_index=0):
     """Index (int64) of the minimum along ``axis``; last occurrence when asked."""
     return _arg(ctx, data, axis, keepdims, select_last_index, False)
+
+
+_ARG_TYPES = (*_BOUND_TYPES, np.dtype(np.int32), np.dtype(np.int64))
+
+
+@lowers(argmax_1, argmax_12, argmin_1, argmin_12)
+def _lower_arg(lc: LowerContext) -> Bound | None:
+    """ArgMax/ArgMin of a float32/float64/int32/int64 tensor along a non-empty axis: the
+    kernel writing the plan's buffer through the (outer, n, inner) split fixed once."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _ARG_TYPES or x.ndim == 0:
+        return None
+    a = int(lc.attrs["axis"])
+    if not -x.ndim <= a < x.ndim:
+        return None
+    a += x.ndim if a < 0 else 0
+    outer, n, inner = math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1 :])
+    if n == 0 or outer * inner == 0:
+        return None
+    shape = list(x.shape)
+    if lc.attrs["keepdims"]:
+        shape[a] = 1
+    else:
+        del shape[a]
+    want_max = lc.node.op_type == "ArgMax"
+    last = bool(lc.attrs.get("select_last_index", 0))
+    return writes(
+        lc.kernel("reduce", "argreduce3"), In(0, shape=(outer, n, inner)), want_max, last,
+        Out(0, shape=(outer, inner)), outs=[tensor(np.int64, shape)], name="reduce.argreduce3",
+    )  # fmt: skip
 
 
 # -- CumSum ------------------------------------------------------------------------------------
