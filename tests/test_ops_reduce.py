@@ -356,3 +356,31 @@ def test_plan_binds_reductions_while_the_batch_changes(op, axes, keepdims, dtype
         (step, _) = sess.stats()["plans"][-1]["steps"]
         adjacent = axes is None or len(axes) == 1 or axes == [1, 2]
         assert step["generic"] == (not adjacent)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_plan_binds_cumsum_with_a_constant_axis(exclusive, reverse, dtype):
+    """CumSum along a constant axis is the plan's bound call, equal to onnxruntime while the
+    batch changes."""
+    import onnxruntime as ort
+
+    h = onnx.helper
+    et = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = h.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    graph = h.make_graph(
+        [node],
+        "cumsum",
+        [h.make_tensor_value_info("x", et, ["n", 5, 6])],
+        [h.make_tensor_value_info("y", et, ["n", 5, 6])],
+        [onnx.numpy_helper.from_array(np.array(-2, np.int64), "axis")],
+    )
+    blob = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)]).SerializeToString()
+    sess = onnxjit.InferenceSession(blob)
+    ref = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    for n in (2, 2, 3, 1):
+        x = _data("ReduceSum", (n, 5, 6), dtype)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
+                                   rtol=1e-6, atol=1e-6)  # fmt: skip
+        (step,) = sess.stats()["plans"][-1]["steps"]
+        assert not step["generic"]

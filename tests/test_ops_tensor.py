@@ -855,7 +855,7 @@ def test_gather_from_a_constant_table(dtype):
 
 def test_shape_ops_are_bound_while_shapes_change():
     """Slice (blocks and strided parts), Split (blocks and strided parts), Expand, Identity,
-    Dropout and Transpose, with constant shapes, axes and sizes: bound calls of the plan,
+    Dropout, Transpose and Pad, with constant shapes, axes, sizes and pads: bound calls of the plan,
     against onnxruntime while the batch changes, with consumers that may write their outputs
     over these values."""
     import onnxruntime as ort
@@ -865,6 +865,7 @@ def test_shape_ops_are_bound_while_shapes_change():
         ("st", [0, 1]), ("en", [1 << 40, 7]), ("ax", [0, 2]), ("sp", [1, 2]),  # strided part
         ("st1", [1]), ("en1", [3]), ("ax1", [1]),  # a block when the batch is 1
         ("halves", [4, 4]), ("rows", [1, 3]), ("big", [130, 130]), ("eshape", [3, 1, 1, 8]),
+        ("pads", [0, 1, -2, 0, 2, 1]),  # a crop on the last axis
     ]  # fmt: skip
     inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in i64]
     two = h.make_tensor("v", TP.FLOAT, [1], [2])
@@ -885,8 +886,11 @@ def test_shape_ops_are_bound_while_shapes_change():
         h.make_node("Transpose", ["y4"], ["t"], perm=[1, 0, 2, 3]),
         h.make_node("ReduceSum", ["z"], ["r"], keepdims=0),
         h.make_node("Add", ["t", "r"], ["y5"]),
+        h.make_node("Pad", ["x", "pads", "pv"], ["p"]),
+        h.make_node("Relu", ["p"], ["y6"]),
     ]
-    ranks = {"y0": 3, "y1": 3, "y2": 3, "y3": 3, "y4": 4, "y5": 4}
+    inits.append(onnx.numpy_helper.from_array(np.array(-0.5, np.float32), "pv"))
+    ranks = {"y0": 3, "y1": 3, "y2": 3, "y3": 3, "y4": 4, "y5": 4, "y6": 3}
     graph = h.make_graph(
         nodes,
         "shapes",
@@ -897,7 +901,7 @@ def test_shape_ops_are_bound_while_shapes_change():
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
     blob = model.SerializeToString()
     ref = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
-    shape_ops = {"Slice", "Split", "Identity", "Dropout", "Expand", "Transpose"}
+    shape_ops = {"Slice", "Split", "Identity", "Dropout", "Expand", "Transpose", "Pad"}
     for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # the first keeps every node
         opts = onnxjit.SessionOptions()
         opts.graph_optimization_level = getattr(onnxjit.GraphOptimizationLevel, level)

@@ -406,6 +406,30 @@ def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
     return out.astype(x.dtype) if low else out
 
 
+@lowers(cumsum_11)
+def _lower_cumsum(lc: LowerContext) -> Bound | None:
+    """CumSum of a float32/float64/int32/int64 tensor along a constant axis: the scan kernel
+    writing the plan's buffer through the (outer, n, inner) split fixed once."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _ARG_TYPES or x.ndim == 0:
+        return None
+    axis = lc.const(1)
+    if axis is None or np.size(axis) != 1:
+        return None
+    a = int(np.asarray(axis).reshape(-1)[0])
+    if not -x.ndim <= a < x.ndim:
+        return None
+    a += x.ndim if a < 0 else 0
+    dims = (math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1 :]))
+    if x.size == 0:
+        return None
+    flags = (bool(lc.attrs["exclusive"]), bool(lc.attrs["reverse"]))
+    return writes(
+        lc.kernel("reduce", "cumsum3"), In(0, shape=dims), *flags, Out(0, shape=dims),
+        outs=[tensor(x.dtype, x.shape)], name="reduce.cumsum3",
+    )  # fmt: skip
+
+
 # -- TopK -------------------------------------------------------------------------------------
 def _topk(ctx: NodeContext, x: np.ndarray, k: int, axis: int, largest: int):
     x = np.asarray(x)

@@ -592,6 +592,41 @@ def slice_10(ctx, data, starts, ends, axes=None, steps=None):
 
 
 # -- Pad ---------------------------------------------------------------------------------------
+def _pad_layout(ctx: Any, shape: tuple[int, ...], pads: Sequence[int], axes: Any):
+    """``(begin, end, out_shape)`` of a Pad of an input of ``shape``."""
+    r = len(shape)
+    ax = list(range(r)) if axes is None else [_norm_axis(ctx, a, r) for a in _ints(axes)]
+    if len(pads) != 2 * len(ax):
+        raise ctx.error(f"pads {list(pads)} must have 2 * {len(ax)} entries (begins, then ends)")
+    begin = [0] * r
+    end = [0] * r
+    for i, a in enumerate(ax):
+        begin[a] = pads[i]
+        end[a] = pads[i + len(ax)]
+    out_shape = [shape[d] + begin[d] + end[d] for d in range(r)]
+    if any(s < 0 for s in out_shape):
+        raise ctx.error(f"pads {list(pads)} remove more than the input shape {list(shape)}")
+    return begin, end, out_shape
+
+
+def _pad_value(ctx: Any, value: Any, dtype: np.dtype) -> Any:
+    """The fill value of constant mode."""
+    if value is None:
+        return "" if dtype.hasobject else 0
+    return _scalar(ctx, value, "constant_value")
+
+
+def _pad_regions(shape: tuple[int, ...], begin: list[int], end: list[int]) -> tuple:
+    """``(dst, src)``: where the input's kept part goes in the output, and that part."""
+    r = len(shape)
+    dst = tuple(
+        slice(max(begin[d], 0), max(begin[d], 0) + shape[d] + min(begin[d], 0) + min(end[d], 0))
+        for d in range(r)
+    )
+    src = tuple(slice(max(-begin[d], 0), shape[d] - max(-end[d], 0)) for d in range(r))
+    return dst, src
+
+
 def _pad(
     ctx: NodeContext,
     data: np.ndarray,
@@ -602,30 +637,11 @@ def _pad(
 ) -> np.ndarray:
     x = np.asarray(data)
     r = x.ndim
-    ax = list(range(r)) if axes is None else [_norm_axis(ctx, a, r) for a in _ints(axes)]
-    if len(pads) != 2 * len(ax):
-        raise ctx.error(f"pads {list(pads)} must have 2 * {len(ax)} entries (begins, then ends)")
-    begin = [0] * r
-    end = [0] * r
-    for i, a in enumerate(ax):
-        begin[a] = pads[i]
-        end[a] = pads[i + len(ax)]
-    out_shape = [x.shape[d] + begin[d] + end[d] for d in range(r)]
-    if any(s < 0 for s in out_shape):
-        raise ctx.error(f"pads {list(pads)} remove more than the input shape {list(x.shape)}")
+    begin, end, out_shape = _pad_layout(ctx, x.shape, pads, axes)
     limits.check(ctx, out_shape, x.dtype)
     if mode == "constant":
-        cv = 0 if value is None else _scalar(ctx, value, "constant_value")
-        if x.dtype.hasobject and value is None:
-            cv = ""
-        out = np.full(out_shape, cv, dtype=x.dtype)
-        dst = tuple(
-            slice(
-                max(begin[d], 0), max(begin[d], 0) + x.shape[d] + min(begin[d], 0) + min(end[d], 0)
-            )
-            for d in range(r)
-        )
-        src = tuple(slice(max(-begin[d], 0), x.shape[d] - max(-end[d], 0)) for d in range(r))
+        out = np.full(out_shape, _pad_value(ctx, value, x.dtype), dtype=x.dtype)
+        dst, src = _pad_regions(x.shape, begin, end)
         out[dst] = x[src]
         return out
     if mode not in ("reflect", "edge", "wrap"):
@@ -1415,6 +1431,37 @@ def _lower_expand(lc: LowerContext) -> Bound | None:
     if not _within_caps(lc, shape, x.dtype):
         return None
     return writes(np.copyto, Out(0), In(0), outs=[tensor(x.dtype, shape)], name="tensor.expand")
+
+
+@lowers(pad_2, pad_11, pad_18)
+def _lower_pad(lc: LowerContext) -> Bound | None:
+    """Pad in constant mode with constant pads, value and axes: the plan's buffer filled with
+    the value and the input's kept part copied in, the regions worked out once."""
+    if not _tensor_input(lc, 0) or lc.attrs.get("mode") != "constant":
+        return None
+    if not all(lc.is_const(i) for i in range(1, 4)):
+        return None
+    x = lc.inputs[0]
+    if x.dtype.hasobject:
+        return None
+    if "pads" in lc.attrs:  # Pad-2: attributes
+        pads, value, axes = lc.attrs["pads"], lc.attrs["value"], None
+    else:
+        pads, value, axes = lc.const(1), lc.const(2), lc.const(3)
+    try:
+        begin, end, shape = _pad_layout(lc, x.shape, _ints(pads), axes)
+        fill = np.full((), _pad_value(lc, value, x.dtype), dtype=x.dtype)[()]
+    except Exception:  # the implementation raises its error at the planning run
+        return None
+    if not _within_caps(lc, shape, x.dtype):
+        return None
+    dst, src = _pad_regions(x.shape, begin, end)
+
+    def pad(x: np.ndarray, y: np.ndarray) -> None:
+        y.fill(fill)
+        y[dst] = x[src]
+
+    return writes(pad, In(0), Out(0), outs=[tensor(x.dtype, shape)], name="tensor.pad")
 
 
 # A gather moves rows at copy speed: threads pay off only for outputs this many times larger
