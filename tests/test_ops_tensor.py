@@ -915,3 +915,46 @@ def test_shape_ops_are_bound_while_shapes_change():
             ran = {s["op_type"] for s in steps} & shape_ops
             assert ran == shape_ops or level != "ORT_DISABLE_ALL"
             assert not any(s["generic"] for s in steps if s["op_type"] in shape_ops)
+
+
+def test_parts_of_a_planned_buffer_read_by_kernels():
+    """Split and Slice parts of a value the plan keeps in its buffers, read by kernels while
+    that value stays alive (it is reduced afterwards): each kernel reads its part, run after
+    run, as onnxruntime computes it."""
+    import onnxruntime as ort
+
+    h, TP, nh = onnx.helper, onnx.TensorProto, onnx.numpy_helper
+    nodes = [
+        h.make_node("Add", ["x", "b"], ["a"]),
+        h.make_node("Split", ["a", "sizes"], ["p0", "p1"], axis=1),
+        h.make_node("Sub", ["p1", "c"], ["y0"]),
+        h.make_node("Slice", ["a", "st", "en", "ax"], ["s"]),
+        h.make_node("Mul", ["s", "s"], ["y1"]),
+        h.make_node("ReduceMax", ["a"], ["y2"], keepdims=1),
+    ]
+    inits = [
+        nh.from_array(np.arange(12, dtype=np.float32).reshape(1, 12), "b"),
+        nh.from_array(np.array([4, 8], np.int64), "sizes"),
+        nh.from_array(np.ones((1, 8), np.float32), "c"),
+        nh.from_array(np.array([6], np.int64), "st"),
+        nh.from_array(np.array([10], np.int64), "en"),
+        nh.from_array(np.array([1], np.int64), "ax"),
+    ]
+    outs = {"y0": [1, 8], "y1": [1, 4], "y2": [1, 1]}
+    graph = h.make_graph(
+        nodes,
+        "parts",
+        [h.make_tensor_value_info("x", TP.FLOAT, [1, 12])],
+        [h.make_tensor_value_info(n, TP.FLOAT, s) for n, s in outs.items()],
+        inits,
+    )
+    blob = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]).SerializeToString()
+    opts = onnxjit.SessionOptions()
+    opts.graph_optimization_level = onnxjit.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = onnxjit.InferenceSession(blob, opts)
+    ref = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        x = arr((1, 12), seed=seed)
+        for got, want in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert not any(s["generic"] for s in sess.stats()["plans"][-1]["steps"])

@@ -7,11 +7,11 @@ element data reinterpreted as unsigned integers of the same width, so one compil
 every rank and every dtype of a given width. String tensors (numpy object arrays) take a numpy
 path.
 
-Lowerings (end of the module) bind what a plan runs every step: Reshape, Squeeze, Unsqueeze,
-Flatten, Slice and Split with constant shapes, axes and sizes are views of their input; a
-Transpose moving the last axis is the tiled kernel writing into the plan's buffer; Concat and
-Expand copy into the plan's buffer; Gather calls its kernel with the axis split fixed (indices
-checked every run).
+Lowerings (end of the module) bind what a plan runs every step: Reshape, Squeeze, Unsqueeze and
+Flatten with constant shapes and axes are views of their input; a Transpose moving the last
+axis is the tiled kernel writing into the plan's buffer; Slice, Split, Concat, Expand and Pad
+with constant sizes copy into the plan's buffers; Gather calls its kernel with the axis split
+fixed (indices checked every run).
 
 Index-taking operators validate their indices: a negative index wraps once; an index out of
 range raises an error naming the index and the valid range.
@@ -23,7 +23,6 @@ Versions are registered where semantics, attributes or inputs changed; the versi
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -1318,8 +1317,8 @@ def _lower_concat(lc: LowerContext) -> Bound | None:
 
 @lowers(split_1, split_2, split_13, split_18)
 def _lower_split(lc: LowerContext) -> Bound | None:
-    """Split with constant sizes (or none): the same views of the input every run where each
-    part is one block of it, else copies into the plan's buffers."""
+    """Split with constant sizes (or none): the parts copied into the plan's buffers, the
+    regions worked out once (see :func:`_parts_into`)."""
     if not _tensor_input(lc, 0) or not lc.is_const(1):
         return None
     x = lc.inputs[0]
@@ -1340,45 +1339,32 @@ def _lower_split(lc: LowerContext) -> Bound | None:
         shape = list(x.shape)
         shape[a] = size
         outs.append(tensor(x.dtype, shape))
-    if not all(_one_block(x.shape, sl) for sl in index):
-        return writes(_parts_into(index), In(0), *[Out(j) for j in range(len(index))], outs=outs,
-                      name="tensor.split_copy")  # fmt: skip
-    if len(index) == 1:  # a one-output node's call returns its value, not a tuple
-        return view(operator.getitem, In(0), index[0], out=outs[0], name="tensor.split")
-
-    def split(x: np.ndarray) -> tuple[np.ndarray, ...]:
-        return tuple([x[sl] for sl in index])
-
-    return returns(split, In(0), outs=outs, views=[0] * len(outs), name="tensor.split")
+    if len(index) == 1:  # the whole input
+        return view(_same, In(0), out=outs[0], name="tensor.identity")
+    parts = [Out(j) for j in range(len(index))]
+    return writes(_parts_into(index), In(0), *parts, outs=outs, name="tensor.split")
 
 
 def _sliced_shape(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[int, ...]:
     return tuple(len(range(*sl.indices(d))) for sl, d in zip(index, shape))
 
 
-def _one_block(shape: tuple[int, ...], index: tuple[slice, ...]) -> bool:
-    """Whether ``x[index]`` is one C-ordered block of a C-contiguous ``x`` of ``shape``: inner
-    axes taken whole, then one axis taken as a run of step 1, then outer axes of one index.
-
-    Parts that are not are copied into buffers of the plan rather than returned as views: a
-    strided view is what a consumer's kernel would copy anyway, and a view that is not the
-    whole of its memory must not receive a consumer's output written in place."""
-    partial = False
-    for d, sl in zip(reversed(shape), reversed(index)):
+def _whole(shape: tuple[int, ...], index: tuple[slice, ...]) -> bool:
+    """Whether ``x[index]`` is all of ``x`` in its order."""
+    for d, sl in zip(shape, index):
         start, stop, step = sl.indices(d)
-        n = len(range(start, stop, step))
-        if partial:
-            if n > 1:
-                return False
-        elif n != d or (step != 1 and d > 1):
-            if n > 1 and step != 1:
-                return False
-            partial = True
+        if len(range(start, stop, step)) != d or (step != 1 and d > 1):
+            return False
     return True
 
 
 def _parts_into(index: tuple[tuple[slice, ...], ...]):
-    """``call(x, *ys)`` copying ``x[index[j]]`` into ``ys[j]``."""
+    """``call(x, *ys)`` copying ``x[index[j]]`` into ``ys[j]``.
+
+    Split and Slice copy their parts rather than return views of the input: a view that is
+    only part of its input's buffer is not what the executor's flat view of that buffer
+    holds, nor where a consumer may write its output in place; the copies are what a
+    consumer's kernel would otherwise make of a strided part."""
 
     def parts(x: np.ndarray, *ys: np.ndarray) -> None:
         for sl, y in zip(index, ys):
@@ -1389,8 +1375,8 @@ def _parts_into(index: tuple[tuple[slice, ...], ...]):
 
 @lowers(slice_1, slice_10)
 def _lower_slice(lc: LowerContext) -> Bound | None:
-    """Slice with constant starts, ends, axes and steps: the same view of the input every
-    run where it is one block of it, else a copy into the plan's buffer."""
+    """Slice with constant starts, ends, axes and steps: the part copied into the plan's
+    buffer (see :func:`_parts_into`), or the input itself where the slice takes all of it."""
     if not _tensor_input(lc, 0) or not all(lc.is_const(i) for i in range(1, 5)):
         return None
     x = lc.inputs[0]
@@ -1403,9 +1389,9 @@ def _lower_slice(lc: LowerContext) -> Bound | None:
     except Exception:  # the implementation raises its error at the planning run
         return None
     out = tensor(x.dtype, _sliced_shape(x.shape, index))
-    if not _one_block(x.shape, index):  # see _one_block
-        return writes(_parts_into((index,)), In(0), Out(0), outs=[out], name="tensor.slice_copy")
-    return view(operator.getitem, In(0), index, out=out, name="tensor.slice")
+    if _whole(x.shape, index):
+        return view(_same, In(0), out=out, name="tensor.identity")
+    return writes(_parts_into((index,)), In(0), Out(0), outs=[out], name="tensor.slice")
 
 
 def _within_caps(lc: LowerContext, shape: Sequence[int], dtype: np.dtype) -> bool:
