@@ -642,3 +642,41 @@ def finish_rows(acc, m, y, r, labels, label_values, fin_i, fin_f, tmp):
             post_transform(tmp, post)
         for k in range(c):
             y[r + j, k] = tmp[0, k]
+
+
+# The general and fast walks under the backend's names (``name`` serial, ``name_par`` its pool
+# twin, the same arguments but the control block), as implementations run them through
+# ``backend.run``.
+
+
+@njit
+def general_walk(
+    x,
+    roots,
+    mode,
+    feat,
+    thr,
+    tnode,
+    fnode,
+    miss,
+    aux0,
+    aux1,
+    members,
+    w_target,
+    w_value,
+    agg,
+    out,
+    has,
+    bad_rows,
+):
+    """:func:`predict_serial`, adding its count of rows that met a cycle to ``bad_rows[0]``
+    (the serial twin of :func:`predict_parallel`)."""
+    bad_rows[0] += predict_serial(
+        x, roots, mode, feat, thr, tnode, fnode, miss, aux0, aux1, members, w_target, w_value,
+        agg, out, has,
+    )  # fmt: skip
+
+
+general_walk_par = predict_parallel
+fast_walk = fast_predict_serial
+fast_walk_par = fast_predict_parallel
