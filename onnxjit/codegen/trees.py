@@ -17,8 +17,14 @@ helpers of kernels/cpu/trees.py (``pstep``, ``nan_rows_in``, ``finish_rows``).
 Exported: ``predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels, label_values,
 bad_rows)``, a pool kernel (:mod:`onnxjit.kernels.cpu.runtime.chunks`) that adds the number of rows
 holding a NaN (whose outputs are not valid) to ``bad_rows[0]`` and returns the count of the rows it
-walked itself: called directly with a one-thread ``ctl`` it is the serial kernel (one compiled entry
-point instead of two: each links and optimises every walk again).
+walked itself: called directly with an empty ``ctl`` (:data:`SERIAL`) it is the serial kernel, which
+makes its own one-thread control block (one compiled entry point instead of two: each links and
+optimises every walk again).
+
+This module is also the CPU side of the tree operators' lowerings (onnxjit/ops/ml.py): it packs
+the finishing arguments the kernels read (:func:`finish_arrays`) and binds a walk module's
+``predict`` for one plan, serially through its compiled entry point (:func:`entry_point`) or on
+the thread pool (:func:`pooled`), or runs it once (:func:`run`).
 """
 
 from __future__ import annotations
@@ -26,8 +32,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from onnxjit.codegen import modcache
 from onnxjit.kernels.cpu import trees as _ktrees
@@ -188,6 +198,9 @@ def predict(ctl, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, labels, labe
     """Every row: walk, then finish_rows. The items claimed from ctl are the whole groups of
     {G} rows, then each row after them on its own (so that threads share the last rows too).
     Adds the count of rows holding a NaN to bad_rows[0] and returns this thread's count."""
+    if ctl.shape[0] == 0:  # called serially: a control block of one thread
+        ctl = np.zeros(CTL_SIZE, np.int64)
+        ctl[THREADS] = 1
     n = x.shape[0]
     n_groups = n // {G}
     n_items = n_groups + n % {G}
@@ -222,7 +235,7 @@ _HEADER = """
 import numpy as np
 from onnxjit.kernels._jit import njit, pjit
 from onnxjit.kernels.cpu.runtime.atomics import fetch_add
-from onnxjit.kernels.cpu.runtime.chunks import claim
+from onnxjit.kernels.cpu.runtime.chunks import CTL_SIZE, THREADS, claim
 from onnxjit.kernels.cpu.trees import (
     ONE, ZERO, finish_rows, nan_rows_in, pstep,
 )
@@ -249,3 +262,69 @@ def source(f: int, ni: int, kt: int) -> str:
 def module(f: int, ni: int, kt: int) -> ModuleType:
     """The imported walk module for (``f``, ``ni``, ``kt``) (written to the cache folder once)."""
     return modcache.load(source(f, ni, kt))
+
+
+# -- binding for plans ----------------------------------------------------------------------
+
+#: The ``ctl`` argument of a serial call of ``predict``.
+SERIAL = np.zeros(0, np.int64)
+#: The ``bad_rows`` argument of a serial call (which reads the kernel's return value instead).
+SINK = np.zeros(1, np.int64)
+#: ``labels`` / ``label_values`` of a regressor's walk.
+NO_LABELS = np.zeros(1, np.int64)
+
+
+def finish_arrays(
+    classifier: bool,
+    average: bool,
+    post: int,
+    n_trees: int,
+    base: np.ndarray | None,
+    mask: np.ndarray | None,
+    n_targets: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``fin_i``, ``fin_f`` arguments of ``predict`` (``finish_rows`` in
+    kernels/cpu/trees.py): a classifier takes the argmax of the finished scores (among the
+    classes whose ``mask`` entry is non-zero, all where None), ``average`` divides the sums by
+    the tree count, ``base`` (n_targets values, or None) is added, then post-transform ``post``
+    (kernels/cpu/ml.py codes). All zero but the tree count: the raw sums."""
+    fin_i = np.zeros(_ktrees.FIN_SIZE, np.int64)
+    fin_f = np.zeros(1 + 2 * n_targets, np.float64)
+    fin_i[_ktrees.FIN_KIND] = _ktrees.KIND_CLASSIFIER if classifier else _ktrees.KIND_REGRESSOR
+    fin_i[_ktrees.FIN_AVG] = int(average)
+    fin_i[_ktrees.FIN_POST] = post
+    fin_f[0] = n_trees
+    if base is not None:
+        fin_f[1 : 1 + n_targets] = base
+        fin_i[_ktrees.FIN_BASE] = 1
+    fin_f[1 + n_targets :] = 1.0 if mask is None else mask
+    return fin_i, fin_f
+
+
+def entry_point(predict: Any, sample: tuple) -> Callable[..., int]:
+    """The compiled entry point of ``predict`` for arguments typed like ``sample`` (all of them,
+    ``ctl`` first): called serially as ``entry(SERIAL, x, ..., label_values, SINK)`` it skips
+    Numba's type dispatch and returns the count of rows holding a NaN. The arrays must have
+    the sample's types and be C-contiguous (as a plan keeps them)."""
+    return predict.compile(tuple(predict.typeof_pyval(a) for a in sample))
+
+
+def pooled(predict: Any, sample: tuple, threads: int) -> Callable[..., None]:
+    """``predict`` bound to the thread pool (``threads`` threads, the caller's included) for
+    arguments typed like ``sample`` (all but ``ctl``): ``call(x, ..., label_values,
+    bad_rows)`` adds the count of rows holding a NaN to ``bad_rows[0]``."""
+    from onnxjit.backends.cpu import pool
+
+    return pool.bind(predict, tuple(sample), threads)
+
+
+def run(predict: Any, args: tuple, parallel: bool, threads: int) -> int:
+    """Run ``predict`` on ``args`` (all but ``ctl`` and ``bad_rows``) now, outside a plan,
+    serially or on ``threads`` threads of the pool; returns the count of rows holding a NaN."""
+    if parallel and threads > 1:
+        from onnxjit.backends.cpu import pool
+
+        bad_rows = np.zeros(1, np.int64)
+        pool.run_parallel(predict, *args, bad_rows, threads=threads)
+        return int(bad_rows[0])
+    return int(predict(SERIAL, *args, SINK))
