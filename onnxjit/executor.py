@@ -88,9 +88,10 @@ class _Renderer:
         return f"v{s}"
 
     def flat(self, s: int) -> str:
-        r = self.plan.root(s)
-        if r in self.plan.arena_offsets and r in self.plan.flat:
-            return f"v{r}f"
+        plan = self.plan
+        r = plan.root(s)
+        if r in plan.arena_offsets and r in plan.flat and (s == r or s in plan.whole):
+            return f"v{r}f"  # all of the buffer: its flat view, made with the arena
         return f"{self.name(s)}.reshape(-1)"
 
     def arg(self, a: Any, ps: PlannedStep) -> str:
@@ -125,8 +126,9 @@ class _Renderer:
                 for a in ps.bound.args:
                     if type(a) in (In, Out) and a.flat and a.view is None and a.shape is None:
                         s = ps.step.in_slots[a.index] if type(a) is In else ps.out_value(a.index)
-                        if s >= 0 and plan.root(s) in plan.arena_offsets:
-                            plan.flat.add(plan.root(s))
+                        r = plan.root(s)
+                        if s >= 0 and r in plan.arena_offsets and (s == r or s in plan.whole):
+                            plan.flat.add(r)
         head = ["def run(values" + (", profiler" if self.profiled else "") + "):"]
         entry = [self.name(s) for s in plan.entry]
         if entry:

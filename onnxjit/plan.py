@@ -122,6 +122,9 @@ class Plan:
         # value -> the root of the memory it shares (the value that owns it), for views and
         # in-place outputs; a root maps to nothing
         self.alias: dict[int, int] = {}
+        # values that are the whole of their root's memory, contiguous (see _Planner._share):
+        # they may use its flat view, and be written over in place
+        self.whole: set[int] = set()
         self.arena_offsets: dict[int, int] = {}  # arena root value -> its offset
         self.arena_bytes = 0
         self.flat: set[int] = set()  # arena roots whose flat view the code uses
@@ -354,20 +357,17 @@ class _Planner:
                 self.made[s] = step.index
         args = [self.env.get(s) if s >= 0 else None for s in step.in_slots]
         try:
-            if self._foldable(step):
+            if self._foldable(step) and self._fold(step, self._call_generic(step, args)):
+                return
+            # a node of constants whose result is too large to keep runs as any other
+            specs = tuple(plan.specs.get(s) if s >= 0 else None for s in step.in_slots)
+            bound = self._lower(step, specs)
+            if bound is None:
                 results = self._call_generic(step, args)
-                if self._fold(step, results):
-                    return
                 ps = PlannedStep(step, None, _impl_name(step))
             else:
-                specs = tuple(plan.specs.get(s) if s >= 0 else None for s in step.in_slots)
-                bound = self._lower(step, specs)
-                if bound is None:
-                    results = self._call_generic(step, args)
-                    ps = PlannedStep(step, None, _impl_name(step))
-                else:
-                    ps = self._inplace(step, bound)
-                    results = self._call_bound(ps, args)
+                ps = self._inplace(step, bound)
+                results = self._call_bound(ps, args)
         except OnnxJitError:
             raise
         except Exception as exc:
@@ -429,7 +429,7 @@ class _Planner:
             if s < 0:
                 continue
             r = plan.root(s)
-            if r not in self.written or r in self.pinned:
+            if r not in self.written or r in self.pinned or (s != r and s not in plan.whole):
                 continue
             # every value in that memory dies here, and no other input of the step views it
             if self.last.get(r, -1) > step.index or any(
@@ -476,7 +476,7 @@ class _Planner:
                 plan.specs[s] = b.outs[j]
                 self.env[s] = v
                 if ps.inplace is not None and j == 0:
-                    self._share(s, step.in_slots[ps.inplace])
+                    self._share(s, step.in_slots[ps.inplace], whole=True)
                 continue
             if s < 0:
                 continue
@@ -502,7 +502,14 @@ class _Planner:
                         viewed = t
                         break
             if viewed >= 0:
-                self._share(s, viewed)
+                root = self.env.get(plan.root(viewed))
+                whole = (
+                    isinstance(root, np.ndarray)
+                    and v.flags.c_contiguous
+                    and v.nbytes == root.nbytes
+                    and v.ctypes.data == root.ctypes.data
+                )
+                self._share(s, viewed, whole)
         if containers:
             # a sequence or map may hold its inputs: keep their memory out of the arena
             for t, _ in inputs:
@@ -511,10 +518,14 @@ class _Planner:
         if guard:
             self.guards.append(step.index)
 
-    def _share(self, s: int, t: int) -> None:
-        """Value ``s`` shares value ``t``'s memory (a view of it, or written over it)."""
+    def _share(self, s: int, t: int, whole: bool) -> None:
+        """Value ``s`` shares value ``t``'s memory (a view of it, or written over it);
+        ``whole``: it is all of that memory, contiguous from its start (a reshape, an
+        in-place output), not a part of it (a slice, a split's part)."""
         r = self.plan.root(t)
         self.plan.alias[s] = r
+        if whole:
+            self.plan.whole.add(s)
         self.sharers.setdefault(r, []).append(s)
 
     def _guard_live(self) -> None:
