@@ -46,9 +46,24 @@ def _declare_outputs(model: onnx.ModelProto, values: list) -> None:
 
 
 def _compare(model, feeds, oracle="ort", rtol=1e-5, atol=1e-5):
+    return _compare_steps(model, feeds, oracle, rtol, atol)[0]
+
+
+def _compare_steps(model, feeds, oracle="ort", rtol=1e-5, atol=1e-5, threads=None):
+    """onnxjit's outputs, checked against the oracle, and the steps of the plan it ran
+    (``sess.stats()``), run on ``threads`` threads where given."""
     want = ort_outputs(model, feeds) if oracle == "ort" else reference_outputs(model, feeds)
     _declare_outputs(model, want)
-    got = _run_onnxjit(model, feeds)
+    so = onnxjit.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    got = sess.run(None, feeds)
+    _check_against(got, want, rtol, atol)
+    return got, sess.stats()["plans"][-1]["steps"]
+
+
+def _check_against(got, want, rtol, atol):
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         if isinstance(w, np.ndarray) and w.dtype.kind in "OUS":
@@ -61,7 +76,6 @@ def _compare(model, feeds, oracle="ort", rtol=1e-5, atol=1e-5):
                 np.testing.assert_allclose(list(gd.values()), list(wd.values()), rtol, atol)
         else:
             assert_close(g, w, rtol, atol, f"output {i}")
-    return got
 
 
 def _node_model(op, inputs: dict, attrs: dict, n_outputs=1, ml_opset=3, out_types=None):
@@ -957,3 +971,157 @@ def test_feature_vectorizer():
     b = np.arange(4, dtype=np.float32).reshape(2, 2)  # onnxruntime wants one input type
     model = _node_model("FeatureVectorizer", {"a": a, "b": b}, {"inputdimensions": [3, 2]})
     _compare(model, {"a": a, "b": b}, oracle="ort")
+
+
+# --------------------------------------------------------------------------------------------
+# lowerings: one bound call per node, reused run after run
+# --------------------------------------------------------------------------------------------
+
+
+def test_codes_match_the_kernels():
+    # onnxjit/ops/ml.py numbers the codes the kernels take without importing them
+    from onnxjit.kernels.cpu import ml as kml
+    from onnxjit.kernels.cpu import trees as ktrees
+    from onnxjit.ops import ml
+
+    for name in ("PT_NONE", "PT_SOFTMAX", "PT_LOGISTIC", "PT_SOFTMAX_ZERO", "PT_PROBIT"):
+        assert getattr(ml, name) == getattr(kml, name), name
+    for name in ("NORM_MAX", "NORM_L1", "NORM_L2", "LC_ARGMAX", "LC_BINARY", "LC_SINGLE"):
+        assert getattr(ml, name) == getattr(kml, name), name
+    for name in ("AGG_AVERAGE", "AGG_SUM", "AGG_MIN", "AGG_MAX"):
+        assert getattr(ml, name) == getattr(ktrees, name), name
+    for mode in ("LEQ", "LT", "GTE", "GT", "EQ", "NEQ", "MEMBER", "LEAF"):
+        assert getattr(ml, f"MODE_{mode}") == getattr(ktrees, f"MODE_{mode}"), mode
+
+
+def _lowered_case(case: str, rng: np.random.Generator):
+    """(op, attrs, n_outputs, ml_opset, oracle, kernel, make(rng) -> feeds) of one case."""
+    f32 = np.float32
+
+    def rows(dtype=f32, shape=(5, 4)):
+        return lambda r: {"x": (r.standard_normal(shape) * 3).astype(dtype)}
+
+    linear = {
+        "coefficients": rng.standard_normal(12).astype(f32).tolist(),
+        "intercepts": rng.standard_normal(3).astype(f32).tolist(),
+    }
+    table = {
+        "scaler": ("Scaler", {"offset": [0.5, 1.0, -2.0, 0.0], "scale": [2.0, 0.5, 3.0, 1.0]},
+                   1, 3, "ort", "ml.scale_rows", rows()),
+        "scaler-int": ("Scaler", {"offset": [0.5], "scale": [2.0]}, 1, 3, "ort",
+                       "ml.scale_rows", rows(np.int64)),
+        "normalizer-l2": ("Normalizer", {"norm": "L2"}, 1, 3, "ort", "ml.normalize_rows",
+                          rows(np.float64)),
+        "normalizer-max-1d": ("Normalizer", {"norm": "MAX"}, 1, 3, "ort", "ml.normalize_rows",
+                              rows(shape=(6,))),
+        "linear-classifier": ("LinearClassifier",
+                              {**linear, "classlabels_ints": [3, 5, 7],
+                               "post_transform": "SOFTMAX"},
+                              2, 3, "ort", "ml.linear_classify", rows()),
+        "linear-classifier-strings": ("LinearClassifier",
+                                      {"coefficients": linear["coefficients"][:4],
+                                       "intercepts": [0.25], "classlabels_strings": ["n", "p"],
+                                       "post_transform": "LOGISTIC"},
+                                      2, 3, "ort", "ml.linear_classify", rows()),
+        "linear-regressor": ("LinearRegressor", {**linear, "targets": 3}, 1, 3, "ort",
+                             "ml.linear_regress", rows()),
+        "binarizer": ("Binarizer", {"threshold": 0.5}, 1, 3, "ort", "ml.binarize", rows()),
+        "imputer": ("Imputer", {"imputed_value_floats": [9.0, 8.0, 7.0, 6.0],
+                                "replaced_value_float": np.nan}, 1, 3, "ort", "ml.impute",
+                    lambda r: {"x": np.where(r.random((5, 4)) < 0.3, np.nan,
+                                             r.standard_normal((5, 4))).astype(f32)}),
+        "one-hot": ("OneHotEncoder", {"cats_int64s": [4, 1, 7, 2]}, 1, 3, "ort", "ml.one_hot",
+                    lambda r: {"x": r.integers(0, 9, (5, 2)).astype(np.int64)}),
+        "one-hot-strings": ("OneHotEncoder", {"cats_strings": ["a", "b", "c"]}, 1, 3, "ort",
+                            "ml.one_hot_strings",
+                            lambda r: {"x": r.choice(np.array(["a", "b", "c", "z"], object),
+                                                     (5, 2))}),
+        "label-encoder-floats": ("LabelEncoder", {"keys_floats": [1.5, 0.5],
+                                                  "values_floats": [10.0, 20.0]},
+                                 1, 2, "ref", "ml.encode_sorted",
+                                 lambda r: {"x": r.choice(np.array([0.5, 1.5, 2.5, np.nan], f32),
+                                                          7)}),
+        "label-encoder-to-strings": ("LabelEncoder", {"keys_int64s": [3, 1],
+                                                      "values_strings": ["t", "o"]},
+                                     1, 2, "ref", "ml.find_sorted",
+                                     lambda r: {"x": r.integers(0, 5, 7).astype(np.int64)}),
+        "label-encoder-strings": ("LabelEncoder", {"keys_strings": ["a", "b"],
+                                                   "values_int64s": [5, 6]},
+                                  1, 2, "ref", "ml.lookup_dict",
+                                  lambda r: {"x": r.choice(np.array(["a", "b", "q"], object), 7)}),
+        "category-mapper": ("CategoryMapper", {"cats_strings": ["a", "b"], "cats_int64s": [7, 9]},
+                            1, 3, "ort", "ml.find_sorted",
+                            lambda r: {"x": r.choice(np.array([7, 9, 1], np.int64), (2, 3))}),
+        "feature-vectorizer": ("FeatureVectorizer", {"inputdimensions": [3, 4]}, 1, 3, "ort",
+                               "ml.feature_vectorizer",
+                               lambda r: {"a": r.standard_normal((5, 3)).astype(f32),
+                                          "b": r.standard_normal((5, 2)).astype(f32)}),
+        "zipmap": ("ZipMap", {"classlabels_int64s": [10, 20, 30, 40]}, 1, 3, "ort", "ml.zipmap",
+                   lambda r: {"x": r.random((5, 4)).astype(f32)}),
+        "zipmap-one-row": ("ZipMap", {"classlabels_strings": ["w", "x", "y", "z"]}, 1, 3, "ort",
+                           "ml.zipmap", lambda r: {"x": r.random((1, 4)).astype(f32)}),
+    }  # fmt: skip
+    return table[case]
+
+
+LOWERED = [
+    "scaler", "scaler-int", "normalizer-l2", "normalizer-max-1d", "linear-classifier",
+    "linear-classifier-strings", "linear-regressor", "binarizer", "imputer", "one-hot",
+    "one-hot-strings", "label-encoder-floats", "label-encoder-to-strings", "label-encoder-strings",
+    "category-mapper", "feature-vectorizer", "zipmap", "zipmap-one-row",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", LOWERED)
+def test_lowered_runs(case):
+    # one session: the first run plans the node's bound call, later runs (new values, same
+    # shapes) reuse it; every run against the oracle
+    rng = np.random.default_rng(len(case))
+    op, attrs, n_out, opset, oracle, kernel, make = _lowered_case(case, rng)
+    runs = [make(rng) for _ in range(3)]
+    model = _node_model(op, runs[0], attrs, n_outputs=n_out, ml_opset=opset)
+    check = ort_outputs if oracle == "ort" else reference_outputs
+    _declare_outputs(model, check(model, runs[0]))
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    for feeds in runs:
+        _check_against(sess.run(None, feeds), check(model, feeds), 1e-5, 1e-5)
+    (plan,) = sess.stats()["plans"]
+    (step,) = plan["steps"]
+    assert step["kernel"] == kernel and not step["generic"], step
+
+
+def test_lowered_array_feature_extractor_constant_indices():
+    # indices from an initializer are checked once, by the lowering; fed indices are the
+    # implementation's, checked every run
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    idx = np.array([4, 0, 2], np.int64)
+    model = _node_model("ArrayFeatureExtractor", {"x": x, "i": idx}, {})
+    _declare_outputs(model, ort_outputs(model, {"x": x, "i": idx}))
+    fed = onnxjit.InferenceSession(model.SerializeToString())
+    model.graph.initializer.append(numpy_helper.from_array(idx, "i"))
+    del model.graph.input[1]
+    const = onnxjit.InferenceSession(model.SerializeToString())
+    for k in range(3):
+        xk = x + k
+        want = ort_outputs(model, {"x": xk})[0]
+        np.testing.assert_array_equal(const.run(None, {"x": xk})[0], want)
+        np.testing.assert_array_equal(fed.run(None, {"x": xk, "i": idx})[0], want)
+    (step,) = const.stats()["plans"][-1]["steps"]
+    assert step["kernel"] == "ml.gather_columns" and not step["generic"]
+    (step,) = fed.stats()["plans"][-1]["steps"]
+    assert step["generic"]
+    with pytest.raises(OnnxJitError, match="indices must be in"):
+        fed.run(None, {"x": x, "i": np.array([4, 5, 0], np.int64)})
+
+
+def test_lowered_one_hot_unknown_category_raises():
+    # zeros=0: a value outside the categories is an error in every run, not just the first
+    x = np.array([[1, 4]], np.int64)
+    model = _node_model("OneHotEncoder", {"x": x}, {"cats_int64s": [1, 2, 4], "zeros": 0})
+    _declare_outputs(model, ort_outputs(model, {"x": x}))
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    assert sess.run(None, {"x": x})[0].sum() == 2
+    (step,) = sess.stats()["plans"][-1]["steps"]
+    assert step["kernel"] == "ml.one_hot"
+    with pytest.raises(OnnxJitError, match="not among the categories"):
+        sess.run(None, {"x": np.array([[1, 3]], np.int64)})

@@ -323,3 +323,33 @@ def test_svm_regressor_input_types(dtype):
     x0 = np.zeros((0, 2), dtype)
     (y0,) = _run(_node_model("SVMRegressor", x0, attrs, 1), {"X": x0})
     assert y0.shape == (0, 1) and y0.dtype == np.float32
+
+
+@pytest.mark.parametrize("op", ["SVMClassifier", "SVMRegressor"])
+def test_svm_lowered_runs(op):
+    # one session: the first run plans the node's bound call (attributes converted once),
+    # later runs with new values reuse it; every run against onnxruntime
+    rng = np.random.default_rng(13)
+    if op == "SVMClassifier":
+        attrs, n_out = _ovo_attrs(rng, 3, 3, "RBF", True), 2
+    else:
+        attrs = {
+            "n_supports": 4,
+            "support_vectors": rng.standard_normal(12).astype(np.float32).tolist(),
+            "coefficients": rng.standard_normal(4).astype(np.float32).tolist(),
+            "rho": [0.2],
+            "kernel_type": "POLY",
+            "kernel_params": [0.4, 0.1, 2.0],
+        }
+        n_out = 1
+    runs = [rng.standard_normal((6, 3)).astype(np.float32) for _ in range(3)]
+    model = _node_model(op, runs[0], attrs, n_out)
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    for x in runs:
+        want = ort_outputs(model, {"X": x})
+        for i, (g, w) in enumerate(zip(sess.run(None, {"X": x}), want)):
+            assert_close(g, w, 1e-4, 1e-5, f"output {i}")
+    (plan,) = sess.stats()["plans"]
+    (step,) = plan["steps"]
+    kernel = "svm.classifier" if op == "SVMClassifier" else "svm.regressor"
+    assert step["kernel"] == kernel and not step["generic"], step

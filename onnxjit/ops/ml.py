@@ -4,53 +4,88 @@ Where the ONNX specification is vague (binary classifiers with one score column,
 aggregation of targets that no leaf reached, Normalizer MAX), these implementations follow
 onnxruntime, which is what converters such as skl2onnx are tested against.
 
-Tree ensembles are converted once per node into a flat node table (see
-:mod:`onnxjit.kernels.cpu.trees`) and cached; every run then only walks the table.
+Every operator has an implementation (what it computes, on any values) and most have a
+lowering (:mod:`onnxjit.lowering`): for the input specs of a plan, the one call a run makes,
+with the node's attributes worked out once for the plan (weights and offsets as float32
+arrays, class labels, sorted lookup keys, ZipMap's keys). The call is a kernel of
+kernels/cpu/ml.py (through the backend), the generated tree walk, or, where the outputs are
+Python objects (ZipMap's dicts, string labels), a small function over those precomputed values.
+
+Tree ensembles are converted once per node into a flat node table (kernels/cpu/trees.py),
+kept per model (keyed by the node's attribute objects, :func:`_cached_table`); the layouts the
+fast walks read are built from it once per input type. A plan binds the generated
+walk-and-finish kernel of the ensemble for its input's type and row width
+(:mod:`onnxjit.codegen.trees`), or the host path where that kernel does not apply.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from onnxjit.backends.cpu import pool, threads
-from onnxjit.backends.cpu.pool import run_parallel
 from onnxjit.codegen import trees as gtrees
-from onnxjit.kernels import _jit
-from onnxjit.kernels.cpu import ml as kml
-from onnxjit.kernels.cpu import trees as ktrees
-from onnxjit.kernels.cpu.runtime import chunks as kchunks
-from onnxjit.registry import MISS, ML_DOMAIN, fast_path, onnx_op
+from onnxjit.lowering import (
+    SEQUENCE,
+    TENSOR,
+    Bound,
+    In,
+    LowerContext,
+    Out,
+    Spec,
+    lowers,
+    returns,
+    tensor,
+    writes,
+)
+from onnxjit.registry import ML_DOMAIN, onnx_op
+
+# Codes the kernels take (kernels/cpu/ml.py, kernels/cpu/trees.py define the same numbers;
+# tests/test_ops_ml.py checks that they agree). post_transform, aggregate_function and the
+# branch modes are numbered as TreeEnsemble-5 numbers its attributes; MODE_LEAF marks a leaf
+# in the node table.
+PT_NONE, PT_SOFTMAX, PT_LOGISTIC, PT_SOFTMAX_ZERO, PT_PROBIT = range(5)
+AGG_AVERAGE, AGG_SUM, AGG_MIN, AGG_MAX = range(4)
+MODE_LEQ, MODE_LT, MODE_GTE, MODE_GT, MODE_EQ, MODE_NEQ, MODE_MEMBER, MODE_LEAF = range(8)
+NORM_MAX, NORM_L1, NORM_L2 = range(3)
+# LinearClassifier forms: several score columns (argmax); one column with two labels; one
+# column with other label counts
+LC_ARGMAX, LC_BINARY, LC_SINGLE = range(3)
 
 _POST = {
-    "NONE": kml.PT_NONE,
-    "SOFTMAX": kml.PT_SOFTMAX,
-    "LOGISTIC": kml.PT_LOGISTIC,
-    "SOFTMAX_ZERO": kml.PT_SOFTMAX_ZERO,
-    "PROBIT": kml.PT_PROBIT,
+    "NONE": PT_NONE,
+    "SOFTMAX": PT_SOFTMAX,
+    "LOGISTIC": PT_LOGISTIC,
+    "SOFTMAX_ZERO": PT_SOFTMAX_ZERO,
+    "PROBIT": PT_PROBIT,
 }
-_AGG = {
-    "AVERAGE": ktrees.AGG_AVERAGE,
-    "SUM": ktrees.AGG_SUM,
-    "MIN": ktrees.AGG_MIN,
-    "MAX": ktrees.AGG_MAX,
-}
+_AGG = {"AVERAGE": AGG_AVERAGE, "SUM": AGG_SUM, "MIN": AGG_MIN, "MAX": AGG_MAX}
 _MODES = {
-    "BRANCH_LEQ": ktrees.MODE_LEQ,
-    "BRANCH_LT": ktrees.MODE_LT,
-    "BRANCH_GTE": ktrees.MODE_GTE,
-    "BRANCH_GT": ktrees.MODE_GT,
-    "BRANCH_EQ": ktrees.MODE_EQ,
-    "BRANCH_NEQ": ktrees.MODE_NEQ,
-    "BRANCH_MEMBER": ktrees.MODE_MEMBER,
-    "LEAF": ktrees.MODE_LEAF,
+    "BRANCH_LEQ": MODE_LEQ,
+    "BRANCH_LT": MODE_LT,
+    "BRANCH_GTE": MODE_GTE,
+    "BRANCH_GT": MODE_GT,
+    "BRANCH_EQ": MODE_EQ,
+    "BRANCH_NEQ": MODE_NEQ,
+    "BRANCH_MEMBER": MODE_MEMBER,
+    "LEAF": MODE_LEAF,
 }
+_NORMS = {"MAX": NORM_MAX, "L1": NORM_L1, "L2": NORM_L2}
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
+_OBJ = np.dtype(object)
+# Input types the row kernels take as they are (onnxruntime's ml kernels take these four)
+_REAL = (_F32, _F64, _I64, np.dtype(np.int32))
 
 
-def _post_code(ctx: Any, post_transform: str) -> int:
+def post_code(ctx: Any, post_transform: str) -> int:
+    """The code of a post_transform attribute (PT_*); unsupported names are an error."""
     try:
         return _POST[post_transform]
     except KeyError:
@@ -59,10 +94,10 @@ def _post_code(ctx: Any, post_transform: str) -> int:
         ) from None
 
 
-def _apply_post(scores: np.ndarray, code: int) -> np.ndarray:
+def _apply_post(be: Any, scores: np.ndarray, code: int) -> np.ndarray:
     """Post-transform a float64 (N, C) score array in place (Numba kernel)."""
-    if code != kml.PT_NONE and scores.size:
-        kml.post_transform(scores, code)
+    if code != PT_NONE and scores.size:
+        be.kernel("ml", "post_transform")(scores, code)
     return scores
 
 
@@ -84,6 +119,13 @@ def _float_rows(ctx: Any, x: np.ndarray) -> np.ndarray:
     if x.dtype not in (np.float32, np.float64):
         x = x.astype(np.float32)
     return np.ascontiguousarray(x)
+
+
+def _rows_spec(x: Spec | None) -> tuple[int, int] | None:
+    """(N, F) of a 1-D or 2-D tensor spec (a 1-D input is one row), else None."""
+    if x is None or x.kind != TENSOR or x.ndim not in (1, 2):
+        return None
+    return (1, x.shape[0]) if x.ndim == 1 else (x.shape[0], x.shape[1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,8 +159,8 @@ class _TreeTable:
     all_positive: bool = True
     # Fast layouts per (comparison dtype, n_targets); None where the ensemble has none.
     fast: dict[Any, _FastTable | None] = field(default_factory=dict)
-    # The node's other attributes, resolved on its first run (_Spec).
-    spec: Any = None
+    # What the node's other attributes fix (set when the table is built).
+    spec: _Spec | None = None
 
     @property
     def n_trees(self) -> int:
@@ -141,11 +183,12 @@ class _TreeTable:
             self.w_value,
         )
 
-    def fast_for(self, dtype: Any, n_targets: int) -> _FastTable | None:
-        """The fast layout for inputs of ``dtype`` (built on first use), or None."""
+    def fast_for(self, be: Any, dtype: Any, n_targets: int) -> _FastTable | None:
+        """The fast layout for inputs of ``dtype`` (built on first use, with backend ``be``'s
+        kernels), or None."""
         key = (np.dtype(dtype).str, n_targets)
         if key not in self.fast:
-            fast = _build_fast(self, np.dtype(dtype), n_targets)
+            fast = _build_fast(be, self, np.dtype(dtype), n_targets)
             with _TABLES_LOCK:
                 self.fast.setdefault(key, fast)
         return self.fast[key]
@@ -186,10 +229,10 @@ class _PerfectTable:
 
 # Deeper trees go to the general walk: lock-step walks take the depth of the deepest leaf.
 _FAST_MAX_DEPTH = 64
-_FAST_MODES = (ktrees.MODE_LEQ, ktrees.MODE_LT, ktrees.MODE_GT, ktrees.MODE_GTE)
+_FAST_MODES = (MODE_LEQ, MODE_LT, MODE_GT, MODE_GTE)
 
 
-def _build_fast(table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTable | None:
+def _build_fast(be: Any, table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTable | None:
     """Convert a general table into the fast layout, or None when it does not apply exactly:
     modes other than LEQ/LT/GT/GTE, NaN thresholds, -inf thresholds of LT/GTE, a leaf giving
     the same target twice (summed there in another order than onnxruntime's), targets that
@@ -197,7 +240,7 @@ def _build_fast(table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTab
     than _FAST_MAX_DEPTH."""
     mode = table.mode
     n = mode.shape[0]
-    is_leaf = mode == ktrees.MODE_LEAF
+    is_leaf = mode == MODE_LEAF
     branch = ~is_leaf
     if n == 0 or table.n_trees == 0 or not np.all(np.isin(mode[branch], _FAST_MODES)):
         return None
@@ -211,12 +254,12 @@ def _build_fast(table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTab
         t = thr.astype(dt)
     if np.any(np.isnan(t[branch])):
         return None
-    lt_like = branch & ((mode == ktrees.MODE_LT) | (mode == ktrees.MODE_GTE))
+    lt_like = branch & ((mode == MODE_LT) | (mode == MODE_GTE))
     if np.any(lt_like & (t == -np.inf)):
         return None
     # x < t  <=>  x <= the largest value below t (x and t in the same precision)
     t = np.where(lt_like, np.nextafter(t, dt.type(-np.inf)), t).astype(dt)
-    swap = (branch & ((mode == ktrees.MODE_GT) | (mode == ktrees.MODE_GTE))).astype(np.uint8)
+    swap = (branch & ((mode == MODE_GT) | (mode == MODE_GTE))).astype(np.uint8)
     nt = table.n_trees
     cap = n + nt
     f_left = np.empty(cap, np.int32)
@@ -225,7 +268,7 @@ def _build_fast(table: _TreeTable, xdtype: np.dtype, n_targets: int) -> _FastTab
     f_leaf = np.empty(cap, np.int32)
     t_root = np.empty(nt, np.int32)
     t_depth = np.empty(nt, np.int32)
-    used = ktrees.fast_layout(
+    used = be.kernel("trees", "fast_layout")(
         table.roots,
         is_leaf.astype(np.uint8),
         table.feat,
@@ -375,9 +418,10 @@ def _build_perfect(fast: _FastTable, n_features: int) -> _PerfectTable | None:
     )
 
 
-# Tables are built on first use and kept per attribute object: the executor passes the same
-# attribute objects to every run of a node. The key objects are kept alive by the cache entry,
-# so an id cannot be reused while its entry exists; the cache is bounded.
+# Tables are built once per model and kept per attribute object: a session passes the same
+# attribute objects to every run of a node and to its lowering, in every plan. The key objects
+# are kept alive by the cache entry, so an id cannot be reused while its entry exists; the
+# cache is bounded.
 _TABLES: dict[tuple[int, ...], tuple[tuple[Any, ...], _TreeTable]] = {}
 _TABLES_LOCK = threading.Lock()
 _TABLES_MAX = 256
@@ -456,7 +500,7 @@ def _build_legacy_table(
         raise ctx.error(f"unknown node mode {exc.args[0]!r} in nodes_modes") from None
     if mode.shape[0] != n:
         raise ctx.error(f"nodes_modes has {mode.shape[0]} entries, nodes_treeids has {n}")
-    if np.any(mode == ktrees.MODE_MEMBER):
+    if np.any(mode == MODE_MEMBER):
         raise ctx.error("BRANCH_MEMBER is only valid in TreeEnsemble-5")
     feat = col(featureids, "nodes_featureids", np.int64, 0)
     thr = col(values, "nodes_values", np.float64, 0.0)
@@ -482,7 +526,7 @@ def _build_legacy_table(
             )
         return order[pos].astype(np.int64)
 
-    branch = mode != ktrees.MODE_LEAF
+    branch = mode != MODE_LEAF
     tnode = np.zeros(n, dtype=np.int64)
     fnode = np.zeros(n, dtype=np.int64)
     if np.any(branch):
@@ -507,7 +551,7 @@ def _build_legacy_table(
         raise ctx.error(f"{what}_ids must be >= 0")
     owner = lookup(wt, wn, f"{what}_nodeids") if wt.shape[0] else np.zeros(0, np.int64)
     worder, start, end = _ranges(owner, n)
-    is_leaf = mode == ktrees.MODE_LEAF
+    is_leaf = mode == MODE_LEAF
     aux0 = np.where(is_leaf, start, 0).astype(np.int64)
     aux1 = np.where(is_leaf, end, 0).astype(np.int64)
     return _TreeTable(
@@ -534,30 +578,40 @@ def _combo(tree: np.ndarray, node: np.ndarray) -> np.ndarray:
     return tree.astype(np.int64) * (1 << 32) + node.astype(np.int64)
 
 
-def _run_table(ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: int):
-    """Walk every tree for every row: (scores float64 [N, T], has uint8 [N, T])."""
-    _check_shapes(ctx, table, x, n_targets)
-    n = x.shape[0]
-    out = np.zeros((n, n_targets), dtype=table.acc_dtype)
-    if n and table.n_trees and agg in (ktrees.AGG_SUM, ktrees.AGG_AVERAGE):
-        fast = table.fast_for(x.dtype, n_targets)
-        if fast is not None:
-            if fast.perfect is not None:
-                return _perfect_sums(ctx, table, fast, x, agg, n_targets)
-            return _run_fast(ctx, table, fast, x, agg, out)
-    has = np.zeros((n, n_targets), dtype=np.uint8)
-    if n == 0 or table.n_trees == 0:
-        return out.astype(np.float64), has
-    args = (x, *table.walk_arrays(), agg, out, has)
-    if n > 1 and n * table.n_trees * 8 >= _jit.PARALLEL_THRESHOLD:
-        bad_rows = np.zeros(1, np.int64)
-        run_parallel(ktrees.predict_parallel, *args, bad_rows)
-        bad = int(bad_rows[0])
-    else:
-        bad = ktrees.predict_serial(*args)
-    if bad:
-        raise _cycle_error(ctx)
-    return out.astype(np.float64), has
+# -- walking an ensemble --------------------------------------------------------------------
+
+# Node visits (rows x summed tree depths) from which the fast walk runs on several threads:
+# about 5 ms of serial walking, so that waking the thread pool (milliseconds on a loaded
+# machine, measured) stays small beside it. Batch 100 of 100 depth-10 trees stays serial.
+_FAST_PARALLEL_VISITS = 1 << 22
+# Node visits (rows x summed tree depths) from which the perfect walk runs on the thread pool:
+# about 15 us of walking. A pool call costs a few microseconds more than the serial kernel at
+# worst (onnxjit/backends/cpu/pool.py), and halves the time when a worker is spinning.
+_PERFECT_PARALLEL_VISITS = 1 << 15
+
+
+@dataclass
+class _Spec:
+    """What a tree-ensemble node's attributes fix besides its table."""
+
+    classifier: bool
+    agg: int
+    post: int
+    base: np.ndarray | None
+    n_targets: int
+    labels: np.ndarray | None = None  # classifier labels (int64 or object)
+
+
+def _check_shapes(ctx: Any, table: _TreeTable, width: int, n_targets: int) -> None:
+    if width < table.n_features:
+        raise ctx.error(
+            f"the trees read feature {table.n_features - 1} but the input has {width} "
+            "features per row; pass [N, F] with enough columns"
+        )
+    if table.n_targets > n_targets:
+        raise ctx.error(
+            f"a leaf writes target/class {table.n_targets - 1} but there are only {n_targets}"
+        )
 
 
 def _cycle_error(ctx: Any) -> Exception:
@@ -567,75 +621,96 @@ def _cycle_error(ctx: Any) -> Exception:
     )
 
 
+def _run_table(be: Any, ctx: Any, table: _TreeTable, x: np.ndarray, agg: int, n_targets: int):
+    """Walk every tree for every row of ``x`` (C-contiguous float32/float64 [N, F]): (scores
+    float64 [N, T], has uint8 [N, T]) through the fastest layout that applies."""
+    n = x.shape[0]
+    out = np.zeros((n, n_targets), dtype=table.acc_dtype)
+    if n and table.n_trees and agg in (AGG_SUM, AGG_AVERAGE):
+        fast = table.fast_for(be, x.dtype, n_targets)
+        if fast is not None:
+            if fast.perfect is not None:
+                return _perfect_sums(be, ctx, table, fast, x, agg, n_targets)
+            return _run_fast(be, ctx, table, fast, x, agg, out)
+    has = np.zeros((n, n_targets), dtype=np.uint8)
+    if n == 0 or table.n_trees == 0:
+        return out.astype(np.float64), has
+    bad_rows = np.zeros(1, np.int64)
+    work = n * table.n_trees * 8 if n > 1 else 0
+    be.run("trees", "general_walk", work, x, *table.walk_arrays(), agg, out, has, bad_rows)
+    if bad_rows[0]:
+        raise _cycle_error(ctx)
+    return out.astype(np.float64), has
+
+
 def _run_fast(
-    ctx: Any, table: _TreeTable, fast: _FastTable, x: np.ndarray, agg: int, out: np.ndarray
+    be: Any,
+    ctx: Any,
+    table: _TreeTable,
+    fast: _FastTable,
+    x: np.ndarray,
+    agg: int,
+    out: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_run_table` through the fast layout; rows holding a NaN take the general walk."""
     n = x.shape[0]
     skip = np.empty(n, dtype=np.uint8)
-    n_nan = ktrees.nan_rows(x, skip)
-    args = (
-        x,
-        fast.t_root,
-        fast.t_depth,
-        fast.g_depth,
-        fast.f_left,
-        fast.f_feat,
-        fast.f_thr,
-        fast.f_leaf,
-        fast.values,
-        skip,
-        out,
-    )
-    if n >= 16 and n * fast.visits >= _FAST_PARALLEL_VISITS:
-        run_parallel(ktrees.fast_predict_parallel, *args)
-    else:
-        ktrees.fast_predict_serial(*args)
+    n_nan = be.kernel("trees", "nan_rows")(x, skip)
+    be.run(
+        "trees", "fast_walk", n * fast.visits if n >= 16 else 0,
+        x, fast.t_root, fast.t_depth, fast.g_depth, fast.f_left, fast.f_feat, fast.f_thr,
+        fast.f_leaf, fast.values, skip, out,
+        threshold=_FAST_PARALLEL_VISITS,
+    )  # fmt: skip
     has = np.empty((n, out.shape[1]), dtype=np.uint8)
     has[:] = fast.has
     if n_nan:
         rows = np.flatnonzero(skip).astype(np.int64)
         has[rows] = 0
-        if ktrees.rows_general(x, rows, *table.walk_arrays(), agg, out, has):
+        general = be.kernel("trees", "rows_general")
+        if general(x, rows, *table.walk_arrays(), agg, out, has):
             raise _cycle_error(ctx)
     return out.astype(np.float64), has
 
 
-# Node visits (rows x summed tree depths) from which the fast walk runs on several threads:
-# about 5 ms of serial walking, so that waking the thread pool (milliseconds on a loaded
-# machine, measured) stays small beside it. Batch 100 of 100 depth-10 trees stays serial.
-_FAST_PARALLEL_VISITS = 1 << 22
+def _perfect_parallel(be: Any, n: int, visits: int) -> bool:
+    return n > gtrees.G and n * visits >= _PERFECT_PARALLEL_VISITS and be.threads() > 1
 
 
-# --------------------------------------------------------------------------------------------
-# Perfect layout: walk and finish in one generated kernel (onnxjit/codegen/trees.py)
-# --------------------------------------------------------------------------------------------
+def _perfect_sums(
+    be: Any, ctx: Any, table: _TreeTable, fast: _FastTable, x: np.ndarray, agg: int, n_targets: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_run_table` through the perfect layout's generated walk (raw sums, no
+    finishing); rows holding a NaN are walked again through the fast layout."""
+    p = fast.perfect
+    fin_i, fin_f = gtrees.finish_arrays(False, False, PT_NONE, table.n_trees, None, None, n_targets)
+    n = x.shape[0]
+    out = np.empty((n, n_targets), np.float64)
+    no = gtrees.NO_LABELS
+    bad = gtrees.run(
+        gtrees.module(x.shape[1], p.ni, p.kt).predict,
+        (x, p.feat, p.thr, p.leaves, p.depth, p.tgt, fin_i, fin_f, out, no, no),
+        _perfect_parallel(be, n, p.visits),
+        be.threads(),
+    )
+    has = np.empty((n, n_targets), dtype=np.uint8)
+    has[:] = fast.has
+    if bad:
+        rows = _nan_rows(x)
+        sub = np.zeros((rows.shape[0], n_targets), dtype=table.acc_dtype)
+        sums = _run_fast(be, ctx, table, fast, np.ascontiguousarray(x[rows]), agg, sub)
+        out[rows], has[rows] = sums
+    return out, has
 
-# Node visits (rows x summed tree depths) from which the perfect walk runs on the thread pool:
-# about 15 us of walking. A pool call costs a few microseconds more than the serial kernel at
-# worst (onnxjit/backends/cpu/pool.py), and halves the time when a worker is spinning.
-_PERFECT_PARALLEL_VISITS = 1 << 15
-_NO_LABELS = np.zeros(1, np.int64)
+
+def _nan_rows(x: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.isnan(x).any(axis=1))
 
 
 @dataclass
-class _Spec:
-    """What a tree-ensemble node's attributes fix besides its table (set on its first run)."""
-
-    kind: int  # ktrees.KIND_REGRESSOR or ktrees.KIND_CLASSIFIER
-    agg: int
-    post: int
-    base: np.ndarray | None
-    n_targets: int
-    labels: np.ndarray | None = None  # classifier labels (int64 or object)
-    # per input (dtype, row width): the kernel plan, or None where the perfect walk does not
-    # serve (the host path then runs)
-    plans: dict[Any, _Plan | None] = field(default_factory=dict)
-
-
-@dataclass
-class _Plan:
-    """Arguments of one generated walk-and-finish kernel for one input dtype and width."""
+class _Walk:
+    """The generated walk-and-finish kernel of an ensemble for inputs of one element type and
+    row width (onnxjit/codegen/trees.py): what a plan binds."""
 
     predict: Any
     args: tuple[Any, ...]  # feat, thr, leaves, depth, tgt, fin_i, fin_f
@@ -644,113 +719,50 @@ class _Plan:
     visits: int
 
 
-def _perfect_call(p: _PerfectTable, x: np.ndarray, fin_i, fin_f, y, labels, label_values):
-    """Run the generated kernel over every row of ``x``; returns the rows holding a NaN."""
-    mod = gtrees.module(x.shape[1], p.ni, p.kt)
-    args = (x, p.feat, p.thr, p.leaves, p.depth, p.tgt, fin_i, fin_f, y, labels)
-    return _launch(mod.predict, args, label_values, x.shape[0] * p.visits)
-
-
-# The control array of a kernel run on the calling thread alone (copied per call).
-_CTL_ALONE = np.zeros(kchunks.CTL_SIZE, np.int64)
-_CTL_ALONE[kchunks.THREADS] = 1
-# Where serial calls add their count of NaN rows (they read the kernel's return value).
-_BAD_SINK = np.zeros(1, np.int64)
-
-
-def _launch(predict: Any, args: tuple, label_values, visits: int) -> int:
-    n = args[0].shape[0]
-    if n > gtrees.G and visits >= _PERFECT_PARALLEL_VISITS:
-        bad_rows = np.zeros(1, np.int64)
-        run_parallel(predict, *args, label_values, bad_rows)
-        return int(bad_rows[0])
-    return int(predict(_CTL_ALONE.copy(), *args, label_values, _BAD_SINK))
-
-
-def _nan_rows(x: np.ndarray) -> np.ndarray:
-    return np.flatnonzero(np.isnan(x).any(axis=1))
-
-
-def _perfect_sums(
-    ctx: Any, table: _TreeTable, fast: _FastTable, x: np.ndarray, agg: int, n_targets: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_run_table` through the perfect layout (raw sums, no finishing)."""
-    fin_i = np.zeros(ktrees.FIN_SIZE, np.int64)
-    fin_f = np.zeros(1 + 2 * n_targets, np.float64)
-    n = x.shape[0]
-    out = np.empty((n, n_targets), np.float64)
-    bad = _perfect_call(fast.perfect, x, fin_i, fin_f, out, _NO_LABELS, _NO_LABELS)
-    has = np.empty((n, n_targets), dtype=np.uint8)
-    has[:] = fast.has
-    if bad:
-        rows = _nan_rows(x)
-        sub = np.zeros((rows.shape[0], n_targets), dtype=table.acc_dtype)
-        out[rows], has[rows] = _run_fast(ctx, table, fast, np.ascontiguousarray(x[rows]), agg, sub)
-    return out, has
-
-
-def _check_shapes(ctx: Any, table: _TreeTable, x: np.ndarray, n_targets: int) -> None:
-    if x.shape[1] < table.n_features:
-        raise ctx.error(
-            f"the trees read feature {table.n_features - 1} but the input has {x.shape[1]} "
-            "features per row; pass [N, F] with enough columns"
-        )
-    if table.n_targets > n_targets:
-        raise ctx.error(
-            f"a leaf writes target/class {table.n_targets - 1} but there are only {n_targets}"
-        )
-
-
-def _make_plan(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan | None:
-    """The fused kernel plan of ``spec`` for inputs like ``x``, or None where the host path
-    must run (no perfect layout, MIN/MAX, a binary classifier's conventions)."""
+def _make_walk(be: Any, ctx: Any, table: _TreeTable, dtype: Any, width: int) -> _Walk | None:
+    """The fused walk of the node for inputs of ``dtype`` and ``width`` features, or None
+    where the host path must run (no perfect layout, MIN/MAX, a binary classifier's
+    conventions)."""
+    spec = table.spec
     nt = spec.n_targets
-    _check_shapes(ctx, table, x, nt)
-    if table.n_trees == 0 or spec.agg not in (ktrees.AGG_SUM, ktrees.AGG_AVERAGE):
+    if table.n_trees == 0 or spec.agg not in (AGG_SUM, AGG_AVERAGE):
         return None
-    if spec.kind == ktrees.KIND_CLASSIFIER and nt == 2:
+    if spec.classifier and nt == 2:
         return None
-    fast = table.fast_for(x.dtype, nt)
+    fast = table.fast_for(be, dtype, nt)
     if fast is None or fast.perfect is None:
         return None
     p = fast.perfect
     if p.kt not in (1, nt):  # pragma: no cover - _build_perfect's contract
         return None
-    fin_i = np.zeros(ktrees.FIN_SIZE, np.int64)
-    fin_f = np.zeros(1 + 2 * nt, np.float64)
-    fin_i[ktrees.FIN_KIND] = spec.kind
-    fin_i[ktrees.FIN_AVG] = int(spec.agg == ktrees.AGG_AVERAGE)
-    fin_f[0] = table.n_trees
-    base = spec.base
-    label_values = _NO_LABELS
-    if spec.kind == ktrees.KIND_REGRESSOR:
+    base = spec.base if spec.base is not None and spec.base.shape[0] else None
+    mask = None
+    label_values = gtrees.NO_LABELS
+    if not spec.classifier:
         # _finish_regression, row by row
-        if base is not None and base.shape[0]:
+        if base is not None:
             if base.shape[0] == nt and nt > 1:
-                fin_f[1 : 1 + nt] = base * fast.has
+                base = base * fast.has
             elif nt == 1:
-                fin_f[1] = base[0]
+                base = base[:1]
             else:
                 raise ctx.error(f"base_values has {base.shape[0]} entries, expected n_targets={nt}")
-            fin_i[ktrees.FIN_BASE] = 1
-        post = spec.post if nt > 1 or spec.post == kml.PT_PROBIT else kml.PT_NONE
+        post = spec.post if nt > 1 or spec.post == PT_PROBIT else PT_NONE
     else:
         # _tree_classify with one score column or more than two
-        mask = fast.has.astype(np.float64)
-        if base is not None and base.shape[0]:
+        if base is not None:
             if base.shape[0] != nt:
                 raise ctx.error(f"base_values has {base.shape[0]} entries, expected {nt}")
-            fin_f[1 : 1 + nt] = base
-            fin_i[ktrees.FIN_BASE] = 1
-            mask[:] = 1.0
-        fin_f[1 + nt :] = mask
+        else:
+            mask = fast.has.astype(np.float64)
         labels = spec.labels
-        label_values = labels if labels.dtype == np.int64 else np.arange(nt, dtype=np.int64)
+        label_values = labels if labels.dtype == _I64 else np.arange(nt, dtype=np.int64)
         post = spec.post
-    fin_i[ktrees.FIN_POST] = post
-    mod = gtrees.module(x.shape[1], p.ni, p.kt)
-    return _Plan(
-        predict=mod.predict,
+    fin_i, fin_f = gtrees.finish_arrays(
+        spec.classifier, spec.agg == AGG_AVERAGE, post, table.n_trees, base, mask, nt
+    )
+    return _Walk(
+        predict=gtrees.module(width, p.ni, p.kt).predict,
         args=(p.feat, p.thr, p.leaves, p.depth, p.tgt, fin_i, fin_f),
         label_values=label_values,
         fast=fast,
@@ -758,63 +770,28 @@ def _make_plan(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan
     )
 
 
-_MISSING = object()
-
-
-def _plan_for(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray) -> _Plan | None:
-    key = (x.dtype, x.shape[1])
-    plan = spec.plans.get(key, _MISSING)
-    if plan is _MISSING:
-        plan = _make_plan(ctx, table, spec, x)
-        with _TABLES_LOCK:
-            spec.plans.setdefault(key, plan)
-    return plan
-
-
-def _run_plan(
-    ctx: Any, table: _TreeTable, spec: _Spec, plan: _Plan, x: np.ndarray, ydtype: Any
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Scores (and labels, for a classifier) of every row through the fused kernel; rows
-    holding a NaN are computed again by the host path."""
-    n = x.shape[0]
-    y = np.empty((n, spec.n_targets), ydtype)
-    lab = np.empty(n, np.int64) if spec.kind == ktrees.KIND_CLASSIFIER else _NO_LABELS
-    bad = _launch(plan.predict, (x, *plan.args, y, lab), plan.label_values, n * plan.visits)
-    return _complete(ctx, table, spec, plan, x, y, lab, bad)
-
-
-def _complete(
-    ctx: Any,
-    table: _TreeTable,
-    spec: _Spec,
-    plan: _Plan,
-    x: np.ndarray,
-    y: np.ndarray,
-    lab: np.ndarray,
-    bad: int,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """After the fused kernel: string labels, and the rows holding a NaN (``bad`` of them)
-    computed again by the host path. Returns (scores, labels or None)."""
-    classify = spec.kind == ktrees.KIND_CLASSIFIER
-    labels = spec.labels
-    if classify and labels.dtype == object:
-        lab = label_output(labels, lab)
-    if bad:
-        rows = _nan_rows(x)
-        sub = np.zeros((rows.shape[0], spec.n_targets), dtype=table.acc_dtype)
-        out, has = _run_fast(ctx, table, plan.fast, np.ascontiguousarray(x[rows]), spec.agg, sub)
-        if classify:
-            lab[rows], y[rows] = _tree_classify(
-                ctx, out, has, labels, spec.base, spec.post, table.binary_case, table.all_positive
-            )
-        else:
-            y[rows] = _finish_regression(
-                ctx, out, has, spec.agg, table.n_trees, spec.base, spec.post
-            )
-    return y, (lab if classify else None)
+def _redo_nan_rows(
+    be: Any, ctx: Any, table: _TreeTable, walk: _Walk, x: np.ndarray, y: np.ndarray, lab: Any
+) -> None:
+    """After the fused kernel reported rows holding a NaN: their scores (and labels, as
+    ``walk.label_values``) computed again by the host path."""
+    spec = table.spec
+    rows = _nan_rows(x)
+    sub = np.zeros((rows.shape[0], spec.n_targets), dtype=table.acc_dtype)
+    out, has = _run_fast(be, ctx, table, walk.fast, np.ascontiguousarray(x[rows]), spec.agg, sub)
+    if spec.classifier:
+        lab[rows], y[rows] = _tree_classify(
+            be, ctx, out, has, walk.label_values, spec.base, spec.post, table.binary_case,
+            table.all_positive,
+        )  # fmt: skip
+    else:
+        y[rows] = _finish_regression(
+            be, ctx, out, has, spec.agg, table.n_trees, spec.base, spec.post
+        )
 
 
 def _finish_regression(
+    be: Any,
     ctx: Any,
     out: np.ndarray,
     has: np.ndarray,
@@ -824,7 +801,7 @@ def _finish_regression(
     post: int,
 ) -> np.ndarray:
     """Aggregate finishing (AVERAGE divides by the tree count), base values, post-transform."""
-    if agg == ktrees.AGG_AVERAGE and n_trees:
+    if agg == AGG_AVERAGE and n_trees:
         out /= n_trees
     n_targets = out.shape[1]
     if base is not None and base.shape[0]:
@@ -839,176 +816,48 @@ def _finish_regression(
             )
     if n_targets == 1:
         # onnxruntime applies only PROBIT to a single score column.
-        if post == kml.PT_PROBIT:
-            kml.post_transform(out, post)
+        if post == PT_PROBIT:
+            _apply_post(be, out, post)
         return out
-    return _apply_post(out, post)
+    return _apply_post(be, out, post)
 
 
-def _regressor_spec(
-    ctx: Any,
-    table: _TreeTable,
-    aggregate_function: str,
-    base: np.ndarray | None,
-    n_targets: int | None,
-    post_transform: str,
-) -> _Spec:
-    if aggregate_function not in _AGG:
-        raise ctx.unsupported(f"aggregate_function {aggregate_function!r} is not supported")
-    nt = int(n_targets) if n_targets is not None else max(table.n_targets, 1)
-    spec = _Spec(
-        kind=ktrees.KIND_REGRESSOR,
-        agg=_AGG[aggregate_function],
-        post=_post_code(ctx, post_transform),
-        base=base,
-        n_targets=nt,
-    )
-    table.spec = spec
-    return spec
-
-
-def _regress(ctx: Any, table: _TreeTable, spec: _Spec, x: np.ndarray, ydtype: Any) -> np.ndarray:
-    """Y [N, n_targets] in ``ydtype``: the fused kernel where it serves, else the host path."""
-    xf = _float_rows(ctx, x)
-    plan = _plan_for(ctx, table, spec, xf)
-    if plan is None:
-        out, has = _run_table(ctx, table, xf, spec.agg, spec.n_targets)
-        out = _finish_regression(ctx, out, has, spec.agg, table.n_trees, spec.base, spec.post)
-        return out.astype(ydtype)
-    if ydtype not in (np.float32, np.float64):  # rounded once, from float64
-        return _run_plan(ctx, table, spec, plan, xf, np.float64)[0].astype(ydtype)
-    return _run_plan(ctx, table, spec, plan, xf, ydtype)[0]
-
-
-@onnx_op("TreeEnsembleRegressor", since=1, domain=ML_DOMAIN)
-def tree_ensemble_regressor_1(
-    ctx,
-    x,
-    *,
-    aggregate_function="SUM",
-    base_values=None,
-    n_targets=None,
-    nodes_falsenodeids=None,
-    nodes_featureids=None,
-    nodes_hitrates=None,
-    nodes_missing_value_tracks_true=None,
-    nodes_modes=None,
-    nodes_nodeids=None,
-    nodes_treeids=None,
-    nodes_truenodeids=None,
-    nodes_values=None,
-    post_transform="NONE",
-    target_ids=None,
-    target_nodeids=None,
-    target_treeids=None,
-    target_weights=None,
-):
-    """TreeEnsembleRegressor-1: Y [N, n_targets] float32."""
-    return tree_ensemble_regressor_3(
-        ctx,
-        x,
-        aggregate_function=aggregate_function,
-        base_values=base_values,
-        n_targets=n_targets,
-        nodes_falsenodeids=nodes_falsenodeids,
-        nodes_featureids=nodes_featureids,
-        nodes_hitrates=nodes_hitrates,
-        nodes_missing_value_tracks_true=nodes_missing_value_tracks_true,
-        nodes_modes=nodes_modes,
-        nodes_nodeids=nodes_nodeids,
-        nodes_treeids=nodes_treeids,
-        nodes_truenodeids=nodes_truenodeids,
-        nodes_values=nodes_values,
-        post_transform=post_transform,
-        target_ids=target_ids,
-        target_nodeids=target_nodeids,
-        target_treeids=target_treeids,
-        target_weights=target_weights,
-    )
-
-
-@onnx_op("TreeEnsembleRegressor", since=3, domain=ML_DOMAIN)
-def tree_ensemble_regressor_3(
-    ctx,
-    x,
-    *,
-    aggregate_function="SUM",
-    base_values=None,
-    base_values_as_tensor=None,
-    n_targets=None,
-    nodes_falsenodeids=None,
-    nodes_featureids=None,
-    nodes_hitrates=None,
-    nodes_hitrates_as_tensor=None,
-    nodes_missing_value_tracks_true=None,
-    nodes_modes=None,
-    nodes_nodeids=None,
-    nodes_treeids=None,
-    nodes_truenodeids=None,
-    nodes_values=None,
-    nodes_values_as_tensor=None,
-    post_transform="NONE",
-    target_ids=None,
-    target_nodeids=None,
-    target_treeids=None,
-    target_weights=None,
-    target_weights_as_tensor=None,
-):
-    """TreeEnsembleRegressor-3 (adds the *_as_tensor attributes, double precision allowed).
-
-    Y [N, n_targets] float32: per target, the SUM / AVERAGE / MIN / MAX over trees of the
-    reached leaves' weights, plus base_values, then post_transform.
-    """
-
-    def build() -> _TreeTable:
-        # Attribute conversions happen here, once per node, not on every run.
-        return _build_legacy_table(
-            ctx,
-            nodes_treeids,
-            nodes_nodeids,
-            nodes_featureids,
-            _attr_floats(nodes_values, nodes_values_as_tensor),
-            nodes_modes,
-            nodes_truenodeids,
-            nodes_falsenodeids,
-            nodes_missing_value_tracks_true,
-            target_treeids,
-            target_nodeids,
-            target_ids,
-            _attr_floats(target_weights, target_weights_as_tensor),
-            "target",
-            target_weights_as_tensor is None
-            or np.asarray(target_weights_as_tensor).dtype == np.float32,
-        )
-
-    table = _cached_table(  # the attributes of _REGRESSOR_KEYS, in that order
-        (
-            nodes_treeids,
-            nodes_modes,
-            nodes_values,
-            nodes_values_as_tensor,
-            target_weights,
-            target_weights_as_tensor,
-            target_ids,
-            aggregate_function,
-            base_values,
-            base_values_as_tensor,
-            n_targets,
-            post_transform,
-        ),
-        build,
-    )
+def _host_predict(be: Any, ctx: Any, table: _TreeTable, ydtype: Any, x: np.ndarray) -> Any:
+    """Outputs of the node for ``x`` (C-contiguous float32/float64 [N, F]) through the host
+    path: the walk's sums, finished in numpy. Regressors: Y in ``ydtype``; classifiers:
+    (labels, scores)."""
     spec = table.spec
-    if spec is None:
-        spec = _regressor_spec(
-            ctx,
-            table,
-            aggregate_function,
-            _attr_floats(base_values, base_values_as_tensor),
-            n_targets,
-            post_transform,
-        )
-    return _regress(ctx, table, spec, x, np.float32)
+    out, has = _run_table(be, ctx, table, x, spec.agg, spec.n_targets)
+    if spec.classifier:
+        return _tree_classify(
+            be, ctx, out, has, spec.labels, spec.base, spec.post, table.binary_case,
+            table.all_positive,
+        )  # fmt: skip
+    y = _finish_regression(be, ctx, out, has, spec.agg, table.n_trees, spec.base, spec.post)
+    return y.astype(ydtype)
+
+
+def _predict(be: Any, ctx: Any, table: _TreeTable, x: np.ndarray, ydtype: Any) -> Any:
+    """The implementations' path (a run without a plan's binding): Y [N, n_targets] in
+    ``ydtype`` for a regressor, (labels, scores float32) for a classifier."""
+    spec = table.spec
+    ydtype = np.dtype(ydtype)
+    xf = _float_rows(ctx, x)
+    n, width = xf.shape
+    _check_shapes(ctx, table, width, spec.n_targets)
+    walk = _make_walk(be, ctx, table, xf.dtype, width)
+    if walk is None:
+        if ydtype in (_F32, _F64) or spec.classifier:
+            return _host_predict(be, ctx, table, ydtype, xf)
+        return _host_predict(be, ctx, table, _F64, xf).astype(ydtype)
+    y = np.empty((n, spec.n_targets), ydtype if ydtype in (_F32, _F64) else _F64)
+    lab = np.empty(n, np.int64) if spec.classifier else gtrees.NO_LABELS
+    args = (xf, *walk.args, y, lab, walk.label_values)
+    if gtrees.run(walk.predict, args, _perfect_parallel(be, n, walk.visits), be.threads()):
+        _redo_nan_rows(be, ctx, table, walk, xf, y, lab)
+    if not spec.classifier:
+        return y.astype(ydtype, copy=False)
+    return (label_output(spec.labels, lab) if spec.labels.dtype == _OBJ else lab), y
 
 
 def class_labels(
@@ -1032,6 +881,7 @@ def label_output(labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def _tree_classify(
+    be: Any,
     ctx: Any,
     out: np.ndarray,
     has: np.ndarray,
@@ -1054,7 +904,7 @@ def _tree_classify(
         # argmax among the classes that received a score (class 0 when none did)
         masked = np.where(has, out, -np.inf)
         idx = np.argmax(masked, axis=1) if c else np.zeros(n, np.int64)
-        return label_output(labels, idx), _apply_post(out, post).astype(np.float32)
+        return label_output(labels, idx), _apply_post(be, out, post).astype(np.float32)
 
     # Two classes. "wide" rows keep both columns; the others reduce to one score s0.
     s0 = out[:, 0].copy()
@@ -1085,186 +935,30 @@ def _tree_classify(
     w = np.flatnonzero(wide)
     if w.shape[0]:
         sw = np.ascontiguousarray(np.stack([s0[w], s1[w]], axis=1))
-        scores[w] = _apply_post(sw, post)
+        scores[w] = _apply_post(be, sw, post)
     # rows with one score column: expand it to two
     nw = np.flatnonzero(~wide)
     if nw.shape[0]:
         v = s0[nw]
-        if post == kml.PT_PROBIT:
+        if post == PT_PROBIT:
             p = np.ascontiguousarray(v.reshape(-1, 1))
-            kml.post_transform(p, post)
+            _apply_post(be, p, post)
             scores[nw, 0] = p[:, 0]
             scores[nw, 1] = 0.0
         elif binary_case and all_positive:
-            if post == kml.PT_LOGISTIC:
+            if post == PT_LOGISTIC:
                 p = np.ascontiguousarray(v.reshape(-1, 1))
-                kml.post_transform(p, post)
+                _apply_post(be, p, post)
                 v = p[:, 0]
             scores[nw, 0] = 1.0 - v
             scores[nw, 1] = v
-        elif post == kml.PT_LOGISTIC:
+        elif post == PT_LOGISTIC:
             a = np.ascontiguousarray(np.stack([-v, v], axis=1))
-            scores[nw] = _apply_post(a, post)
+            scores[nw] = _apply_post(be, a, post)
         else:
             scores[nw, 0] = -v
             scores[nw, 1] = v
     return label_output(labels, idx), scores.astype(np.float32)
-
-
-@onnx_op("TreeEnsembleClassifier", since=1, domain=ML_DOMAIN)
-def tree_ensemble_classifier_1(
-    ctx,
-    x,
-    *,
-    base_values=None,
-    class_ids=None,
-    class_nodeids=None,
-    class_treeids=None,
-    class_weights=None,
-    classlabels_int64s=None,
-    classlabels_strings=None,
-    nodes_falsenodeids=None,
-    nodes_featureids=None,
-    nodes_hitrates=None,
-    nodes_missing_value_tracks_true=None,
-    nodes_modes=None,
-    nodes_nodeids=None,
-    nodes_treeids=None,
-    nodes_truenodeids=None,
-    nodes_values=None,
-    post_transform="NONE",
-):
-    """TreeEnsembleClassifier-1: (Y labels [N], Z scores [N, n_classes] float32)."""
-    return tree_ensemble_classifier_3(
-        ctx,
-        x,
-        base_values=base_values,
-        class_ids=class_ids,
-        class_nodeids=class_nodeids,
-        class_treeids=class_treeids,
-        class_weights=class_weights,
-        classlabels_int64s=classlabels_int64s,
-        classlabels_strings=classlabels_strings,
-        nodes_falsenodeids=nodes_falsenodeids,
-        nodes_featureids=nodes_featureids,
-        nodes_hitrates=nodes_hitrates,
-        nodes_missing_value_tracks_true=nodes_missing_value_tracks_true,
-        nodes_modes=nodes_modes,
-        nodes_nodeids=nodes_nodeids,
-        nodes_treeids=nodes_treeids,
-        nodes_truenodeids=nodes_truenodeids,
-        nodes_values=nodes_values,
-        post_transform=post_transform,
-    )
-
-
-@onnx_op("TreeEnsembleClassifier", since=3, domain=ML_DOMAIN)
-def tree_ensemble_classifier_3(
-    ctx,
-    x,
-    *,
-    base_values=None,
-    base_values_as_tensor=None,
-    class_ids=None,
-    class_nodeids=None,
-    class_treeids=None,
-    class_weights=None,
-    class_weights_as_tensor=None,
-    classlabels_int64s=None,
-    classlabels_strings=None,
-    nodes_falsenodeids=None,
-    nodes_featureids=None,
-    nodes_hitrates=None,
-    nodes_hitrates_as_tensor=None,
-    nodes_missing_value_tracks_true=None,
-    nodes_modes=None,
-    nodes_nodeids=None,
-    nodes_treeids=None,
-    nodes_truenodeids=None,
-    nodes_values=None,
-    nodes_values_as_tensor=None,
-    post_transform="NONE",
-):
-    """TreeEnsembleClassifier-3: (Y labels [N] int64 or string, Z scores [N, C] float32).
-
-    Class scores are the sums of the reached leaves' class weights plus base_values, then
-    post_transform. With two class labels and weights for only one class, the one score is
-    expanded to two columns as onnxruntime does ([1-s, s] for non-negative weights, else
-    [-s, s] or logistic of both).
-    """
-
-    def build() -> _TreeTable:
-        # Attribute conversions happen here, once per node, not on every run.
-        labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
-        weights = _attr_floats(class_weights, class_weights_as_tensor)
-        table = _build_legacy_table(
-            ctx,
-            nodes_treeids,
-            nodes_nodeids,
-            nodes_featureids,
-            _attr_floats(nodes_values, nodes_values_as_tensor),
-            nodes_modes,
-            nodes_truenodeids,
-            nodes_falsenodeids,
-            nodes_missing_value_tracks_true,
-            class_treeids,
-            class_nodeids,
-            class_ids,
-            weights,
-            "class",
-            class_weights_as_tensor is None
-            or np.asarray(class_weights_as_tensor).dtype == np.float32,
-        )
-        cid = np.asarray(class_ids if class_ids is not None else [], dtype=np.int64)
-        table.binary_case = labels.shape[0] == 2 and np.unique(cid).shape[0] == 1
-        table.all_positive = weights is None or bool(np.all(weights >= 0))
-        return table
-
-    table = _cached_table(  # the attributes of _CLASSIFIER_KEYS, in that order
-        (
-            nodes_treeids,
-            nodes_modes,
-            nodes_values,
-            nodes_values_as_tensor,
-            class_weights,
-            class_weights_as_tensor,
-            class_ids,
-            classlabels_int64s,
-            classlabels_strings,
-            base_values,
-            base_values_as_tensor,
-            post_transform,
-        ),
-        build,
-    )
-    spec = table.spec
-    if spec is None:
-        labels = class_labels(ctx, classlabels_int64s, classlabels_strings)
-        spec = _Spec(
-            kind=ktrees.KIND_CLASSIFIER,
-            agg=ktrees.AGG_SUM,
-            post=_post_code(ctx, post_transform),
-            base=_attr_floats(base_values, base_values_as_tensor),
-            n_targets=labels.shape[0],
-            labels=labels,
-        )
-        table.spec = spec
-    xf = _float_rows(ctx, x)
-    plan = _plan_for(ctx, table, spec, xf)
-    if plan is not None:
-        y, lab = _run_plan(ctx, table, spec, plan, xf, np.float32)
-        return lab, y
-    out, has = _run_table(ctx, table, xf, ktrees.AGG_SUM, spec.n_targets)
-    return _tree_classify(
-        ctx,
-        out,
-        has,
-        spec.labels,
-        spec.base,
-        spec.post,
-        table.binary_case,
-        table.all_positive,
-    )
 
 
 def _build_v5_table(
@@ -1297,7 +991,7 @@ def _build_v5_table(
             raise ctx.error(f"{name} has {a.shape[0]} entries, nodes_modes has {n}")
         return a
 
-    if np.any((mode < 0) | (mode > ktrees.MODE_MEMBER)):
+    if np.any((mode < 0) | (mode > MODE_MEMBER)):
         raise ctx.error("nodes_modes values must be in 0..6")
     feat = col(featureids, "nodes_featureids")
     thr = np.asarray(splits, dtype=np.float64).reshape(-1)
@@ -1333,7 +1027,7 @@ def _build_v5_table(
     aux0[n:] = np.arange(nl)
     aux1[n:] = np.arange(1, nl + 1)
     members = np.zeros(0, dtype=np.float64)
-    member_nodes = np.flatnonzero(mode == ktrees.MODE_MEMBER)
+    member_nodes = np.flatnonzero(mode == MODE_MEMBER)
     if member_nodes.shape[0]:
         if membership_values is None:
             raise ctx.error("BRANCH_MEMBER nodes need the membership_values attribute")
@@ -1348,7 +1042,7 @@ def _build_v5_table(
         aux0[member_nodes] = starts[: member_nodes.shape[0]]
         aux1[member_nodes] = seps[: member_nodes.shape[0]]
         members = mv
-    full_mode = np.concatenate([mode, np.full(nl, ktrees.MODE_LEAF, dtype=np.int64)])
+    full_mode = np.concatenate([mode, np.full(nl, MODE_LEAF, dtype=np.int64)])
     zeros = np.zeros(nl, dtype=np.int64)
     return _TreeTable(
         roots=roots,
@@ -1369,97 +1063,10 @@ def _build_v5_table(
     )
 
 
-@onnx_op("TreeEnsemble", since=5, domain=ML_DOMAIN)
-def tree_ensemble_5(
-    ctx,
-    x,
-    *,
-    aggregate_function=1,
-    leaf_targetids=None,
-    leaf_weights=None,
-    membership_values=None,
-    n_targets=None,
-    nodes_falseleafs=None,
-    nodes_falsenodeids=None,
-    nodes_featureids=None,
-    nodes_hitrates=None,
-    nodes_missing_value_tracks_true=None,
-    nodes_modes=None,
-    nodes_splits=None,
-    nodes_trueleafs=None,
-    nodes_truenodeids=None,
-    post_transform=0,
-    tree_roots=None,
-):
-    """TreeEnsemble-5: Y [N, n_targets] in X's float type.
+# -- the ensembles of the operators ----------------------------------------------------------
 
-    aggregate_function: 0 AVERAGE, 1 SUM, 2 MIN, 3 MAX; post_transform: 0 NONE, 1 SOFTMAX,
-    2 LOGISTIC, 3 SOFTMAX_ZERO, 4 PROBIT. Node modes 0..6 (6 = BRANCH_MEMBER, sets taken from
-    membership_values in node order, NaN-separated).
-    """
-    if aggregate_function not in (0, 1, 2, 3):
-        raise ctx.unsupported(f"aggregate_function {aggregate_function} is not in 0..3")
-    if post_transform not in (0, 1, 2, 3, 4):
-        raise ctx.unsupported(f"post_transform {post_transform} is not in 0..4")
-    if n_targets is None or n_targets < 1:
-        raise ctx.error("n_targets must be set to a positive value")
-    for name, v in (
-        ("nodes_modes", nodes_modes),
-        ("nodes_splits", nodes_splits),
-        ("leaf_weights", leaf_weights),
-        ("leaf_targetids", leaf_targetids),
-        ("tree_roots", tree_roots),
-    ):
-        if v is None:
-            raise ctx.error(f"attribute {name} is required")
-
-    def build() -> _TreeTable:
-        return _build_v5_table(
-            ctx,
-            int(n_targets),
-            nodes_featureids,
-            nodes_splits,
-            nodes_modes,
-            nodes_truenodeids,
-            nodes_falsenodeids,
-            nodes_trueleafs,
-            nodes_falseleafs,
-            nodes_missing_value_tracks_true,
-            leaf_targetids,
-            leaf_weights,
-            tree_roots,
-            membership_values,
-        )
-
-    table = _cached_table(  # the attributes of _V5_KEYS, in that order
-        (
-            nodes_modes,
-            nodes_splits,
-            leaf_weights,
-            tree_roots,
-            aggregate_function,
-            n_targets,
-            post_transform,
-        ),
-        build,
-    )
-    spec = table.spec
-    if spec is None:
-        spec = table.spec = _Spec(
-            kind=ktrees.KIND_REGRESSOR,
-            agg=int(aggregate_function),
-            post=int(post_transform),
-            base=None,
-            n_targets=int(n_targets),
-        )
-    out_dtype = x.dtype if x.dtype in (np.float32, np.float64, np.float16) else np.float32
-    return _regress(ctx, table, spec, x, out_dtype)
-
-
-# -- fast paths (registry.fast_path): later runs of a node go straight to its kernel --------
-
-# The attributes that key each operator's table, in the order its implementation passes them
-# to _cached_table (version 1 of the legacy operators lacks the *_as_tensor attributes: None).
+# The attributes that key each operator's table (version 1 of the legacy operators lacks the
+# *_as_tensor attributes: None).
 _REGRESSOR_KEYS = (
     "nodes_treeids",
     "nodes_modes",
@@ -1499,116 +1106,463 @@ _V5_KEYS = (
 )
 
 
-def _prepare_trees(ctx: Any, x: Any, kwargs: dict, names: tuple[str, ...], v5: bool) -> Any:
-    """``fast(x)`` running the fused kernel the implementation just used for inputs like
-    ``x`` (same dtype and row width, 2-D C-contiguous, any row count), or None."""
-    hit = _TABLES.get(tuple(id(kwargs.get(k)) for k in names))
-    if hit is None or not isinstance(x, np.ndarray) or x.ndim != 2 or not x.flags.c_contiguous:
+def _regressor_model(ctx: Any, a: Mapping[str, Any]) -> _TreeTable:
+    """The table (and spec) of a TreeEnsembleRegressor-1/3 node with attributes ``a``."""
+
+    def build() -> _TreeTable:
+        agg = a.get("aggregate_function", "SUM")
+        if agg not in _AGG:
+            raise ctx.unsupported(f"aggregate_function {agg!r} is not supported")
+        as_tensor = a.get("target_weights_as_tensor")
+        table = _build_legacy_table(
+            ctx,
+            a.get("nodes_treeids"),
+            a.get("nodes_nodeids"),
+            a.get("nodes_featureids"),
+            _attr_floats(a.get("nodes_values"), a.get("nodes_values_as_tensor")),
+            a.get("nodes_modes"),
+            a.get("nodes_truenodeids"),
+            a.get("nodes_falsenodeids"),
+            a.get("nodes_missing_value_tracks_true"),
+            a.get("target_treeids"),
+            a.get("target_nodeids"),
+            a.get("target_ids"),
+            _attr_floats(a.get("target_weights"), as_tensor),
+            "target",
+            as_tensor is None or np.asarray(as_tensor).dtype == np.float32,
+        )
+        n_targets = a.get("n_targets")
+        table.spec = _Spec(
+            classifier=False,
+            agg=_AGG[agg],
+            post=post_code(ctx, a.get("post_transform", "NONE")),
+            base=_attr_floats(a.get("base_values"), a.get("base_values_as_tensor")),
+            n_targets=int(n_targets) if n_targets is not None else max(table.n_targets, 1),
+        )
+        return table
+
+    return _cached_table(tuple(a.get(k) for k in _REGRESSOR_KEYS), build)
+
+
+def _classifier_model(ctx: Any, a: Mapping[str, Any]) -> _TreeTable:
+    """The table (and spec) of a TreeEnsembleClassifier-1/3 node with attributes ``a``."""
+
+    def build() -> _TreeTable:
+        labels = class_labels(ctx, a.get("classlabels_int64s"), a.get("classlabels_strings"))
+        as_tensor = a.get("class_weights_as_tensor")
+        weights = _attr_floats(a.get("class_weights"), as_tensor)
+        table = _build_legacy_table(
+            ctx,
+            a.get("nodes_treeids"),
+            a.get("nodes_nodeids"),
+            a.get("nodes_featureids"),
+            _attr_floats(a.get("nodes_values"), a.get("nodes_values_as_tensor")),
+            a.get("nodes_modes"),
+            a.get("nodes_truenodeids"),
+            a.get("nodes_falsenodeids"),
+            a.get("nodes_missing_value_tracks_true"),
+            a.get("class_treeids"),
+            a.get("class_nodeids"),
+            a.get("class_ids"),
+            weights,
+            "class",
+            as_tensor is None or np.asarray(as_tensor).dtype == np.float32,
+        )
+        class_ids = a.get("class_ids")
+        cid = np.asarray(class_ids if class_ids is not None else [], dtype=np.int64)
+        table.binary_case = labels.shape[0] == 2 and np.unique(cid).shape[0] == 1
+        table.all_positive = weights is None or bool(np.all(weights >= 0))
+        table.spec = _Spec(
+            classifier=True,
+            agg=AGG_SUM,
+            post=post_code(ctx, a.get("post_transform", "NONE")),
+            base=_attr_floats(a.get("base_values"), a.get("base_values_as_tensor")),
+            n_targets=labels.shape[0],
+            labels=labels,
+        )
+        return table
+
+    return _cached_table(tuple(a.get(k) for k in _CLASSIFIER_KEYS), build)
+
+
+def _v5_model(ctx: Any, a: Mapping[str, Any]) -> _TreeTable:
+    """The table (and spec) of a TreeEnsemble-5 node with attributes ``a``."""
+    agg, post, n_targets = a.get("aggregate_function"), a.get("post_transform"), a.get("n_targets")
+    if agg not in (0, 1, 2, 3):
+        raise ctx.unsupported(f"aggregate_function {agg} is not in 0..3")
+    if post not in (0, 1, 2, 3, 4):
+        raise ctx.unsupported(f"post_transform {post} is not in 0..4")
+    if n_targets is None or n_targets < 1:
+        raise ctx.error("n_targets must be set to a positive value")
+    for name in ("nodes_modes", "nodes_splits", "leaf_weights", "leaf_targetids", "tree_roots"):
+        if a.get(name) is None:
+            raise ctx.error(f"attribute {name} is required")
+
+    def build() -> _TreeTable:
+        table = _build_v5_table(
+            ctx,
+            int(n_targets),
+            a.get("nodes_featureids"),
+            a.get("nodes_splits"),
+            a.get("nodes_modes"),
+            a.get("nodes_truenodeids"),
+            a.get("nodes_falsenodeids"),
+            a.get("nodes_trueleafs"),
+            a.get("nodes_falseleafs"),
+            a.get("nodes_missing_value_tracks_true"),
+            a.get("leaf_targetids"),
+            a.get("leaf_weights"),
+            a.get("tree_roots"),
+            a.get("membership_values"),
+        )
+        table.spec = _Spec(
+            classifier=False, agg=int(agg), post=int(post), base=None, n_targets=int(n_targets)
+        )
+        return table
+
+    return _cached_table(tuple(a.get(k) for k in _V5_KEYS), build)
+
+
+@onnx_op("TreeEnsembleRegressor", since=1, domain=ML_DOMAIN)
+def tree_ensemble_regressor_1(
+    ctx,
+    x,
+    *,
+    aggregate_function="SUM",
+    base_values=None,
+    n_targets=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    post_transform="NONE",
+    target_ids=None,
+    target_nodeids=None,
+    target_treeids=None,
+    target_weights=None,
+):
+    """TreeEnsembleRegressor-1: Y [N, n_targets] float32."""
+    attrs = locals()  # the attributes by name (and ctx, x)
+    return _predict(ctx.backend, ctx, _regressor_model(ctx, attrs), x, np.float32)
+
+
+@onnx_op("TreeEnsembleRegressor", since=3, domain=ML_DOMAIN)
+def tree_ensemble_regressor_3(
+    ctx,
+    x,
+    *,
+    aggregate_function="SUM",
+    base_values=None,
+    base_values_as_tensor=None,
+    n_targets=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_hitrates_as_tensor=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    nodes_values_as_tensor=None,
+    post_transform="NONE",
+    target_ids=None,
+    target_nodeids=None,
+    target_treeids=None,
+    target_weights=None,
+    target_weights_as_tensor=None,
+):
+    """TreeEnsembleRegressor-3 (adds the *_as_tensor attributes, double precision allowed).
+
+    Y [N, n_targets] float32: per target, the SUM / AVERAGE / MIN / MAX over trees of the
+    reached leaves' weights, plus base_values, then post_transform.
+    """
+    attrs = locals()  # the attributes by name (and ctx, x)
+    return _predict(ctx.backend, ctx, _regressor_model(ctx, attrs), x, np.float32)
+
+
+@onnx_op("TreeEnsembleClassifier", since=1, domain=ML_DOMAIN)
+def tree_ensemble_classifier_1(
+    ctx,
+    x,
+    *,
+    base_values=None,
+    class_ids=None,
+    class_nodeids=None,
+    class_treeids=None,
+    class_weights=None,
+    classlabels_int64s=None,
+    classlabels_strings=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    post_transform="NONE",
+):
+    """TreeEnsembleClassifier-1: (Y labels [N], Z scores [N, n_classes] float32)."""
+    attrs = locals()  # the attributes by name (and ctx, x)
+    return _predict(ctx.backend, ctx, _classifier_model(ctx, attrs), x, np.float32)
+
+
+@onnx_op("TreeEnsembleClassifier", since=3, domain=ML_DOMAIN)
+def tree_ensemble_classifier_3(
+    ctx,
+    x,
+    *,
+    base_values=None,
+    base_values_as_tensor=None,
+    class_ids=None,
+    class_nodeids=None,
+    class_treeids=None,
+    class_weights=None,
+    class_weights_as_tensor=None,
+    classlabels_int64s=None,
+    classlabels_strings=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_hitrates_as_tensor=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_nodeids=None,
+    nodes_treeids=None,
+    nodes_truenodeids=None,
+    nodes_values=None,
+    nodes_values_as_tensor=None,
+    post_transform="NONE",
+):
+    """TreeEnsembleClassifier-3: (Y labels [N] int64 or string, Z scores [N, C] float32).
+
+    Class scores are the sums of the reached leaves' class weights plus base_values, then
+    post_transform. With two class labels and weights for only one class, the one score is
+    expanded to two columns as onnxruntime does ([1-s, s] for non-negative weights, else
+    [-s, s] or logistic of both).
+    """
+    attrs = locals()  # the attributes by name (and ctx, x)
+    return _predict(ctx.backend, ctx, _classifier_model(ctx, attrs), x, np.float32)
+
+
+@onnx_op("TreeEnsemble", since=5, domain=ML_DOMAIN)
+def tree_ensemble_5(
+    ctx,
+    x,
+    *,
+    aggregate_function=1,
+    leaf_targetids=None,
+    leaf_weights=None,
+    membership_values=None,
+    n_targets=None,
+    nodes_falseleafs=None,
+    nodes_falsenodeids=None,
+    nodes_featureids=None,
+    nodes_hitrates=None,
+    nodes_missing_value_tracks_true=None,
+    nodes_modes=None,
+    nodes_splits=None,
+    nodes_trueleafs=None,
+    nodes_truenodeids=None,
+    post_transform=0,
+    tree_roots=None,
+):
+    """TreeEnsemble-5: Y [N, n_targets] in X's float type.
+
+    aggregate_function: 0 AVERAGE, 1 SUM, 2 MIN, 3 MAX; post_transform: 0 NONE, 1 SOFTMAX,
+    2 LOGISTIC, 3 SOFTMAX_ZERO, 4 PROBIT. Node modes 0..6 (6 = BRANCH_MEMBER, sets taken from
+    membership_values in node order, NaN-separated).
+    """
+    attrs = locals()  # the attributes by name (and ctx, x)
+    table = _v5_model(ctx, attrs)
+    out_dtype = x.dtype if x.dtype in (np.float32, np.float64, np.float16) else np.float32
+    return _predict(ctx.backend, ctx, table, x, out_dtype)
+
+
+# -- lowerings -------------------------------------------------------------------------------
+
+
+def _lower_trees(lc: LowerContext, table: _TreeTable, ydtype: Any) -> Bound | None:
+    """The bound call of a tree-ensemble node for float32/float64 inputs [N, F] or [F]: the
+    generated walk-and-finish kernel where it applies (rows holding a NaN computed again by
+    the host path), else the host path (fast or general walk, finished in numpy). The
+    bound call's name says which: ``trees.perfect[f=F,ni=NI,kt=KT]`` (the generated module's
+    constants), ``trees.perfect_sums`` (the generated walk's sums, finished in numpy),
+    ``trees.fast`` or ``trees.general``."""
+    x = lc.inputs[0]
+    rows = _rows_spec(x)
+    if rows is None or x.dtype not in (_F32, _F64):
         return None
-    table = hit[1]
+    be, ctx = lc.backend, lc.ctx
     spec = table.spec
-    if spec is None or x.dtype not in (np.float32, np.float64):
+    n, width = rows
+    nt = spec.n_targets
+    _check_shapes(ctx, table, width, nt)
+    ydtype = np.dtype(ydtype)
+    xin = In(0, shape=(n, width))
+    y_spec = tensor(ydtype, (n, nt))
+    classify = spec.classifier
+    strings = classify and spec.labels.dtype == _OBJ
+    lab_spec = Spec(TENSOR, _OBJ if strings else _I64, (n,))
+    outs = [lab_spec, y_spec] if classify else [y_spec]
+    walk = _make_walk(be, ctx, table, x.dtype, width)
+    if walk is None:
+        fast = None
+        if table.n_trees and spec.agg in (AGG_SUM, AGG_AVERAGE):
+            fast = table.fast_for(be, x.dtype, nt)
+        how = "general" if fast is None else "fast" if fast.perfect is None else "perfect_sums"
+        call = functools.partial(_host_predict, be, ctx, table, ydtype)
+        return returns(call, xin, outs=outs, name=f"trees.{how}")
+    feat, thr, leaves, depth, tgt, fin_i, fin_f = walk.args
+    lv = walk.label_values
+    sample = (
+        np.empty((0, width), x.dtype), *walk.args, np.empty((0, nt), ydtype),
+        np.empty(0, np.int64) if classify else gtrees.NO_LABELS, lv, gtrees.SINK,
+    )  # fmt: skip
+    p = walk.fast.perfect
+    # the generated module's constants: row width, interior slots per tree, values per leaf
+    name = f"trees.perfect[f={width},ni={p.ni},kt={p.kt}]"
+    redo = functools.partial(_redo_nan_rows, be, ctx, table, walk)
+    no = gtrees.NO_LABELS
+    if _perfect_parallel(be, n, walk.visits):
+        go = gtrees.pooled(walk.predict, sample, be.threads())
+
+        def run(x: np.ndarray, y: np.ndarray, lab: np.ndarray) -> None:
+            bad = np.zeros(1, np.int64)
+            go(x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, lab, lv, bad)
+            if bad[0]:
+                redo(x, y, lab)
+
+    else:
+        # the compiled entry point called straight from the bound function: one Python frame
+        # around the kernel
+        entry = gtrees.entry_point(walk.predict, (gtrees.SERIAL, *sample))
+        serial, sink = gtrees.SERIAL, gtrees.SINK
+
+        def run(x: np.ndarray, y: np.ndarray, lab: np.ndarray) -> None:
+            if entry(serial, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, lab, lv, sink):
+                redo(x, y, lab)
+
+        if not classify:
+
+            def regress(x: np.ndarray, y: np.ndarray) -> None:
+                if entry(serial, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, no, no, sink):
+                    redo(x, y, no)
+
+            return writes(regress, xin, Out(0), outs=outs, name=name)
+        if not strings:
+
+            def classify_ints(x: np.ndarray, lab: np.ndarray, y: np.ndarray) -> None:
+                if entry(serial, x, feat, thr, leaves, depth, tgt, fin_i, fin_f, y, lab, lv, sink):
+                    redo(x, y, lab)
+
+            return writes(classify_ints, xin, Out(0), Out(1), outs=outs, name=name)
+
+    if not classify:
+        return writes(lambda x, y: run(x, y, no), xin, Out(0), outs=outs, name=name)
+    if not strings:
+        return writes(lambda x, lab, y: run(x, y, lab), xin, Out(0), Out(1), outs=outs,
+                      name=name)  # fmt: skip
+    labels = spec.labels
+
+    def classify_strings(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y = np.empty((n, nt), np.float32)
+        idx = np.empty(n, np.int64)
+        run(x, y, idx)
+        return label_output(labels, idx), y
+
+    return returns(classify_strings, xin, outs=outs, name=name)
+
+
+@lowers(tree_ensemble_regressor_1, tree_ensemble_regressor_3)
+def _lower_regressor(lc: LowerContext) -> Bound | None:
+    return _lower_trees(lc, _regressor_model(lc.ctx, lc.attrs), np.float32)
+
+
+@lowers(tree_ensemble_classifier_1, tree_ensemble_classifier_3)
+def _lower_classifier(lc: LowerContext) -> Bound | None:
+    return _lower_trees(lc, _classifier_model(lc.ctx, lc.attrs), np.float32)
+
+
+@lowers(tree_ensemble_5)
+def _lower_v5(lc: LowerContext) -> Bound | None:
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR:
         return None
-    plan = spec.plans.get((x.dtype, x.shape[1]))
-    if plan is None:
-        return None
-    dtype = x.dtype
-    width = x.shape[1]
-    ydtype = dtype if v5 else np.dtype(np.float32)
-    n_out = spec.n_targets
-    classify = spec.kind == ktrees.KIND_CLASSIFIER
-    strings = classify and spec.labels.dtype == object
-    predict = plan.predict
-    args = plan.args
-    label_values = plan.label_values
-    visits = plan.visits
-    group = gtrees.G
-    from_visits = _PERFECT_PARALLEL_VISITS
-    n_threads = threads.current()
-    par = None  # the pool launch, bound when a batch first needs it (it compiles an entry)
-    empty = np.empty
-    zeros = np.zeros
-    ndarray = np.ndarray
-    no_labels = _NO_LABELS
-    ctl_alone = _CTL_ALONE
-    sink = _BAD_SINK
-
-    def fast(x: Any) -> Any:
-        nonlocal par
-        if (
-            type(x) is not ndarray
-            or x.dtype is not dtype
-            or x.ndim != 2
-            or x.shape[1] != width
-            or not x.flags.c_contiguous
-        ):
-            return MISS
-        n = x.shape[0]
-        y = empty((n, n_out), ydtype)
-        lab = empty(n, np.int64) if classify else no_labels
-        if n_threads > 1 and n > group and n * visits >= from_visits:
-            bad_rows = zeros(1, np.int64)
-            call = (x, *args, y, lab, label_values, bad_rows)
-            if par is None:
-                par = pool.bind(predict, call, n_threads)
-            par(*call)
-            bad = bad_rows[0]
-        else:
-            bad = predict(ctl_alone.copy(), x, *args, y, lab, label_values, sink)
-        if bad or strings:
-            y, lab = _complete(ctx, table, spec, plan, x, y, lab, bad)
-        return (lab, y) if classify else y
-
-    return fast
-
-
-@fast_path(tree_ensemble_regressor_1, tree_ensemble_regressor_3)
-def _prepare_regressor(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
-    return _prepare_trees(ctx, args[0], kwargs, _REGRESSOR_KEYS, False)
-
-
-@fast_path(tree_ensemble_classifier_1, tree_ensemble_classifier_3)
-def _prepare_classifier(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
-    return _prepare_trees(ctx, args[0], kwargs, _CLASSIFIER_KEYS, False)
-
-
-@fast_path(tree_ensemble_5)
-def _prepare_v5(ctx: Any, args: tuple, kwargs: dict, result: Any) -> Any:
-    return _prepare_trees(ctx, args[0], kwargs, _V5_KEYS, True)
+    return _lower_trees(lc, _v5_model(lc.ctx, lc.attrs), x.dtype)
 
 
 # --------------------------------------------------------------------------------------------
 # Linear models, scaling, normalisation
 # --------------------------------------------------------------------------------------------
 
+# Weight matrices of up to this many values run in the dot-product kernels (kernels/cpu/ml.py:
+# one call per run, bias and post-transform included); larger ones, where a BLAS product wins,
+# run the implementation (numpy's matmul).
+_LINEAR_KERNEL_MAX = 1 << 14
 
-def _linear_scores(ctx: Any, x: np.ndarray, coefficients: Any, intercepts: Any) -> np.ndarray:
-    """X @ W.T + b in float32 (onnxruntime converts every input type to float first)."""
-    xf = np.ascontiguousarray(_as_rows(ctx, x), dtype=np.float32)
+
+def _linear_weights(
+    ctx: Any, f: int, coefficients: Any, intercepts: Any
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(W [C, F], b [C] or None) float32 of a linear model on rows of ``f`` features."""
     if coefficients is None:
         raise ctx.error("attribute coefficients is required")
     w = np.asarray(coefficients, dtype=np.float32)
-    f = xf.shape[1]
     if f == 0 or w.shape[0] % f:
         raise ctx.error(
             f"coefficients has {w.shape[0]} values, not a multiple of the {f} input features"
         )
-    w = w.reshape(-1, f)
-    s = xf @ w.T
+    w = np.ascontiguousarray(w.reshape(-1, f))
+    b = None
     if intercepts:
         b = np.asarray(intercepts, dtype=np.float32)
         if b.shape[0] != w.shape[0]:
             raise ctx.error(f"intercepts has {b.shape[0]} values, expected {w.shape[0]}")
+    return w, b
+
+
+def _linear_scores(ctx: Any, x: np.ndarray, coefficients: Any, intercepts: Any) -> np.ndarray:
+    """X @ W.T + b in float32 (onnxruntime converts every input type to float first)."""
+    xf = np.ascontiguousarray(_as_rows(ctx, x), dtype=np.float32)
+    w, b = _linear_weights(ctx, xf.shape[1], coefficients, intercepts)
+    s = xf @ w.T
+    if b is not None:
         s += b
     return s
 
 
-def _post32(s: np.ndarray, code: int) -> np.ndarray:
-    if code == kml.PT_NONE or s.size == 0:
+def _post32(be: Any, s: np.ndarray, code: int) -> np.ndarray:
+    if code == PT_NONE or s.size == 0:
         return s.astype(np.float32)
     d = np.ascontiguousarray(s, dtype=np.float64)
-    kml.post_transform(d, code)
+    be.kernel("ml", "post_transform")(d, code)
     return d.astype(np.float32)
+
+
+def _linear_kernel_args(
+    lc: LowerContext,
+) -> tuple[int, int, np.ndarray, np.ndarray, int] | None:
+    """(N, F, W, b, post code) of a linear model's node for the dot-product kernels, or None
+    where the implementation runs (input types, a large weight matrix)."""
+    x = lc.inputs[0]
+    rows = _rows_spec(x)
+    if rows is None or x.dtype not in _REAL:
+        return None
+    a = lc.attrs
+    code = post_code(lc.ctx, a["post_transform"])
+    w, b = _linear_weights(lc.ctx, rows[1], a["coefficients"], a["intercepts"])
+    if w.size > _LINEAR_KERNEL_MAX:
+        return None
+    return rows[0], rows[1], w, np.zeros(w.shape[0], np.float32) if b is None else b, code
 
 
 @onnx_op("LinearRegressor", since=1, domain=ML_DOMAIN)
@@ -1617,13 +1571,48 @@ def linear_regressor_1(
 ):
     """Y [N, targets] float32 = X @ coefficients.reshape(targets, F).T + intercepts, then
     post_transform (only PROBIT applies to a single target, as in onnxruntime)."""
-    code = _post_code(ctx, post_transform)
+    code = post_code(ctx, post_transform)
     s = _linear_scores(ctx, x, coefficients, intercepts)
     if s.shape[1] != targets:
         raise ctx.error(f"coefficients give {s.shape[1]} targets, attribute targets={targets}")
-    if s.shape[1] == 1 and code != kml.PT_PROBIT:
+    if s.shape[1] == 1 and code != PT_PROBIT:
         return s
-    return _post32(s, code)
+    return _post32(ctx.backend, s, code)
+
+
+@lowers(linear_regressor_1)
+def _lower_linear_regressor(lc: LowerContext) -> Bound | None:
+    """One kernel call: the dot products, bias and post-transform of every row."""
+    got = _linear_kernel_args(lc)
+    if got is None:
+        return None
+    n, f, w, b, code = got
+    c = w.shape[0]
+    if c != lc.attrs["targets"]:
+        raise lc.error(f"coefficients give {c} targets, attribute targets={lc.attrs['targets']}")
+    post = code if c > 1 or code == PT_PROBIT else PT_NONE
+    x = lc.inputs[0]
+    sample = (np.empty((0, f), x.dtype), w, b, post, np.empty((0, c), np.float32))
+    fn = lc.backend.launcher("ml", "linear_regress", n * w.size, sample)
+    return writes(
+        fn, In(0, shape=(n, f)), w, b, post, Out(0),
+        outs=[tensor(np.float32, (n, c))], name="ml.linear_regress",
+    )  # fmt: skip
+
+
+def _classifier_form(
+    ctx: Any, c: int, labels: np.ndarray, strings: bool
+) -> tuple[int, np.ndarray, int]:
+    """(LC_* form, the labels the score columns decide between, score columns) of a linear
+    classifier with ``c`` weight rows."""
+    if c == 1:
+        if labels.shape[0] == 2:
+            return LC_BINARY, labels, 2
+        pair = np.array(["0", "1"], dtype=object) if strings else np.array([0, 1], np.int64)
+        return LC_SINGLE, pair, 1
+    if labels.shape[0] != c:
+        raise ctx.error(f"{labels.shape[0]} class labels for {c} score columns")
+    return LC_ARGMAX, labels, c
 
 
 @onnx_op("LinearClassifier", since=1, domain=ML_DOMAIN)
@@ -1644,63 +1633,150 @@ def linear_classifier_1(
     > 0, and the scores become [1 - s, s] (onnxruntime's rule). Several columns: the label is
     the argmax of the raw scores and all columns are post-transformed.
     """
-    code = _post_code(ctx, post_transform)
+    be = ctx.backend
+    code = post_code(ctx, post_transform)
     s = _linear_scores(ctx, x, coefficients, intercepts)
-    strings = bool(classlabels_strings)
     labels = class_labels(ctx, classlabels_ints, classlabels_strings, "classlabels_ints")
     n, c = s.shape
-    if c == 1:
-        if labels.shape[0] == 2:
-            lab = labels
-        else:
-            lab = np.array(["0", "1"], dtype=object) if strings else np.array([0, 1], np.int64)
-        y = label_output(lab, (s[:, 0] > 0).astype(np.int64))
-        if labels.shape[0] == 2:
-            if code == kml.PT_PROBIT:
-                z = np.zeros((n, 2), dtype=np.float32)
-                z[:, 0] = _post32(s, code)[:, 0]
-                return y, z
-            if code == kml.PT_LOGISTIC:
-                both = np.ascontiguousarray(np.stack([-s[:, 0], s[:, 0]], axis=1))
-                return y, _post32(both, code)
-            return y, np.stack([1.0 - s[:, 0], s[:, 0]], axis=1).astype(np.float32)
-        return y, (_post32(s, code) if code == kml.PT_PROBIT else s)
-    if labels.shape[0] != c:
-        raise ctx.error(f"{labels.shape[0]} class labels for {c} score columns")
-    idx = np.argmax(s, axis=1) if n else np.zeros(0, np.int64)
-    return label_output(labels, idx), _post32(s, code)
+    form, lab, _ = _classifier_form(ctx, c, labels, bool(classlabels_strings))
+    if form == LC_ARGMAX:
+        idx = np.argmax(s, axis=1) if n else np.zeros(0, np.int64)
+        return label_output(lab, idx), _post32(be, s, code)
+    y = label_output(lab, (s[:, 0] > 0).astype(np.int64))
+    if form == LC_SINGLE:
+        return y, (_post32(be, s, code) if code == PT_PROBIT else s)
+    if code == PT_PROBIT:
+        z = np.zeros((n, 2), dtype=np.float32)
+        z[:, 0] = _post32(be, s, code)[:, 0]
+        return y, z
+    if code == PT_LOGISTIC:
+        both = np.ascontiguousarray(np.stack([-s[:, 0], s[:, 0]], axis=1))
+        return y, _post32(be, both, code)
+    return y, np.stack([1.0 - s[:, 0], s[:, 0]], axis=1).astype(np.float32)
+
+
+@lowers(linear_classifier_1)
+def _lower_linear_classifier(lc: LowerContext) -> Bound | None:
+    """One kernel call: scores, labels and post-transform of every row (string labels are
+    mapped from the kernel's class indices)."""
+    got = _linear_kernel_args(lc)
+    if got is None:
+        return None
+    n, f, w, b, code = got
+    a = lc.attrs
+    strings = bool(a["classlabels_strings"])
+    labels = class_labels(
+        lc.ctx, a["classlabels_ints"], a["classlabels_strings"], "classlabels_ints"
+    )
+    form, lab, width = _classifier_form(lc.ctx, w.shape[0], labels, strings)
+    values = lab if lab.dtype == _I64 else np.arange(lab.shape[0], dtype=np.int64)
+    x = lc.inputs[0]
+    ids, z = np.empty(0, np.int64), np.empty((0, width), np.float32)
+    sample = (np.empty((0, f), x.dtype), w, b, code, form, values, ids, z)
+    fn = lc.backend.launcher("ml", "linear_classify", n * w.size, sample)
+    outs = [Spec(TENSOR, _OBJ if strings else _I64, (n,)), tensor(np.float32, (n, width))]
+    if not strings:
+        return writes(
+            fn, In(0, shape=(n, f)), w, b, code, form, values, Out(0), Out(1),
+            outs=outs, name="ml.linear_classify",
+        )  # fmt: skip
+
+    def classify_strings(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.empty(n, np.int64)
+        scores = np.empty((n, width), np.float32)
+        fn(x, w, b, code, form, values, idx, scores)
+        return label_output(lab, idx), scores
+
+    return returns(classify_strings, In(0, shape=(n, f)), outs=outs, name="ml.linear_classify")
+
+
+def _scaler_params(ctx: Any, f: int, offset: Any, scale: Any) -> tuple[np.ndarray, np.ndarray]:
+    off = np.asarray(offset if offset else [0.0], dtype=np.float32)
+    sc = np.asarray(scale if scale else [1.0], dtype=np.float32)
+    for name, v in (("offset", off), ("scale", sc)):
+        if v.shape[0] not in (1, f):
+            raise ctx.error(f"{name} has {v.shape[0]} values, expected 1 or {f}")
+    return off, sc
 
 
 @onnx_op("Scaler", since=1, domain=ML_DOMAIN)
 def scaler_1(ctx, x, *, offset=None, scale=None):
     """Y float32 = (X - offset) * scale, offset/scale of length 1 or F (last axis)."""
     xf = np.asarray(x, dtype=np.float32)
-    f = xf.shape[-1] if xf.ndim else 1
-    off = np.asarray(offset if offset else [0.0], dtype=np.float32)
-    sc = np.asarray(scale if scale else [1.0], dtype=np.float32)
-    for name, v in (("offset", off), ("scale", sc)):
-        if v.shape[0] not in (1, f):
-            raise ctx.error(f"{name} has {v.shape[0]} values, expected 1 or {f}")
+    off, sc = _scaler_params(ctx, xf.shape[-1] if xf.ndim else 1, offset, scale)
     return ((xf - off) * sc).astype(np.float32)
+
+
+@lowers(scaler_1)
+def _lower_scaler(lc: LowerContext) -> Bound | None:
+    """One row kernel over [size / F, F] (offset and scale spread over the F columns)."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _REAL or x.ndim == 0 or x.shape[-1] == 0:
+        return None
+    f = x.shape[-1]
+    off, sc = _scaler_params(lc.ctx, f, lc.attrs["offset"], lc.attrs["scale"])
+    off = np.ascontiguousarray(np.broadcast_to(off, (f,)))
+    sc = np.ascontiguousarray(np.broadcast_to(sc, (f,)))
+    rows = (x.size // f, f)
+    sample = (np.empty((0, f), x.dtype), off, sc, np.empty((0, f), np.float32))
+    fn = lc.backend.launcher("ml", "scale_rows", x.size, sample)
+    # the plan's output buffers are C-contiguous: a 2-D one needs no view
+    out = Out(0) if x.ndim == 2 else Out(0, shape=rows)
+    return writes(
+        fn, In(0, shape=rows), off, sc, out,
+        outs=[tensor(np.float32, x.shape)], name="ml.scale_rows",
+    )  # fmt: skip
 
 
 @onnx_op("Normalizer", since=1, domain=ML_DOMAIN)
 def normalizer_1(ctx, x, *, norm="MAX"):
     """Y float32: each row divided by its MAX (largest value), L1 or L2 norm; a row whose
     norm is 0 is kept as is."""
-    kinds = {"MAX": kml.NORM_MAX, "L1": kml.NORM_L1, "L2": kml.NORM_L2}
-    if norm not in kinds:
+    if norm not in _NORMS:
         raise ctx.unsupported(f"norm {norm!r} is not one of MAX, L1, L2")
-    rows = np.ascontiguousarray(_as_rows(ctx, x), dtype=np.float64)
-    out = np.empty_like(rows)
-    kml.normalize_rows(rows, out, kinds[norm])
-    return out.astype(np.float32).reshape(x.shape)
+    rows = np.ascontiguousarray(_as_rows(ctx, x))
+    out = np.empty(rows.shape, np.float32)
+    ctx.run_kernel("ml", "normalize_rows", rows.size, rows, _NORMS[norm], out)
+    return out.reshape(x.shape)
+
+
+@lowers(normalizer_1)
+def _lower_normalizer(lc: LowerContext) -> Bound | None:
+    """One row kernel (norms in float64)."""
+    x = lc.inputs[0]
+    rows = _rows_spec(x)
+    norm = lc.attrs["norm"]
+    if rows is None or x.dtype not in _REAL or norm not in _NORMS:
+        return None
+    kind = _NORMS[norm]
+    sample = (np.empty((0, rows[1]), x.dtype), kind, np.empty((0, rows[1]), np.float32))
+    fn = lc.backend.launcher("ml", "normalize_rows", x.size, sample)
+    out = Out(0) if x.ndim == 2 else Out(0, shape=rows)
+    return writes(
+        fn, In(0, shape=rows), kind, out,
+        outs=[tensor(np.float32, x.shape)], name="ml.normalize_rows",
+    )  # fmt: skip
 
 
 @onnx_op("Binarizer", since=1, domain=ML_DOMAIN)
 def binarizer_1(x, *, threshold=0.0):
     """Y = 1 where X > threshold else 0, in X's dtype."""
     return (x > threshold).astype(x.dtype)
+
+
+@lowers(binarizer_1)
+def _lower_binarizer(lc: LowerContext) -> Bound | None:
+    """One flat kernel; the threshold compared in X's float type (float64 for integers), as
+    numpy compares an array with a Python float."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _REAL:
+        return None
+    t = float(lc.attrs["threshold"])
+    threshold = x.dtype.type(t) if x.dtype.kind == "f" else np.float64(t)
+    return writes(
+        lc.kernel("ml", "binarize"), In(0, flat=True), threshold, Out(0, flat=True),
+        outs=[tensor(x.dtype, x.shape)], name="ml.binarize",
+    )  # fmt: skip
 
 
 @onnx_op("ZipMap", since=1, domain=ML_DOMAIN)
@@ -1716,15 +1792,111 @@ def zipmap_1(ctx, x, *, classlabels_int64s=None, classlabels_strings=None):
     return [dict(zip(keys, r)) for r in rows.tolist()]
 
 
+# Up to this many classes a run's dicts are built by a generated comprehension with one key
+# per class (``{k0: v0, k1: v1, ...} for v0, v1, ... in rows``): 2.5x faster than
+# dict(zip(keys, row)) per row; wider rows take zip.
+_ZIPMAP_UNROLL = 64
+
+
+@functools.lru_cache(maxsize=_ZIPMAP_UNROLL)
+def _zipmap_code(c: int) -> Any:
+    """The code of ``zipmap(x)`` for rows of ``c`` values: the list of dicts {k_j: row[j]}
+    (the keys ``k0`` .. are the function's globals; names are generated, never the labels)."""
+    values = ", ".join(f"v{j}" for j in range(c))
+    pairs = ", ".join(f"k{j}: v{j}" for j in range(c))
+    source = f"def zipmap(x):\n    return [{{{pairs}}} for ({values},) in x.tolist()]\n"
+    scope: dict[str, Any] = {}
+    exec(compile(source, f"<onnxjit zipmap of {c} classes>", "exec"), scope)
+    return scope["zipmap"].__code__
+
+
+def _zipmap_rows(keys: list[Any]) -> Any:
+    """``zipmap(x)``: the list (one per row of the 2-D ``x``) of dicts key -> value as a
+    Python number."""
+    if 0 < len(keys) <= _ZIPMAP_UNROLL:
+        scope = {f"k{j}": k for j, k in enumerate(keys)}
+        return types.FunctionType(_zipmap_code(len(keys)), scope, "zipmap")
+
+    def zipmap(x: np.ndarray) -> list[dict]:
+        return [dict(zip(keys, r)) for r in x.tolist()]
+
+    return zipmap
+
+
+@lowers(zipmap_1)
+def _lower_zipmap(lc: LowerContext) -> Bound | None:
+    """The list of dicts built by one comprehension over the rows' values (Python floats),
+    with the keys converted once (Python ints or strs, as onnxruntime gives them)."""
+    x = lc.inputs[0]
+    rows = _rows_spec(x)
+    if rows is None:
+        return None
+    a = lc.attrs
+    labels = class_labels(lc.ctx, a["classlabels_int64s"], a["classlabels_strings"])
+    if rows[1] != labels.shape[0]:
+        raise lc.error(
+            f"the input has {rows[1]} columns but there are {labels.shape[0]} class labels"
+        )
+    xin = In(0) if x.ndim == 2 else In(0, shape=rows)
+    return returns(_zipmap_rows(labels.tolist()), xin, outs=[Spec(SEQUENCE)], name="ml.zipmap")
+
+
+# --------------------------------------------------------------------------------------------
+# Feature extraction, imputation, encoders
+# --------------------------------------------------------------------------------------------
+
+
+def _afe_indices(ctx: Any, y: Any, f: int) -> np.ndarray:
+    idx = np.asarray(y, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= f):
+        raise ctx.error(f"indices must be in [0, {f}), found {idx.min()}..{idx.max()}")
+    return idx
+
+
 @onnx_op("ArrayFeatureExtractor", since=1, domain=ML_DOMAIN)
 def array_feature_extractor_1(ctx, x, y):
     """Z = X[..., indices] with the last axis of size len(indices); a 1-D X gives [1, k]."""
-    idx = np.asarray(y, dtype=np.int64).reshape(-1)
-    f = x.shape[-1]
-    if idx.size and (idx.min() < 0 or idx.max() >= f):
-        raise ctx.error(f"indices must be in [0, {f}), found {idx.min()}..{idx.max()}")
+    idx = _afe_indices(ctx, y, x.shape[-1])
     z = np.take(x, idx, axis=-1)
     return z.reshape(1, -1) if x.ndim == 1 else z
+
+
+@lowers(array_feature_extractor_1)
+def _lower_array_feature_extractor(lc: LowerContext) -> Bound | None:
+    """Constant indices, checked once: one gather kernel (numbers) or numpy's take (strings);
+    indices fed at run time are the implementation's (it checks them every run)."""
+    x = lc.inputs[0]
+    y = lc.const(1)
+    if x is None or x.kind != TENSOR or x.ndim == 0 or x.shape[-1] == 0 or y is None:
+        return None
+    f = x.shape[-1]
+    idx = _afe_indices(lc.ctx, y, f)
+    k = idx.shape[0]
+    shape = (1, k) if x.ndim == 1 else (*x.shape[:-1], k)
+    rows = x.size // f
+    if x.dtype == _OBJ:
+
+        def take(x: np.ndarray) -> np.ndarray:
+            return np.take(x, idx, axis=-1).reshape(shape)
+
+        return returns(take, In(0), outs=[Spec(TENSOR, _OBJ, shape)], name="ml.take")
+    return writes(
+        lc.kernel("ml", "gather_columns"), In(0, shape=(rows, f)), idx, Out(0, shape=(rows, k)),
+        outs=[tensor(x.dtype, shape)], name="ml.gather_columns",
+    )  # fmt: skip
+
+
+def _imputer_params(
+    ctx: Any, dtype: np.dtype, f: int, floats: Any, ints: Any, rep_float: float, rep_int: int
+) -> tuple[np.ndarray, Any]:
+    """(imputed values in ``dtype``, 1 or ``f`` of them; the replaced value) for X's type."""
+    vals, rep = (floats, rep_float) if dtype.kind == "f" else (ints, rep_int)
+    if not vals:
+        raise ctx.error("the imputed values for this input type are missing")
+    v = np.asarray(vals, dtype=dtype)
+    if v.shape[0] not in (1, f):
+        raise ctx.error(f"{v.shape[0]} imputed values for {f} columns; give 1 or {f}")
+    return v, rep
 
 
 @onnx_op("Imputer", since=1, domain=ML_DOMAIN)
@@ -1739,18 +1911,36 @@ def imputer_1(
 ):
     """Replace the entries equal to the replaced value (NaN matches NaN) by the imputed value
     of their column (one value, or one per column of the last axis)."""
-    if x.dtype.kind == "f":
-        vals, rep = imputed_value_floats, replaced_value_float
-    else:
-        vals, rep = imputed_value_int64s, replaced_value_int64
-    if not vals:
-        raise ctx.error("the imputed values for this input type are missing")
-    v = np.asarray(vals, dtype=x.dtype)
     f = x.shape[-1] if x.ndim else 1
-    if v.shape[0] not in (1, f):
-        raise ctx.error(f"{v.shape[0]} imputed values for {f} columns; give 1 or {f}")
+    v, rep = _imputer_params(
+        ctx, x.dtype, f, imputed_value_floats, imputed_value_int64s,
+        replaced_value_float, replaced_value_int64,
+    )  # fmt: skip
     mask = np.isnan(x) if (x.dtype.kind == "f" and np.isnan(rep)) else (x == rep)
     return np.where(mask, v, x).astype(x.dtype)
+
+
+@lowers(imputer_1)
+def _lower_imputer(lc: LowerContext) -> Bound | None:
+    """One row kernel; the imputed values spread over the columns, the replaced value in X's
+    float type (as numpy compares with a Python float) or int64."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _REAL or x.ndim == 0 or x.shape[-1] == 0:
+        return None
+    a = lc.attrs
+    f = x.shape[-1]
+    v, rep = _imputer_params(
+        lc.ctx, x.dtype, f, a["imputed_value_floats"], a["imputed_value_int64s"],
+        a["replaced_value_float"], a["replaced_value_int64"],
+    )  # fmt: skip
+    v = np.ascontiguousarray(np.broadcast_to(v, (f,)))
+    nan_mode = x.dtype.kind == "f" and bool(np.isnan(rep))
+    replaced = x.dtype.type(rep) if x.dtype.kind == "f" else np.int64(rep)
+    rows = (x.size // f, f)
+    return writes(
+        lc.kernel("ml", "impute"), In(0, shape=rows), v, replaced, nan_mode, Out(0, shape=rows),
+        outs=[tensor(x.dtype, x.shape)], name="ml.impute",
+    )  # fmt: skip
 
 
 def _lookup(ctx: Any, x: np.ndarray, keys: np.ndarray, values: np.ndarray, default: Any):
@@ -1782,20 +1972,101 @@ def _lookup(ctx: Any, x: np.ndarray, keys: np.ndarray, values: np.ndarray, defau
     return res.astype(values.dtype).reshape(x.shape)
 
 
+def _sorted_keys(keys: np.ndarray) -> tuple[np.ndarray, int, int, np.ndarray]:
+    """(keys sorted, NaNs last; how many are not NaN; the sorted position of the first NaN,
+    -1 without one; the original position of each sorted key) for the lookup kernels: the
+    first of equal keys wins, as :func:`_lookup` picks it."""
+    order = np.argsort(keys, kind="stable")
+    sk = np.ascontiguousarray(keys[order])
+    n_valid = int(np.count_nonzero(~np.isnan(sk))) if sk.dtype.kind == "f" else sk.shape[0]
+    nan_at = n_valid if n_valid < sk.shape[0] else -1
+    return sk, n_valid, nan_at, order.astype(np.int64)
+
+
+_LOOKUP_TYPES = (_F32, _F64, _I64, np.dtype(np.int32))
+
+
+def _lower_lookup(
+    lc: LowerContext, keys: np.ndarray, values: np.ndarray, default: Any
+) -> Bound | None:
+    """The bound call of :func:`_lookup` for the node's input 0 with these keys and values:
+    a precomputed dict for strings, else the sorted keys' binary search (a kernel; object
+    values then taken by position)."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR:
+        return None
+    out = Spec(TENSOR, values.dtype, x.shape)
+    if keys.dtype == _OBJ or x.dtype == _OBJ:
+        table: dict[Any, Any] = {}
+        for k, v in zip(keys.tolist(), values.tolist()):
+            table.setdefault(k, v)
+        dtype, shape = values.dtype, x.shape
+
+        def lookup(x: np.ndarray) -> np.ndarray:
+            got = table.get
+            res = np.empty(x.size, dtype=dtype)
+            res[:] = [got(k, default) for k in x.reshape(-1).tolist()]
+            return res.reshape(shape)
+
+        return returns(lookup, In(0), outs=[out], name="ml.lookup_dict")
+    if x.dtype not in _LOOKUP_TYPES or values.dtype not in (*_LOOKUP_TYPES, _OBJ):
+        return None
+    kk = keys.astype(x.dtype) if x.dtype.kind == "f" else keys
+    if kk.dtype != x.dtype:  # integer keys compared in the input's integer type, as numpy
+        return None
+    sk, n_valid, nan_at, order = _sorted_keys(kk)
+    if values.dtype != _OBJ:
+        dv = np.asarray(default).astype(values.dtype)[()]
+        return writes(
+            lc.kernel("ml", "encode_sorted"), In(0, flat=True), sk, n_valid, nan_at,
+            np.ascontiguousarray(values[order]), dv, Out(0, flat=True),
+            outs=[out], name="ml.encode_sorted",
+        )  # fmt: skip
+    find = lc.kernel("ml", "find_sorted")
+    # position -1 (no key) takes the default, after the values
+    table = np.empty(values.shape[0] + 1, dtype=object)
+    table[:-1] = values
+    table[-1] = default
+    shape = x.shape
+
+    def lookup_objects(x: np.ndarray) -> np.ndarray:
+        idx = np.empty(x.size, np.int64)
+        find(x, sk, n_valid, nan_at, order, idx)
+        return table[idx].reshape(shape)
+
+    return returns(lookup_objects, In(0, flat=True), outs=[out], name="ml.find_sorted")
+
+
+def _label_encoder_1_table(
+    x_dtype: np.dtype, classes_strings: Any, default_int64: int, default_string: str
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    classes = np.array(list(classes_strings or []), dtype=object)
+    indices = np.arange(classes.shape[0], dtype=np.int64)
+    if x_dtype == _OBJ:
+        return classes, indices, default_int64
+    return indices, classes, default_string
+
+
 @onnx_op("LabelEncoder", since=1, domain=ML_DOMAIN)
 def label_encoder_1(ctx, x, *, classes_strings=None, default_int64=-1, default_string="_Unused"):
     """Strings -> their index in classes_strings (default_int64 if absent); int64 -> the
     string at that index (default_string if out of range)."""
-    classes = np.array(list(classes_strings or []), dtype=object)
-    if x.dtype == object:
-        return _lookup(ctx, x, classes, np.arange(classes.shape[0], dtype=np.int64), default_int64)
-    return _lookup(
-        ctx,
-        x.astype(np.int64),
-        np.arange(classes.shape[0], dtype=np.int64),
-        classes,
-        default_string,
+    keys, values, default = _label_encoder_1_table(
+        x.dtype, classes_strings, default_int64, default_string
     )
+    return _lookup(ctx, x if x.dtype == object else x.astype(np.int64), keys, values, default)
+
+
+@lowers(label_encoder_1)
+def _lower_label_encoder_1(lc: LowerContext) -> Bound | None:
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in (_OBJ, _I64):
+        return None
+    a = lc.attrs
+    keys, values, default = _label_encoder_1_table(
+        x.dtype, a["classes_strings"], a["default_int64"], a["default_string"]
+    )
+    return _lower_lookup(lc, keys, values, default)
 
 
 def _encoder_side(ctx: Any, floats: Any, ints: Any, strings: Any, tensor: Any, what: str):
@@ -1809,6 +2080,40 @@ def _encoder_side(ctx: Any, floats: Any, ints: Any, strings: Any, tensor: Any, w
     if len(present) != 1:
         raise ctx.error(f"exactly one of the {what} attributes must be set, found {len(present)}")
     return present[0]
+
+
+def _label_encoder_table(
+    ctx: Any, x_dtype: np.dtype, a: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(keys in X's type, values, default) of a LabelEncoder-2/4 node with attributes ``a``."""
+    keys = _encoder_side(
+        ctx, a["keys_floats"], a["keys_int64s"], a["keys_strings"], a.get("keys_tensor"), "keys_*"
+    )
+    values = _encoder_side(
+        ctx, a["values_floats"], a["values_int64s"], a["values_strings"], a.get("values_tensor"),
+        "values_*",
+    )  # fmt: skip
+    if keys.shape[0] != values.shape[0]:
+        raise ctx.error(f"{keys.shape[0]} keys but {values.shape[0]} values")
+    default_tensor = a.get("default_tensor")
+    if default_tensor is not None:
+        default = np.asarray(default_tensor).reshape(-1)[0]
+        if values.dtype == object:
+            default = str(default)
+    elif values.dtype == object:
+        default = a["default_string"]
+    elif values.dtype.kind == "f":
+        default = a["default_float"]
+    else:
+        default = a["default_int64"]
+    x_dtype = np.dtype(x_dtype)
+    if x_dtype != _OBJ and keys.dtype == _OBJ:
+        raise ctx.error(f"string keys cannot match a {x_dtype} input")
+    if x_dtype == _OBJ and keys.dtype != _OBJ:
+        raise ctx.error(f"{keys.dtype} keys cannot match a string input")
+    if x_dtype != _OBJ:
+        keys = keys.astype(x_dtype)
+    return keys, values, default
 
 
 @onnx_op("LabelEncoder", since=2, domain=ML_DOMAIN)
@@ -1828,19 +2133,8 @@ def label_encoder_2(
 ):
     """Map each input through keys_* -> values_*; missing keys give the default_* of the
     values' type."""
-    return label_encoder_4(
-        ctx,
-        x,
-        default_float=default_float,
-        default_int64=default_int64,
-        default_string=default_string,
-        keys_floats=keys_floats,
-        keys_int64s=keys_int64s,
-        keys_strings=keys_strings,
-        values_floats=values_floats,
-        values_int64s=values_int64s,
-        values_strings=values_strings,
-    )
+    keys, values, default = _label_encoder_table(ctx, x.dtype, locals())
+    return _lookup(ctx, x, keys, values, default)
 
 
 @onnx_op("LabelEncoder", since=4, domain=ML_DOMAIN)
@@ -1863,29 +2157,17 @@ def label_encoder_4(
 ):
     """LabelEncoder-4: keys/values may also be tensors of any type (keys_tensor,
     values_tensor); default_tensor (one element) overrides the default_* attributes."""
-    keys = _encoder_side(ctx, keys_floats, keys_int64s, keys_strings, keys_tensor, "keys_*")
-    values = _encoder_side(
-        ctx, values_floats, values_int64s, values_strings, values_tensor, "values_*"
-    )
-    if keys.shape[0] != values.shape[0]:
-        raise ctx.error(f"{keys.shape[0]} keys but {values.shape[0]} values")
-    if default_tensor is not None:
-        default = np.asarray(default_tensor).reshape(-1)[0]
-        if values.dtype == object:
-            default = str(default)
-    elif values.dtype == object:
-        default = default_string
-    elif values.dtype.kind == "f":
-        default = default_float
-    else:
-        default = default_int64
-    if x.dtype != object and keys.dtype == object:
-        raise ctx.error(f"string keys cannot match a {x.dtype} input")
-    if x.dtype == object and keys.dtype != object:
-        raise ctx.error(f"{keys.dtype} keys cannot match a string input")
-    if x.dtype != object:
-        keys = keys.astype(x.dtype)
+    keys, values, default = _label_encoder_table(ctx, x.dtype, locals())
     return _lookup(ctx, x, keys, values, default)
+
+
+@lowers(label_encoder_2, label_encoder_4)
+def _lower_label_encoder(lc: LowerContext) -> Bound | None:
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR:
+        return None
+    keys, values, default = _label_encoder_table(lc.ctx, x.dtype, lc.attrs)
+    return _lower_lookup(lc, keys, values, default)
 
 
 @onnx_op("OneHotEncoder", since=1, domain=ML_DOMAIN)
@@ -1906,11 +2188,76 @@ def one_hot_encoder_1(ctx, x, *, cats_int64s=None, cats_strings=None, zeros=1):
             ctx, x.astype(np.int64).reshape(-1), cats, np.arange(cats.shape[0], dtype=np.int64), -1
         )
     if not zeros and np.any(idx < 0):
-        raise ctx.error("an input value is not among the categories and zeros=0")
+        raise _unknown_category(ctx)
     out = np.zeros((idx.shape[0], cats.shape[0]), dtype=np.float32)
     ok = np.flatnonzero(idx >= 0)
     out[ok, idx[ok]] = 1.0
     return out.reshape(*x.shape, cats.shape[0])
+
+
+def _unknown_category(ctx: Any) -> Exception:
+    return ctx.error("an input value is not among the categories and zeros=0")
+
+
+@lowers(one_hot_encoder_1)
+def _lower_one_hot_encoder(lc: LowerContext) -> Bound | None:
+    """Numbers: one kernel (the categories sorted once, the first of equal ones winning);
+    strings: a dict of the categories made once."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR:
+        return None
+    a = lc.attrs
+    ctx, zeros = lc.ctx, a["zeros"]
+    if x.dtype == _OBJ:
+        if not a["cats_strings"]:
+            raise lc.error("string input needs cats_strings")
+        cats = list(a["cats_strings"])
+        found: dict[Any, int] = {}
+        for i, c in enumerate(cats):
+            found.setdefault(c, i)
+        n_cats, shape = len(cats), (*x.shape, len(cats))
+
+        def encode_strings(x: np.ndarray) -> np.ndarray:
+            out = np.zeros((x.size, n_cats), np.float32)
+            get = found.get
+            for r, v in enumerate(x.reshape(-1).tolist()):
+                i = get(v)
+                if i is not None:
+                    out[r, i] = 1.0
+                elif not zeros:
+                    raise _unknown_category(ctx)
+            return out.reshape(shape)
+
+        return returns(
+            encode_strings, In(0), outs=[tensor(np.float32, shape)], name="ml.one_hot_strings"
+        )
+    if x.dtype not in _REAL:
+        return None
+    if not a["cats_int64s"]:
+        raise lc.error("numeric input needs cats_int64s")
+    keys, n_valid, _, pos = _sorted_keys(np.asarray(a["cats_int64s"], dtype=np.int64))
+    shape = (*x.shape, keys.shape[0])
+    kern = lc.kernel("ml", "one_hot")
+    args = (In(0, flat=True), keys, n_valid, pos, Out(0, shape=(x.size, keys.shape[0])))
+    outs = [tensor(np.float32, shape)]
+    if zeros:
+        return writes(kern, *args, outs=outs, name="ml.one_hot")
+
+    def encode_checked(x: np.ndarray, keys: Any, n_valid: int, pos: Any, out: np.ndarray) -> None:
+        if kern(x, keys, n_valid, pos, out):
+            raise _unknown_category(ctx)
+
+    return writes(encode_checked, *args, outs=outs, name="ml.one_hot")
+
+
+def _category_table(
+    ctx: Any, x_dtype: np.dtype, cats_int64s: Any, cats_strings: Any, d_int: int, d_str: str
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    ints = np.asarray(cats_int64s or [], dtype=np.int64)
+    strs = np.array(list(cats_strings or []), dtype=object)
+    if ints.shape[0] != strs.shape[0]:
+        raise ctx.error("cats_int64s and cats_strings must have the same length")
+    return (strs, ints, d_int) if x_dtype == _OBJ else (ints, strs, d_str)
 
 
 @onnx_op("CategoryMapper", since=1, domain=ML_DOMAIN)
@@ -1918,13 +2265,40 @@ def category_mapper_1(
     ctx, x, *, cats_int64s=None, cats_strings=None, default_int64=-1, default_string="_Unused"
 ):
     """Strings -> int64 and int64 -> strings through the pairs (cats_strings[i], cats_int64s[i])."""
-    ints = np.asarray(cats_int64s or [], dtype=np.int64)
-    strs = np.array(list(cats_strings or []), dtype=object)
-    if ints.shape[0] != strs.shape[0]:
-        raise ctx.error("cats_int64s and cats_strings must have the same length")
-    if x.dtype == object:
-        return _lookup(ctx, x, strs, ints, default_int64)
-    return _lookup(ctx, x.astype(np.int64), ints, strs, default_string)
+    keys, values, default = _category_table(
+        ctx, x.dtype, cats_int64s, cats_strings, default_int64, default_string
+    )
+    return _lookup(ctx, x if x.dtype == object else x.astype(np.int64), keys, values, default)
+
+
+@lowers(category_mapper_1)
+def _lower_category_mapper(lc: LowerContext) -> Bound | None:
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in (_OBJ, _I64):
+        return None
+    a = lc.attrs
+    keys, values, default = _category_table(
+        lc.ctx, x.dtype, a["cats_int64s"], a["cats_strings"], a["default_int64"],
+        a["default_string"],
+    )  # fmt: skip
+    return _lower_lookup(lc, keys, values, default)
+
+
+def _vectorizer_parts(ctx: Any, shapes: list[tuple[int, ...]], dims: list[int]):
+    """(N, [(columns of the input, columns kept, width)]) of FeatureVectorizer's inputs."""
+    if len(dims) != len(shapes):
+        raise ctx.error(f"{len(shapes)} inputs but {len(dims)} inputdimensions")
+    n = None
+    parts = []
+    for shape, d in zip(shapes, dims):
+        rows = 1 if len(shape) <= 1 else shape[0]
+        cols = int(np.prod(shape[1:] if len(shape) > 1 else shape))
+        if n is None:
+            n = rows
+        elif rows != n:
+            raise ctx.error(f"inputs have different batch sizes ({n} and {rows})")
+        parts.append((cols, min(d, cols), d))
+    return n, parts
 
 
 @onnx_op("FeatureVectorizer", since=1, domain=ML_DOMAIN)
@@ -1932,22 +2306,41 @@ def feature_vectorizer_1(ctx, *xs, inputdimensions=None):
     """Y float32 [N, sum(inputdimensions)]: the inputs' columns side by side, each cut or
     zero-padded to its inputdimensions entry."""
     dims = list(inputdimensions or [])
-    if len(dims) != len(xs):
-        raise ctx.error(f"{len(xs)} inputs but {len(dims)} inputdimensions")
-    n = None
-    parts = []
-    for a, d in zip(xs, dims):
-        r = np.asarray(a, dtype=np.float32)
-        r = r.reshape(1, -1) if r.ndim == 1 else r.reshape(r.shape[0], -1)
-        if n is None:
-            n = r.shape[0]
-        elif r.shape[0] != n:
-            raise ctx.error(f"inputs have different batch sizes ({n} and {r.shape[0]})")
-        part = np.zeros((r.shape[0], d), dtype=np.float32)
-        k = min(d, r.shape[1])
-        part[:, :k] = r[:, :k]
-        parts.append(part)
-    return np.concatenate(parts, axis=1)
+    n, parts = _vectorizer_parts(ctx, [np.shape(a) for a in xs], dims)
+    out = np.zeros((n or 0, sum(dims)), dtype=np.float32)
+    c0 = 0
+    for a, (cols, k, d) in zip(xs, parts):
+        out[:, c0 : c0 + k] = np.asarray(a).reshape(n, cols)[:, :k]
+        c0 += d
+    return out
+
+
+@lowers(feature_vectorizer_1)
+def _lower_feature_vectorizer(lc: LowerContext) -> Bound | None:
+    """One function filling the output's column blocks (numpy slice copies; the padding
+    columns zeroed)."""
+    specs = lc.inputs
+    if not specs or any(s is None or s.kind != TENSOR or s.dtype == _OBJ for s in specs):
+        return None
+    dims = list(lc.attrs["inputdimensions"] or [])
+    n, parts = _vectorizer_parts(lc.ctx, [s.shape for s in specs], dims)
+    blocks = []
+    c0 = 0
+    for _, k, d in parts:
+        blocks.append((c0, c0 + k, c0 + d, k))
+        c0 += d
+
+    def vectorize(*args: np.ndarray) -> None:
+        out = args[-1]
+        for x, (lo, mid, hi, k) in zip(args, blocks):
+            out[:, lo:mid] = x[:, :k]
+            if mid < hi:
+                out[:, mid:hi] = 0.0
+
+    ins = [In(i, shape=(n, cols)) for i, (cols, _, _) in enumerate(parts)]
+    return writes(
+        vectorize, *ins, Out(0), outs=[tensor(np.float32, (n, c0))], name="ml.feature_vectorizer"
+    )
 
 
 @onnx_op("DictVectorizer", since=1, domain=ML_DOMAIN)

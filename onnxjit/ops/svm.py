@@ -24,6 +24,11 @@ for, so it is followed here:
 * SVMRegressor: K @ coefficients + rho[0] (n_supports > 0) or X @ coefficients + rho[0];
   one_class maps the value to +1 (> 0) / -1. post_transform is accepted and not applied, as
   in onnxruntime (the ONNX reference evaluator rejects values other than NONE).
+
+Both operators have a lowering: the attributes are converted and checked once per plan
+(support vectors, coefficients and pair offsets as float64 arrays), and a run is one call of
+the model over the rows (a BLAS product and, for the classifier, the one-vs-one kernels of
+kernels/cpu/svm.py).
 """
 
 from __future__ import annotations
@@ -32,25 +37,19 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.kernels.cpu import ml as kml
-from onnxjit.kernels.cpu import svm as ksvm
-from onnxjit.ops.ml import class_labels, label_output
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Spec, lowers, returns, tensor
+from onnxjit.ops.ml import (
+    PT_LOGISTIC,
+    PT_NONE,
+    PT_PROBIT,
+    class_labels,
+    label_output,
+    post_code,
+)
 from onnxjit.registry import ML_DOMAIN, onnx_op
 
-_POST = {
-    "NONE": kml.PT_NONE,
-    "SOFTMAX": kml.PT_SOFTMAX,
-    "LOGISTIC": kml.PT_LOGISTIC,
-    "SOFTMAX_ZERO": kml.PT_SOFTMAX_ZERO,
-    "PROBIT": kml.PT_PROBIT,
-}
 _KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
-
-
-def _post_code(ctx: Any, post_transform: str) -> int:
-    if post_transform not in _POST:
-        raise ctx.unsupported(f"post_transform {post_transform!r} is not one of {sorted(_POST)}")
-    return _POST[post_transform]
+_REAL = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int64, np.int32))
 
 
 def _rows(ctx: Any, x: np.ndarray) -> np.ndarray:
@@ -66,37 +65,163 @@ def _floats(values: Any) -> np.ndarray:
     return np.asarray(values if values is not None else [], dtype=np.float32).astype(np.float64)
 
 
-def _kernel_matrix(
-    ctx: Any, x: np.ndarray, sv: np.ndarray, kernel_type: str, params: Any
-) -> np.ndarray:
-    """K[n, v] = kernel(x[n], sv[v]) (see the module docstring); numpy/BLAS one-pass ops."""
-    if kernel_type not in _KERNELS:
-        raise ctx.unsupported(f"kernel_type {kernel_type!r} is not one of {list(_KERNELS)}")
-    p = [float(v) for v in np.asarray(params, np.float32)] if params else []
-    gamma, coef0, degree = (p + [0.0, 0.0, 0.0])[:3]
-    if kernel_type == "RBF":
-        d = (x * x).sum(axis=1)[:, None] + (sv * sv).sum(axis=1)[None, :] - 2.0 * (x @ sv.T)
-        np.maximum(d, 0.0, out=d)
-        return np.exp(-gamma * d)
-    k = x @ sv.T
-    if kernel_type == "POLY":
-        return np.power(gamma * k + coef0, degree)
-    if kernel_type == "SIGMOID":
-        return np.tanh(gamma * k + coef0)
-    return k
+class _Kernel:
+    """The kernel function K(x, sv) (see the module docstring), its parameters converted
+    once."""
+
+    def __init__(self, ctx: Any, kernel_type: str, params: Any):
+        if kernel_type not in _KERNELS:
+            raise ctx.unsupported(f"kernel_type {kernel_type!r} is not one of {list(_KERNELS)}")
+        p = [float(v) for v in np.asarray(params, np.float32)] if params else []
+        self.kind = kernel_type
+        self.gamma, self.coef0, self.degree = (p + [0.0, 0.0, 0.0])[:3]
+
+    def matrix(self, x: np.ndarray, sv: np.ndarray, sv_sq: np.ndarray) -> np.ndarray:
+        """K[n, v] = kernel(x[n], sv[v]); ``sv_sq`` the squared norms of the vectors."""
+        if self.kind == "RBF":
+            d = (x * x).sum(axis=1)[:, None] + sv_sq[None, :] - 2.0 * (x @ sv.T)
+            np.maximum(d, 0.0, out=d)
+            return np.exp(-self.gamma * d)
+        k = x @ sv.T
+        if self.kind == "POLY":
+            return np.power(self.gamma * k + self.coef0, self.degree)
+        if self.kind == "SIGMOID":
+            return np.tanh(self.gamma * k + self.coef0)
+        return k
 
 
-def _check_features(ctx: Any, x: np.ndarray, f: int, what: str) -> None:
-    if x.shape[1] != f:
-        raise ctx.error(f"input has {x.shape[1]} features, {what} expects {f}")
+def _check_features(ctx: Any, width: int, f: int, what: str) -> None:
+    if width != f:
+        raise ctx.error(f"input has {width} features, {what} expects {f}")
 
 
-def _post(scores: np.ndarray, code: int) -> np.ndarray:
+def _post(be: Any, scores: np.ndarray, code: int) -> np.ndarray:
     """post_transform applied to rows of more than one column (onnxruntime's rule)."""
-    if scores.shape[1] > 1 and code != kml.PT_NONE and scores.size:
+    if scores.shape[1] > 1 and code != PT_NONE and scores.size:
         scores = np.ascontiguousarray(scores, dtype=np.float64)
-        kml.post_transform(scores, code)
+        be.kernel("ml", "post_transform")(scores, code)
     return scores.astype(np.float32)
+
+
+class _Classifier:
+    """An SVMClassifier node's model, its attributes converted and checked once: ``run(x)``
+    on float64 rows [N, F] gives (labels, scores float32 [N, ``width``])."""
+
+    def __init__(self, be: Any, ctx: Any, a: dict[str, Any]):
+        self.be, self.ctx = be, ctx
+        self.code = post_code(ctx, a["post_transform"])
+        self.labels = class_labels(
+            ctx, a["classlabels_ints"], a["classlabels_strings"], "classlabels_ints"
+        )
+        n_cls = self.n_cls = self.labels.shape[0]
+        coefs = _floats(a["coefficients"])
+        rhos = self.rhos = _floats(a["rho"])
+        pa, pb = self.pa, self.pb = _floats(a["prob_a"]), _floats(a["prob_b"])
+        if coefs.size == 0:
+            raise ctx.error("attribute coefficients is required")
+        if pa.shape != pb.shape:
+            raise ctx.error(f"prob_a has {pa.size} values and prob_b {pb.size}; they must match")
+        self.proba = pa.size > 0
+        vpc = a["vectors_per_class"]
+        counts = self.counts = np.asarray(vpc if vpc else [], dtype=np.int64)
+        n_vec = int(counts.sum())
+        self.ovo = n_vec > 0
+        if self.ovo:  # libsvm one-vs-one form
+            if counts.shape[0] != n_cls or n_cls < 2:
+                raise ctx.error(
+                    f"vectors_per_class has {counts.shape[0]} entries for {n_cls} class labels "
+                    "(need one per class, at least 2 classes)"
+                )
+            sv = _floats(a["support_vectors"])
+            if sv.size == 0 or sv.size % n_vec:
+                raise ctx.error(f"support_vectors has {sv.size} values for {n_vec} vectors")
+            self.sv = np.ascontiguousarray(sv.reshape(n_vec, -1))
+            self.sv_sq = (self.sv * self.sv).sum(axis=1)
+            self.f = self.sv.shape[1]
+            self.n_pairs = n_cls * (n_cls - 1) // 2
+            if coefs.size < (n_cls - 1) * n_vec:
+                raise ctx.error(
+                    f"coefficients has {coefs.size} values, expected (classes - 1) x vectors = "
+                    f"{(n_cls - 1) * n_vec}"
+                )
+            if rhos.size < self.n_pairs or (self.proba and pa.size < self.n_pairs):
+                raise ctx.error(
+                    f"rho (and prob_a/prob_b when given) need {self.n_pairs} values (one per "
+                    f"class pair), found {rhos.size} / {pa.size}"
+                )
+            self.coefs = np.ascontiguousarray(
+                coefs[: (n_cls - 1) * n_vec].reshape(n_cls - 1, n_vec)
+            )
+            self.kernel = _Kernel(ctx, a["kernel_type"], a["kernel_params"])
+            self.starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.width = n_cls if self.proba or n_cls > 2 else 2
+            if not self.proba and n_cls > 2:
+                self.width = self.n_pairs
+        else:  # liblinear form: one weight row per class, rho[0] as the common intercept
+            if coefs.size % n_cls:
+                raise ctx.error(f"coefficients has {coefs.size} values for {n_cls} classes")
+            self.w = coefs.reshape(n_cls, -1)
+            self.f = self.w.shape[1]
+            if rhos.size < 1:
+                raise ctx.error("attribute rho needs at least one value")
+            self.nonneg = bool((coefs >= 0).all())
+            self.width = n_cls
+
+    def check(self, width: int) -> None:
+        _check_features(self.ctx, width, self.f, "support_vectors" if self.ovo else "coefficients")
+
+    def run(self, xf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._ovo(xf) if self.ovo else self._linear(xf)
+
+    def _ovo(self, xf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        be, code, n, n_cls = self.be, self.code, xf.shape[0], self.n_cls
+        kern = np.ascontiguousarray(self.kernel.matrix(xf, self.sv, self.sv_sq), np.float64)
+        dec = np.zeros((n, self.n_pairs))
+        votes = np.zeros((n, n_cls), dtype=np.int64)
+        if n:
+            be.kernel("svm", "ovo_decisions")(
+                kern, self.coefs, self.starts, self.counts, self.rhos, dec, votes
+            )
+        y = label_output(self.labels, np.argmax(votes, axis=1))
+        if self.proba:
+            probs = np.zeros((n, n_cls))
+            if n:
+                be.kernel("svm", "platt_coupling")(dec, self.pa, self.pb, probs)
+            return y, _post(be, probs, code)
+        if n_cls > 2:
+            return y, _post(be, dec, code)
+        s = dec[:, 0]
+        if code == PT_NONE:
+            z = np.stack([-s, s], axis=1)
+        elif code == PT_PROBIT:
+            z = np.zeros((n, 2))
+            col = dec.copy()
+            if n:
+                be.kernel("ml", "post_transform")(col, code)
+            z[:, 0] = col[:, 0]
+        elif code == PT_LOGISTIC:
+            z = np.ascontiguousarray(np.stack([-s, s], axis=1))
+            if n:
+                be.kernel("ml", "post_transform")(z, code)
+        else:
+            z = np.stack([1.0 - s, s], axis=1)
+        return y, z.astype(np.float32)
+
+    def _linear(self, xf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        be, code, n = self.be, self.code, xf.shape[0]
+        scores = xf @ self.w.T + self.rhos[0]
+        best = np.argmax(scores, axis=1) if n else np.zeros(0, np.int64)
+        if self.n_cls == 2 and not self.proba:
+            top = scores[np.arange(n), best]
+            if self.nonneg:
+                best = np.where(top >= 0.5, 1, best)
+            else:
+                best = np.where(top > 0, 1, best)
+        y = label_output(self.labels, best)
+        if self.n_cls == 1 and code == PT_PROBIT and n:
+            scores = np.ascontiguousarray(scores)
+            be.kernel("ml", "post_transform")(scores, code)
+        return y, _post(be, scores, code)
 
 
 @onnx_op("SVMClassifier", since=1, domain=ML_DOMAIN)
@@ -118,98 +243,88 @@ def svm_classifier_1(
 ):
     """(Y labels [N] int64|string, Z scores [N, K] float32); see the module docstring for
     K and the label rule."""
-    code = _post_code(ctx, post_transform)
-    labels = class_labels(ctx, classlabels_ints, classlabels_strings, "classlabels_ints")
-    n_cls = labels.shape[0]
+    attrs = locals()  # the attributes by name (and ctx, x)
+    model = _Classifier(ctx.backend, ctx, attrs)
     xf = _rows(ctx, x)
-    coefs = _floats(coefficients)
-    rhos = _floats(rho)
-    pa, pb = _floats(prob_a), _floats(prob_b)
-    if coefs.size == 0:
-        raise ctx.error("attribute coefficients is required")
-    if pa.shape != pb.shape:
-        raise ctx.error(f"prob_a has {pa.size} values and prob_b {pb.size}; they must match")
-    have_proba = pa.size > 0
-    counts = np.asarray(vectors_per_class if vectors_per_class else [], dtype=np.int64)
-    n_vec = int(counts.sum())
-    n = xf.shape[0]
+    model.check(xf.shape[1])
+    return model.run(xf)
 
-    if n_vec > 0:  # libsvm one-vs-one form
-        if counts.shape[0] != n_cls or n_cls < 2:
-            raise ctx.error(
-                f"vectors_per_class has {counts.shape[0]} entries for {n_cls} class labels "
-                "(need one per class, at least 2 classes)"
-            )
-        sv = _floats(support_vectors)
-        if sv.size == 0 or sv.size % n_vec:
-            raise ctx.error(f"support_vectors has {sv.size} values for {n_vec} vectors")
-        sv = sv.reshape(n_vec, -1)
-        _check_features(ctx, xf, sv.shape[1], "support_vectors")
-        n_pairs = n_cls * (n_cls - 1) // 2
-        if coefs.size < (n_cls - 1) * n_vec:
-            raise ctx.error(
-                f"coefficients has {coefs.size} values, expected (classes - 1) x vectors = "
-                f"{(n_cls - 1) * n_vec}"
-            )
-        if rhos.size < n_pairs or (have_proba and pa.size < n_pairs):
-            raise ctx.error(
-                f"rho (and prob_a/prob_b when given) need {n_pairs} values (one per class "
-                f"pair), found {rhos.size} / {pa.size}"
-            )
-        coefs = np.ascontiguousarray(coefs[: (n_cls - 1) * n_vec].reshape(n_cls - 1, n_vec))
-        kern = np.ascontiguousarray(
-            _kernel_matrix(ctx, xf, sv, kernel_type, kernel_params), dtype=np.float64
-        )
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        dec = np.zeros((n, n_pairs))
-        votes = np.zeros((n, n_cls), dtype=np.int64)
-        if n:
-            ksvm.ovo_decisions(kern, coefs, starts, counts, rhos, dec, votes)
-        y = label_output(labels, np.argmax(votes, axis=1))
-        if have_proba:
-            probs = np.zeros((n, n_cls))
-            if n:
-                ksvm.platt_coupling(dec, pa, pb, probs)
-            return y, _post(probs, code)
-        if n_cls > 2:
-            return y, _post(dec, code)
-        s = dec[:, 0]
-        if code == kml.PT_NONE:
-            z = np.stack([-s, s], axis=1)
-        elif code == kml.PT_PROBIT:
-            z = np.zeros((n, 2))
-            col = dec.copy()
-            if n:
-                kml.post_transform(col, code)
-            z[:, 0] = col[:, 0]
-        elif code == kml.PT_LOGISTIC:
-            z = np.ascontiguousarray(np.stack([-s, s], axis=1))
-            if n:
-                kml.post_transform(z, code)
-        else:
-            z = np.stack([1.0 - s, s], axis=1)
-        return y, z.astype(np.float32)
 
-    # liblinear form: one weight row per class, rho[0] as the common intercept
-    if coefs.size % n_cls:
-        raise ctx.error(f"coefficients has {coefs.size} values for {n_cls} classes")
-    w = coefs.reshape(n_cls, -1)
-    _check_features(ctx, xf, w.shape[1], "coefficients")
-    if rhos.size < 1:
-        raise ctx.error("attribute rho needs at least one value")
-    scores = xf @ w.T + rhos[0]
-    best = np.argmax(scores, axis=1) if n else np.zeros(0, np.int64)
-    if n_cls == 2 and not have_proba:
-        top = scores[np.arange(n), best]
-        if bool((coefs >= 0).all()):
-            best = np.where(top >= 0.5, 1, best)
+def _rows_of(lc: LowerContext) -> tuple[int, int] | None:
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.ndim not in (1, 2) or x.dtype not in _REAL:
+        return None
+    return (1, x.shape[0]) if x.ndim == 1 else (x.shape[0], x.shape[1])
+
+
+def _as_float64(x: np.ndarray) -> np.ndarray:
+    """float32-rounded, as float64 (what the implementations compute on)."""
+    return x.astype(np.float32).astype(np.float64)
+
+
+@lowers(svm_classifier_1)
+def _lower_svm_classifier(lc: LowerContext) -> Bound | None:
+    rows = _rows_of(lc)
+    if rows is None:
+        return None
+    model = _Classifier(lc.backend, lc.ctx, dict(lc.attrs))
+    model.check(rows[1])
+    run, n = model.run, rows[0]
+    if lc.inputs[0].dtype == np.float32:
+
+        def classify(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return run(x.astype(np.float64))
+
+    else:
+
+        def classify(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return run(_as_float64(x))
+
+    labels = Spec(TENSOR, model.labels.dtype, (n,))
+    outs = [labels, tensor(np.float32, (n, model.width))]
+    return returns(classify, In(0, shape=rows), outs=outs, name="svm.classifier")
+
+
+class _Regressor:
+    """An SVMRegressor node's model (as :class:`_Classifier`): ``run(x)`` gives Y [N, 1]."""
+
+    def __init__(self, ctx: Any, a: dict[str, Any]):
+        self.ctx = ctx
+        post_code(ctx, a["post_transform"])
+        coefs = _floats(a["coefficients"])
+        rhos = _floats(a["rho"])
+        if coefs.size == 0:
+            raise ctx.error("attribute coefficients is required")
+        self.bias = rhos[0] if rhos.size else 0.0
+        self.one_class = bool(a["one_class"])
+        n_supports = a["n_supports"]
+        self.svm = n_supports > 0
+        if self.svm:
+            sv = _floats(a["support_vectors"])
+            if sv.size == 0 or sv.size % n_supports:
+                raise ctx.error(f"support_vectors has {sv.size} values for {n_supports} vectors")
+            self.sv = np.ascontiguousarray(sv.reshape(n_supports, -1))
+            self.sv_sq = (self.sv * self.sv).sum(axis=1)
+            self.f = self.sv.shape[1]
+            if coefs.size < n_supports:
+                raise ctx.error(f"coefficients has {coefs.size} values for {n_supports} vectors")
+            self.coefs = coefs[:n_supports]
+            self.kernel = _Kernel(ctx, a["kernel_type"], a["kernel_params"])
         else:
-            best = np.where(top > 0, 1, best)
-    y = label_output(labels, best)
-    if n_cls == 1 and code == kml.PT_PROBIT and n:
-        scores = np.ascontiguousarray(scores)
-        kml.post_transform(scores, code)
-    return y, _post(scores, code)
+            self.coefs = coefs
+            self.f = coefs.size
+
+    def check(self, width: int) -> None:
+        _check_features(self.ctx, width, self.f, "support_vectors" if self.svm else "coefficients")
+
+    def run(self, xf: np.ndarray) -> np.ndarray:
+        if self.svm:
+            y = self.kernel.matrix(xf, self.sv, self.sv_sq) @ self.coefs + self.bias
+        else:
+            y = xf @ self.coefs + self.bias
+        if self.one_class:
+            y = np.where(y > 0, 1.0, -1.0)
+        return y.reshape(-1, 1).astype(np.float32)
 
 
 @onnx_op("SVMRegressor", since=1, domain=ML_DOMAIN)
@@ -228,26 +343,30 @@ def svm_regressor_1(
 ):
     """Y [N, 1] float32: support-vector (n_supports > 0) or linear regression value, or the
     one-class decision sign (+1 / -1) when one_class is set."""
-    _post_code(ctx, post_transform)
+    attrs = locals()  # the attributes by name (and ctx, x)
+    model = _Regressor(ctx, attrs)
     xf = _rows(ctx, x)
-    coefs = _floats(coefficients)
-    rhos = _floats(rho)
-    if coefs.size == 0:
-        raise ctx.error("attribute coefficients is required")
-    bias = rhos[0] if rhos.size else 0.0
-    if n_supports > 0:
-        sv = _floats(support_vectors)
-        if sv.size == 0 or sv.size % n_supports:
-            raise ctx.error(f"support_vectors has {sv.size} values for {n_supports} vectors")
-        sv = sv.reshape(n_supports, -1)
-        _check_features(ctx, xf, sv.shape[1], "support_vectors")
-        if coefs.size < n_supports:
-            raise ctx.error(f"coefficients has {coefs.size} values for {n_supports} vectors")
-        kern = _kernel_matrix(ctx, xf, sv, kernel_type, kernel_params)
-        y = kern @ coefs[:n_supports] + bias
+    model.check(xf.shape[1])
+    return model.run(xf)
+
+
+@lowers(svm_regressor_1)
+def _lower_svm_regressor(lc: LowerContext) -> Bound | None:
+    rows = _rows_of(lc)
+    if rows is None:
+        return None
+    model = _Regressor(lc.ctx, dict(lc.attrs))
+    model.check(rows[1])
+    run = model.run
+    if lc.inputs[0].dtype == np.float32:
+
+        def regress(x: np.ndarray) -> np.ndarray:
+            return run(x.astype(np.float64))
+
     else:
-        _check_features(ctx, xf, coefs.size, "coefficients")
-        y = xf @ coefs + bias
-    if one_class:
-        y = np.where(y > 0, 1.0, -1.0)
-    return y.reshape(-1, 1).astype(np.float32)
+
+        def regress(x: np.ndarray) -> np.ndarray:
+            return run(_as_float64(x))
+
+    outs = [tensor(np.float32, (rows[0], 1))]
+    return returns(regress, In(0, shape=rows), outs=outs, name="svm.regressor")
