@@ -298,11 +298,17 @@ def build(
     the outputs of that run. ``static`` are entry values constant for the plan."""
     from onnxjit import executor
 
-    planner = _Planner(program, entry if entry is not None else program.entry_slots, start)
-    outputs = planner.run(values, static or {}, progress)
-    planner.layout()
-    plan = planner.plan
-    plan.run = executor.render(plan, profiled=False)
+    # kernels compiled or loaded now are the session's (the run of a known signature charges
+    # nothing: only planning compiles)
+    previous = jitstats.charge_to(program.owner.records)
+    try:
+        planner = _Planner(program, entry if entry is not None else program.entry_slots, start)
+        outputs = planner.run(values, static or {}, progress)
+        planner.layout()
+        plan = planner.plan
+        plan.run = executor.render(plan, profiled=False)
+    finally:
+        jitstats.charge_to(previous)
     return plan, outputs
 
 

@@ -32,6 +32,15 @@ MAX_PLANS = 32
 
 
 @dataclass
+class Owner:
+    """What a program, and the programs of its subgraphs, know of the session that runs
+    them: ``records``, the list its compiled and loaded kernels are reported to
+    (:mod:`onnxjit.jitstats`), charged while a signature is planned."""
+
+    records: list[Any] | None = None
+
+
+@dataclass
 class Step:
     """One node bound for execution.
 
@@ -54,9 +63,9 @@ class Step:
 class Subgraph:
     """A graph attribute bound for execution; ops run it with ``ctx.run_subgraph``."""
 
-    def __init__(self, graph: ir.Graph, scope: frozenset[str], settings: Any):
+    def __init__(self, graph: ir.Graph, scope: frozenset[str], parent: Program):
         self.graph = graph
-        self.program = Program(graph, scope, settings)
+        self.program = Program(graph, scope, parent.settings, parent.arena, parent.owner)
 
     @property
     def input_names(self) -> list[str]:
@@ -80,6 +89,7 @@ class Program:
         scope: frozenset[str] = frozenset(),
         settings: Any = None,
         arena: bool = True,
+        owner: Owner | None = None,
     ):
         self.graph = graph
         # the session's onnxjit.config.SessionSettings (None: the defaults)
@@ -87,6 +97,8 @@ class Program:
         # whether plans place intermediate tensors in an arena (SessionOptions'
         # enable_cpu_mem_arena and enable_mem_reuse), else allocate them per run
         self.arena = arena
+        # shared by a program and its subgraphs' programs: whom compiles are charged to
+        self.owner = owner if owner is not None else Owner()
         self.slots: dict[str, int] = {}
         self.names: list[str] = []
         fed = {v.name for v in graph.inputs}
@@ -140,7 +152,7 @@ class Program:
         for key, value in node.attrs.items():
             graphs = ir.attr_graphs(value)
             if graphs:
-                subs = [Subgraph(g, scope, self.settings) for g in graphs]
+                subs = [Subgraph(g, scope, self) for g in graphs]
                 for sub in subs:
                     captures.extend(sub.program.outer_names)
                 value = subs[0] if isinstance(value, ir.Graph) else subs

@@ -203,6 +203,7 @@ class InferenceSession:
                 and self._options.enable_mem_pattern
             ),
         )
+        self._program.owner.records = self._kernel_records
         graph = self._model.graph
         inits = set(graph.initializers)
         self._inputs = [v for v in graph.inputs if v.name not in inits]
@@ -282,17 +283,13 @@ class InferenceSession:
             wanted = self._wanted(output_names)
         limits.begin_run(self._limits)
         threads_mod.apply(self._threads_setting)
-        previous = jitstats.charge_to(self._kernel_records)  # a guard may plan the rest
-        try:
-            known = self._known_feed(input_feed) if self._profiler is None else None
-            if known is not None:
-                self._program.runs += 1
-                outputs = known[1].run(known[0])
-            else:
-                outputs = self._run_checked(input_feed)
-        finally:
-            jitstats.charge_to(previous)
-        return [outputs[i] for i in wanted]
+        known = self._known_feed(input_feed) if self._profiler is None else None
+        if known is not None:
+            self._program.runs += 1
+            outputs = known[1].run(known[0])
+        else:
+            outputs = self._run_checked(input_feed)
+        return outputs if wanted is self._all_outputs else [outputs[i] for i in wanted]
 
     def _wanted(self, output_names: Sequence[str]) -> list[int]:
         if isinstance(output_names, str):
@@ -347,8 +344,8 @@ class InferenceSession:
         positions = []
         for name, arr in input_feed.items():
             index = self._input_index[name]
-            if type(arr) is not np.ndarray or feeds[index] is not arr:
-                return  # converted (strings, byte order, layout): the check must run
+            if type(arr) is not np.ndarray or feeds[index] is not arr or arr.dtype.kind in "OUS":
+                return  # converted (byte order, layout) or strings: the check must run
             key += (name, arr.dtype, arr.shape)
             positions.append(index)
         accepted = self._accepted
@@ -367,6 +364,10 @@ class InferenceSession:
         for name, arr in input_feed.items():
             if type(arr) is not ndarray:
                 return None
+            flags = arr.flags
+            # carray: C-contiguous, aligned and writable (the common case, one test)
+            if not (flags.carray or (flags.c_contiguous and flags.aligned)):
+                return None
             key += (name, arr.dtype, arr.shape)
         entry = self._accepted.get(tuple(key))
         if entry is None:
@@ -374,9 +375,6 @@ class InferenceSession:
         positions, plan = entry
         values = self._defaults.copy()
         for index, arr in zip(positions, input_feed.values()):
-            flags = arr.flags
-            if not (flags.c_contiguous and flags.aligned):
-                return None
             values[index] = arr
         return values, plan
 
