@@ -178,6 +178,36 @@ def test_float16_matmul_bias_relu_fuses():
     assert _ops(nodes) == ["FusedGemm"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float16_fused_gemm_is_bound(threads):
+    """A float16 FusedGemm is bound by its plan (A cast into a float32 buffer, the product,
+    the result cast back) and agrees with onnxruntime while the batch changes and earlier
+    outputs are kept."""
+    rng = _rng(3)
+    k, n = 40, 24
+    inits = {"w": rng.standard_normal((k, n)), "b": rng.standard_normal(n)}
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"]),
+        helper.make_node("Add", ["mm", "b"], ["z"]),
+        helper.make_node("Relu", ["z"], ["y"]),
+    ]
+    model = _model(nodes, {"x": ["batch", k]}, {"y": ["batch", n]}, inits, 17, np.float16)
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    rtol, atol = _TOL[np.float16]
+    kept = []
+    for batch in (5, 5, 300, 5, 1):
+        x = rng.standard_normal((batch, k)).astype(np.float16)
+        got = sess.run(None, {"x": x})
+        assert_close(got, ort_outputs(model, {"x": x}), rtol=rtol, atol=atol)
+        kept.append((x, got))
+    for x, got in kept:
+        assert_close(got, ort_outputs(model, {"x": x}), rtol=rtol, atol=atol)
+    steps = sess.stats()["plans"][-1]["steps"]
+    assert [(s["op_type"], s["generic"]) for s in steps] == [("FusedGemm", False)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_bias_first_and_no_activation(dtype):
     model, feeds = _mlp_layer(None, 17, dtype, bias_first=True)

@@ -18,8 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.lowering import TENSOR, Bound, In, LowerContext, lowers
-from onnxjit.ops.gemm import Epilogue, bound_product, epilogue_args, matmul_into
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
+from onnxjit.ops.gemm import (
+    Epilogue,
+    bound_product,
+    epilogue_args,
+    matmul_into,
+    packed_weight,
+    product,
+)
 from onnxjit.registry import NodeContext, internal_op
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
@@ -121,34 +128,56 @@ def fused_gemm(
 
 @lowers(fused_gemm)
 def _lower_fused_gemm(lc: LowerContext) -> Bound | None:
-    """FusedGemm of a float32/float64 A (no trans_a, no zero-size dim) by a weight of A's
-    type, with a bias constant for the plan or none: one product kernel writing the output,
-    the weight packed once when it is constant (else read as stored at every run), the
-    epilogue's bias and activation fixed."""
+    """FusedGemm of an A (no trans_a, no zero-size dim) by a weight of the compute type, with
+    a bias constant for the plan or none: one product kernel writing the output, the weight
+    packed once when it is constant (a float32/float64 A's weight may also be an input, read
+    as stored at every run), the epilogue's bias and activation fixed. A float16/bfloat16 A
+    is cast into a float32 scratch buffer, and the product cast back into the output."""
     a, w = lc.inputs[0], lc.inputs[1]
     bias = lc.inputs[2] if len(lc.inputs) > 2 else None
-    if lc.attrs["trans_a"] or a is None or a.kind != TENSOR or a.dtype not in _NATIVE:
+    if lc.attrs["trans_a"] or a is None or a.kind != TENSOR:
+        return None
+    if a.dtype not in _NATIVE and a.dtype.name not in ("float16", "bfloat16"):
         return None
     if a.ndim < 1 or a.size == 0 or w is None or w.kind != TENSOR or w.ndim != 2:
         return None
-    dtype = a.dtype
+    cd = compute_dtype(a.dtype)
     K, N = w.shape
-    if w.dtype != dtype or K == 0 or N == 0 or a.shape[-1] != K:
+    if w.dtype != cd or K == 0 or N == 0 or a.shape[-1] != K or (cd != a.dtype and not w.const):
         return None
     b = None
     if bias is not None:
-        if not bias.const or bias.kind != TENSOR or bias.shape != (N,) or bias.dtype != dtype:
+        if not bias.const or bias.kind != TENSOR or bias.shape != (N,) or bias.dtype != cd:
             return None  # the implementation (a bias the plan does not hold)
         b = np.ascontiguousarray(bias.value)
     backend = lc.backend
     code, p0, p1 = activation_args(
-        lc.ctx, lc.attrs["activation"], lc.attrs["activation_params"], dtype, backend
+        lc.ctx, lc.attrs["activation"], lc.attrs["activation_params"], cd, backend
     )
     mode = backend.kernel("blas", "BIAS_COL")
-    ep = epilogue_args(backend, Epilogue(bias=b, bias_mode=mode, act=code, p0=p0, p1=p1), dtype)
+    ep = epilogue_args(backend, Epilogue(bias=b, bias_mode=mode, act=code, p0=p0, p1=p1), cd)
     shape = a.shape[:-1] + (N,)
     rank = lc.attrs["out_rank"] or 0
     if len(shape) < rank:
         shape = (1,) * (rank - len(shape)) + shape
-    weight = np.ascontiguousarray(w.value) if w.const else In(1, flat=True)
-    return bound_product(backend, a, weight, a.size // K, N, K, shape, lc.attrs["alpha"], ep)
+    M, alpha = a.size // K, lc.attrs["alpha"]
+    if cd == a.dtype:
+        weight = np.ascontiguousarray(w.value) if w.const else In(1, flat=True)
+        return bound_product(backend, a, weight, M, N, K, shape, alpha, ep)
+    packed = packed_weight(backend, np.ascontiguousarray(w.value), K, N)
+    b_packed = backend.kernel("blas", "B_PACKED")
+    fn, args = product(
+        backend, 1, M, N, K, None, 0, 0, packed, b_packed, 0, None, cd, alpha, 0.0, ep
+    )  # fmt: skip
+    head, mid, tail = args[:4], args[5:8], args[9:]
+
+    def half(x: np.ndarray, y: np.ndarray, x32: np.ndarray, y32: np.ndarray) -> None:
+        np.copyto(x32, x, casting="unsafe")
+        fn(*head, x32, *mid, y32, *tail)
+        np.copyto(y, y32, casting="unsafe")
+
+    outs = [tensor(a.dtype, shape), tensor(cd, (M * K,)), tensor(cd, (M * N,))]
+    return writes(
+        half, In(0, flat=True), Out(0, flat=True), Out(1), Out(2), outs=outs,
+        name="blas.gemm_ks_half",
+    )  # fmt: skip
