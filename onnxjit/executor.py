@@ -103,6 +103,13 @@ class _Renderer:
             if self.held(s) and (a.flat or a.view is not None or a.shape is not None):
                 # a constant's view is the same every run: made once, here
                 return self.const(transformed(a, self.value(s)), "c")
+            spec = self.plan.specs.get(s)
+            shape = spec.shape if spec is not None else None
+            # reshaping to the shape it has already is the value itself
+            if a.view is None and shape is not None and (
+                a.shape == shape or (a.flat and a.shape is None and len(shape) == 1)
+            ):
+                return self.name(s)
             if a.view is None and a.shape is None:
                 return self.flat(s) if a.flat else self.name(s)
             v = self.name(s)
