@@ -4,7 +4,7 @@ Each operator runs as a one-node model over a float32 [N / 1024, 1024] input (in
 inside the operator's domain, fixed seed) through the ratio protocol of :mod:`bench.harness`,
 and one line per operator is printed: the median ratio onnxjit / onnxruntime and both medians.
 A ratio far above 1 points at a kernel that does not vectorise (a libm call per element) or at
-an operator that misses its prepared fast path; this sweep found both kinds (Elu and the
+an operator left to its implementation by its plan; this sweep found both kinds (Elu and the
 inverse trigonometric functions, LeakyRelu and the other attribute activations).
 """
 

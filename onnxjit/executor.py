@@ -106,8 +106,10 @@ class _Renderer:
             spec = self.plan.specs.get(s)
             shape = spec.shape if spec is not None else None
             # reshaping to the shape it has already is the value itself
-            if a.view is None and shape is not None and (
-                a.shape == shape or (a.flat and a.shape is None and len(shape) == 1)
+            if (
+                a.view is None
+                and shape is not None
+                and (a.shape == shape or (a.flat and a.shape is None and len(shape) == 1))
             ):
                 return self.name(s)
             if a.view is None and a.shape is None:
@@ -270,4 +272,3 @@ class _Renderer:
             spec = plan.specs.get(s) if s >= 0 else None
             described.append(spec.describe() if spec is not None else "None")
         return execution_error(step.node, described, exc)
-

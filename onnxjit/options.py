@@ -99,11 +99,11 @@ class SessionOptions(_StrictFields):
     ``execution_mode`` (sequential only), ``enable_profiling``, ``profile_file_prefix``,
     ``log_severity_level``, ``log_verbosity_level``, ``logid``, ``use_deterministic_compute``,
     ``add_session_config_entry``/``get_session_config_entry``,
-    ``add_free_dimension_override_by_name``, and the memory switches (see
-    :mod:`onnxjit.buffers`): ``enable_mem_reuse`` (a node may write into the buffer of a value
-    that died before it) and ``enable_cpu_mem_arena`` (the session keeps dead buffers for
-    reuse; off, both are off), ``enable_mem_pattern`` (buffers also stay from one run to the
-    next, so a repeated input signature allocates nothing). All three default to on.
+    ``add_free_dimension_override_by_name``, and the memory switches ``enable_mem_reuse``,
+    ``enable_cpu_mem_arena`` and ``enable_mem_pattern``: with all three on (the default) each
+    plan places its intermediate tensors in one arena by liveness and writes over inputs that
+    die where it may (:mod:`onnxjit.plan`), so a repeated input signature allocates only its
+    outputs; with any of them off, intermediates are allocated per run.
     """
 
     execution_order = _NotImplementedField(

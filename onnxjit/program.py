@@ -164,7 +164,6 @@ class Program:
                 label=node.label,
                 n_outputs=len(node.outputs),
                 outputs_used=tuple(bool(o) for o in node.outputs),
-                const_inputs=tuple(bool(n) and n in self.graph.initializers for n in node.inputs),
                 settings=self.settings,
             )
         in_slots = tuple(self._slot(n) if n else -1 for n in node.inputs)

@@ -30,11 +30,10 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import onnx
 import onnx.defs
 
@@ -150,48 +149,6 @@ def internal_op(op_type: str):
     return deco
 
 
-#: What a fast path returns when the arguments are not the ones it was prepared for.
-MISS = object()
-
-_FAST_PATHS: dict[Callable[..., Any], Callable[..., Any]] = {}
-
-
-def fast_path(*impls: Callable[..., Any]):
-    """Register the decorated function as the fast-path preparer of the op implementations
-    ``impls`` (the functions decorated with :func:`onnx_op` / :func:`internal_op`).
-
-    After a node ran with some arguments, the executor calls ``prepare(ctx, args, kwargs,
-    result)`` (the same ``ctx``, positional arguments and attributes the implementation got,
-    and what it returned). It returns ``fast(*args)`` or None. ``fast`` does what the
-    implementation does for arguments like these (same shapes, types, constant inputs),
-    with everything that depends only on them
-    worked out once, and returns :data:`MISS` for any other arguments: the executor then calls
-    the implementation and prepares again. Validation stays in the implementation, which
-    always runs first for a new kind of argument.
-    """
-
-    def deco(prepare: Callable[..., Any]) -> Callable[..., Any]:
-        for impl in impls:
-            if impl in _FAST_PATHS:
-                raise ValueError(f"{impl.__qualname__} already has a fast path")
-            _FAST_PATHS[impl] = prepare
-        return prepare
-
-    return deco
-
-
-def plain_array(x: Any, shape: tuple[int, ...], dtype: Any) -> bool:
-    """``x`` is a C-contiguous NumPy array (not a subclass) of exactly ``shape`` and
-    ``dtype``: the test a fast path prepared for one array makes on the next argument before
-    it reuses what it worked out (anything else is a :data:`MISS`)."""
-    return type(x) is np.ndarray and x.shape == shape and x.dtype == dtype and x.flags.c_contiguous
-
-
-def fast_path_of(impl: Callable[..., Any]) -> Callable[..., Any] | None:
-    """The preparer registered for ``impl`` (see :func:`fast_path`), or None."""
-    return _FAST_PATHS.get(impl)
-
-
 def internal_impl(op_type: str) -> OpImpl:
     """The implementation of internal operator ``op_type`` (KeyError if none)."""
     return _INTERNAL[op_type]
@@ -237,10 +194,6 @@ class NodeContext:
     # Values of the enclosing scopes that subgraph attributes read (name -> value); filled
     # per call for nodes that carry subgraphs.
     outer: dict[str, Any] = field(default_factory=dict)
-    # Per input: True when it is an initializer of the node's graph, the same unchanging array
-    # in every run. A fast path may key on such an input's identity; on any other it must look
-    # at the value (a caller may write new values into the array it feeds).
-    const_inputs: tuple[bool, ...] = ()
     # The session's settings (onnxjit.config.SessionSettings) that kernel choices read; None
     # outside a session (the defaults).
     settings: Any = None
@@ -265,19 +218,10 @@ class NodeContext:
         """Winograd convolutions allowed (config entry ``onnxjit.conv_winograd``, default on)."""
         return self.settings is None or self.settings.conv_winograd
 
-    def constant(self, i: int) -> bool:
-        """Input ``i`` is an initializer (see ``const_inputs``): a cache keyed on its identity
-        (a fast path's plan, a packed weight) stays valid from run to run."""
-        return i < len(self.const_inputs) and self.const_inputs[i]
-
-    def constant_args(self, args: tuple, positions: Iterable[int]) -> bool:
-        """Each of ``args[i]`` for ``i`` in ``positions`` is absent (None, or past the end) or
-        an initializer: what a fast path that compares them by identity must check first."""
-        return all(i >= len(args) or args[i] is None or self.constant(i) for i in positions)
-
     def run_subgraph(self, subgraph: Any, inputs: list[Any]) -> list[Any]:
-        """Run a graph attribute (bound as a ``plan.Subgraph``) on positional inputs."""
-        return subgraph.program.run(inputs, outer=self.outer)
+        """Run a graph attribute (bound as a :class:`onnxjit.program.Subgraph`) on positional
+        inputs: its program, with a plan per signature like the main graph's."""
+        return subgraph.program.run_subgraph(inputs, self.outer)
 
     def error(self, message: str) -> InvalidArgumentError:
         """An InvalidArgumentError whose message starts with the node and operator."""

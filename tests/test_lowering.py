@@ -76,7 +76,7 @@ def _model():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_fast_paths_agree_with_onnxruntime_while_shapes_change(threads):
+def test_plans_agree_with_onnxruntime_while_shapes_change(threads):
     m = _model()
     so = onnxjit.SessionOptions()
     so.intra_op_num_threads = threads

@@ -560,7 +560,7 @@ def test_head_layouts_parallel_and_dynamic():
     model, feeds = _bshd_model(b=2, h=4, s=128, d=16)
     on = _check(model, feeds, fused=True)
     want = ort_outputs(model, feeds)[0]
-    for _ in range(2):  # the fast path made by the first run, then used
+    for _ in range(2):  # the planning run, then the plan's bound kernel
         np.testing.assert_allclose(on.run(None, feeds)[0], want, rtol=2e-5, atol=2e-6)
     model, feeds = _bshd_model(dyn=True)
     on = _check(model, feeds, fused=True)

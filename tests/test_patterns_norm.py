@@ -277,7 +277,7 @@ def test_skip_layernorm_with_one_row_added_to_every_row(row_shape, row_first, su
     """A BERT embedding adds its token-type row to every position before the LayerNorm,
     and a torch export its (S, n) position table to the (1, S, n) embeddings: the fused
     node's kernel adds either itself (either operand order, any leading 1s), at the first
-    run and in the prepared fast path of later runs, serial and parallel."""
+    run (planning) and in the plan's bound kernel of later runs, serial and parallel."""
     shape = (1, rows, 64)
     row_shape = tuple(rows if d == "rows" else d for d in row_shape)
     b = Builder(F32)
@@ -592,7 +592,7 @@ def test_softmax_near_misses_not_fused(case):
 
 
 # --------------------------------------------------------------------------------------------
-# The row kernels through the standard operators (fast paths of Softmax / LayerNormalization)
+# The row kernels through the standard operators (lowerings of Softmax / LayerNormalization)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64])

@@ -3,7 +3,7 @@ Fortran-order arrays, zero-size dimensions, NaN and Inf, object arrays, Python s
 0-d against shape [1], numpy subclasses.
 
 onnxruntime is the oracle for every row: where it accepts a feed, onnxjit accepts it and gives
-the same values (twice: the second run goes through the session's repeat-feed fast path); where
+the same values (twice: the second run's feed is a known one, checked in one pass); where
 it refuses one, onnxjit raises InvalidInputError naming the input, what was expected and what
 was found. The few rows where following onnxruntime would not be sensible are in DIFFERENCES,
 each with its reason, and are checked against numpy instead.
@@ -209,7 +209,7 @@ def test_accepted_like_onnxruntime(name: str) -> None:
     feed = feed_fn()
     before = {k: np.array(v, copy=True) for k, v in feed.items()}
     assert_same(sess.run(None, feed), want)
-    # The same feed again (the repeat-feed fast path), then the caller's arrays unchanged.
+    # The same feed again (a known feed, checked in one pass), then the caller's arrays unchanged.
     assert_same(sess.run(None, feed), want)
     for k, v in feed.items():
         now = np.asarray(v)

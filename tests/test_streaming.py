@@ -142,7 +142,7 @@ def test_only_cheap_full_size_single_output_kernels_stream():
 def test_session_streams_large_outputs(monkeypatch):
     """Through a session: with the threshold lowered, the output of x / (x * x + 1) is written
     by the streaming kernel (the kernels handed to the pool are recorded) and equals numpy, at the
-    first run (the operator) and the later ones (its prepared fast path)."""
+    first run (planning) and the later ones (the plan's bound kernel)."""
     n = 3 * 4096 + 5
     x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
     graph = helper.make_graph(

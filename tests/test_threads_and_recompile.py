@@ -129,8 +129,8 @@ def test_second_run_calls_only_kernels_of_the_first():
     # A node's first run goes through its implementation, the later ones through the fast
     # path it prepared; both must use the same kernels, or the second run compiles (with an
     # empty cache) what the first did not: here an embedding lookup the size of BERT's (the
-    # implementation took the pool kernel, the fast path the serial one) and a Transpose
-    # (numpy in the implementation, the tiled kernel in the fast path).
+    # implementation took the pool kernel, the lowering the serial one) and a Transpose
+    # (numpy in the implementation, the tiled kernel in the lowering).
     table = np.random.default_rng(0).standard_normal((1000, 256)).astype(np.float32)
     graph = helper.make_graph(
         [

@@ -289,7 +289,7 @@ def run_parallel(kernel: Any, *args: Any, threads: int | None = None) -> None:
 
 def bind(kernel: Any, sample: tuple, threads: int) -> Any:
     """``run_parallel(kernel, *args, threads=threads)`` for arguments of the same types as
-    ``sample`` (dtypes, ranks, layouts: what fast paths guarantee), with the generated entry
+    ``sample`` (dtypes, ranks, layouts: what a plan guarantees), with the generated entry
     looked up once instead of at every call."""
     entry = None
     if threads > 1:
