@@ -363,13 +363,18 @@ class _Planner:
                 self.made[s] = step.index
         args = [self.env.get(s) if s >= 0 else None for s in step.in_slots]
         try:
-            if self._foldable(step) and self._fold(step, self._call_generic(step, args)):
-                return
-            # a node of constants whose result is too large to keep runs as any other
+            folded = None
+            if self._foldable(step):
+                folded = self._call_generic(step, args)
+                if self._fold(step, folded):
+                    return
+            # A node of constants whose result is too large to keep runs as any other; where
+            # it has no lowering, the result just computed is this run's (computing it again
+            # would count its bytes twice against the run's cap).
             specs = tuple(plan.specs.get(s) if s >= 0 else None for s in step.in_slots)
             bound = self._lower(step, specs)
             if bound is None:
-                results = self._call_generic(step, args)
+                results = folded if folded is not None else self._call_generic(step, args)
                 ps = PlannedStep(step, None, _impl_name(step))
             else:
                 ps = self._inplace(step, bound)
