@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
+from .._jit import njit
+from .runtime.twins import twins
 
 _F16_MAX_ROUNDED = 65520.0  # the smallest magnitude that float16 rounds to infinity
 
@@ -48,13 +48,14 @@ def round_array(a, mode):
 
 
 @njit(inline="always")
-def _softmax_row(s, bias, qk, r, br, softcap, tmode, smode, qk_mode):
+def _softmax_row(s, bias, qk, r, bias_of_row, softcap, tmode, smode, qk_mode):
     """One attention row: softcap, bias, softmax with the fully-masked-row guard.
 
-    ``s[r]`` holds the raw scores and receives the probabilities; ``bias[br]`` is the additive
-    bias row; ``qk[r]`` receives the optional debug output chosen by ``qk_mode`` (0 raw,
-    1 after softcap, 2 after bias, 3 probabilities) when ``qk_mode >= 0``.
+    ``s[r]`` holds the raw scores and receives the probabilities; ``bias[bias_of_row[r]]`` is
+    the additive bias row; ``qk[r]`` receives the optional debug output chosen by ``qk_mode``
+    (0 raw, 1 after softcap, 2 after bias, 3 probabilities) when ``qk_mode >= 0``.
     """
+    br = bias_of_row[r]
     n = s.shape[1]
     m = -np.inf
     bmax = -np.inf
@@ -106,23 +107,12 @@ def _softmax_row(s, bias, qk, r, br, softcap, tmode, smode, qk_mode):
             qk[r, j] = p
 
 
-@njit
-def softmax_rows(s, bias, bias_of_row, qk, softcap, tmode, smode, qk_mode):
-    """Masked softmax over the rows of ``s`` (rows, n); row ``r`` uses ``bias[bias_of_row[r]]``."""
-    for r in range(s.shape[0]):
-        _softmax_row(s, bias, qk, r, bias_of_row[r], softcap, tmode, smode, qk_mode)
-
-
-@pjit
-def softmax_rows_par(ctl, s, bias, bias_of_row, qk, softcap, tmode, smode, qk_mode):
-    """Parallel twin of :func:`softmax_rows` (call through ``run_parallel``)."""
-    n_items = s.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _softmax_row(s, bias, qk, r, bias_of_row[r], softcap, tmode, smode, qk_mode)
+softmax_rows, softmax_rows_par = twins(
+    "softmax_rows(s, bias, bias_of_row, qk, softcap, tmode, smode, qk_mode)",
+    _softmax_row,
+    items={"r": "s.shape[0]"},
+    doc="Masked softmax over the rows of ``s`` (rows, n); row ``r`` uses ``bias[bias_of_row[r]]``.",
+)
 
 
 @njit

@@ -22,9 +22,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.linalg import ensure_blas, get_blas_kind
 
-from .._jit import njit, pjit
+from .._jit import njit
 from .epilogue import ACT_NONE, activate
-from .runtime.chunks import claim
+from .runtime.twins import twins
 from .ukernel import float_arrays, pack_panel, ukernel
 from .ukernel import geometry as ugeometry
 
@@ -429,27 +429,17 @@ def gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
     gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, k)
 
 
-@njit(fma=True)
-def gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk):
-    """:func:`gemm` with the inner dimension of each tile in chunks of ``tk`` (one BLAS call
+# gemm_ks_par is also the pool twin of gemm (with tk = k).
+gemm_ks, gemm_ks_par = twins(
+    "gemm_ks(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk)",
+    _tile,
+    setup="gm, gn = _tile_counts(m, n, tm, tn)",
+    items={"t": "batch * gm * gn"},
+    fma=True,
+    doc=""":func:`gemm` with the inner dimension of each tile in chunks of ``tk`` (one BLAS call
     each, accumulating; ``tk >= k``: one call): tiles that OpenBLAS multiplies without
-    packing its operands when ``k`` alone is too long for that."""
-    gm, gn = _tile_counts(m, n, tm, tn)
-    for t in range(batch * gm * gn):
-        _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk)
-
-
-@pjit(fma=True)
-def gemm_ks_par(ctl, batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn, tk):
-    """Pool twin of :func:`gemm_ks` (and, with ``tk = k``, of :func:`gemm`)."""
-    gm, gn = _tile_counts(m, n, tm, tn)
-    n_items = batch * gm * gn
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for t in range(chunk_lo, chunk_hi):
-            _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk)
+    packing its operands when ``k`` alone is too long for that.""",
+)
 
 
 def _ceil_div(a: int, b: int) -> int:

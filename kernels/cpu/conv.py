@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import njit, pjit
+from .._jit import njit
 from .blas import A_PACKED, block_geometry, gemm_call
 from .epilogue import ACT_NONE, activate
-from .runtime.chunks import claim
+from .runtime.twins import twins
 from .shuffle import T16, deinterleave2, split_row, transpose16
 
 
@@ -114,28 +114,14 @@ def _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx):
                 _copy_run(dst, base, xf, src, ulo, uhi, uow, sw, usw)
 
 
-@njit
-def im2col(x, c0, cg, k, st, dl, pb, osz, col):
-    """Unfold channels ``c0 .. c0+cg`` of ``x`` (N, C, D, H, W) into ``col`` (N, cg*KD*KH*KW,
-    OD*OH*OW): row ``(c, kd, kh, kw)``, column ``(od, oh, ow)``; padding taps are zero."""
-    N, C, D, H, W = x.shape
-    xf = x.reshape(-1)
-    for idx in range(N * cg * k[0] * k[1]):
-        _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx)
-
-
-@pjit
-def im2col_par(ctl, x, c0, cg, k, st, dl, pb, osz, col):
-    """Pool twin of :func:`im2col` (items: image, channel and the (kd, kh) tap row)."""
-    N, C, D, H, W = x.shape
-    xf = x.reshape(-1)
-    n_items = N * cg * k[0] * k[1]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            _im2col_item(xf, C, D, H, W, c0, cg, k, st, dl, pb, osz, col, idx)
+im2col, im2col_par = twins(
+    "im2col(x, c0, cg, k, st, dl, pb, osz, col)",
+    _im2col_item,
+    setup=("N, C, D, H, W = x.shape", "xf = x.reshape(-1)"),
+    items={"idx": "N * cg * k[0] * k[1]"},
+    doc="""Unfold channels ``c0 .. c0+cg`` of ``x`` (N, C, D, H, W) into ``col`` (N, cg*KD*KH*KW,
+    OD*OH*OW): row ``(c, kd, kh, kw)``, column ``(od, oh, ow)``; padding taps are zero.""",
+)
 
 
 @njit
@@ -183,32 +169,19 @@ def _gather_item(xf, C, V, c0, cg, tab, col, idx, vol):
             dst[t] = vol[ti[t]]
 
 
-@njit
-def im2col_gather(x, c0, cg, tab, col):
-    """:func:`im2col` through a :func:`gather_table` ``tab`` (for small output planes, where
-    the per-run cost of the run copies dominates)."""
-    N, C = x.shape[0], x.shape[1]
-    V = x.shape[2] * x.shape[3] * x.shape[4]
-    xf = x.reshape(-1)
-    vol = np.empty(V + 1, x.dtype)
-    for idx in range(N * cg):
-        _gather_item(xf, C, V, c0, cg, tab, col, idx, vol)
-
-
-@pjit
-def im2col_gather_par(ctl, x, c0, cg, tab, col):
-    """Pool twin of :func:`im2col_gather` (items: image and channel)."""
-    N, C = x.shape[0], x.shape[1]
-    V = x.shape[2] * x.shape[3] * x.shape[4]
-    xf = x.reshape(-1)
-    vol = np.empty(V + 1, x.dtype)
-    n_items = N * cg
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            _gather_item(xf, C, V, c0, cg, tab, col, idx, vol)
+im2col_gather, im2col_gather_par = twins(
+    "im2col_gather(x, c0, cg, tab, col)",
+    _gather_item,
+    setup=(
+        "N, C = x.shape[0], x.shape[1]",
+        "V = x.shape[2] * x.shape[3] * x.shape[4]",
+        "xf = x.reshape(-1)",
+        "vol = np.empty(V + 1, x.dtype)",
+    ),
+    items={"idx": "N * cg"},
+    doc=""":func:`im2col` through a :func:`gather_table` ``tab`` (for small output planes, where
+    the per-run cost of the run copies dominates).""",
+)
 
 
 @njit(inline="always")
@@ -236,24 +209,13 @@ def _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg):
                                 y[n, m0 + m, d, h, w] += col[n, row, base + iw]
 
 
-@njit
-def col2im(col, m0, mg, k, st, dl, pb, isz, y):
-    """Fold ``col`` (N, mg*KD*KH*KW, ID*IH*IW) into channels ``m0 .. m0+mg`` of ``y`` (N, M,
-    OD, OH, OW) by accumulation (the adjoint of :func:`im2col`; used by ConvTranspose)."""
-    for idx in range(col.shape[0] * mg):
-        _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg)
-
-
-@pjit
-def col2im_par(ctl, col, m0, mg, k, st, dl, pb, isz, y):
-    """Parallel twin of :func:`col2im` (each thread owns whole output planes)."""
-    n_items = col.shape[0] * mg
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            _col2im_one(col, m0, k, st, dl, pb, isz, y, idx, mg)
+col2im, col2im_par = twins(
+    "col2im(col, m0, mg, k, st, dl, pb, isz, y)",
+    _col2im_one,
+    items={"idx": "col.shape[0] * mg"},
+    doc="""Fold ``col`` (N, mg*KD*KH*KW, ID*IH*IW) into channels ``m0 .. m0+mg`` of ``y`` (N, M,
+    OD, OH, OW) by accumulation (the adjoint of :func:`im2col`; used by ConvTranspose).""",
+)
 
 
 @njit(inline="always")
@@ -436,47 +398,27 @@ def _dw_bufs(x, g, st, osz, pad):
     return bf, wide
 
 
-@njit(fma=True)
-def depthwise(x, wm, k, st, dl, pb, y, mult, ep):
-    """Depthwise convolution (group == C) with its epilogue: output channel ``m`` of ``y``
+depthwise, depthwise_par = twins(
+    "depthwise(x, wm, k, st, dl, pb, y, mult, ep)",
+    _dw_plane,
+    setup=(
+        "N, C, D, H, W = x.shape",
+        "M = y.shape[1]",
+        "osz = y.shape[2:]",
+        "xf = x.reshape(-1)",
+        "yf = y.reshape(-1)",
+        "g = _dw_geom(x, k, st, dl, pb, osz)",
+        "bf, wide = _dw_bufs(x, g, st, osz, 0)",
+    ),
+    items={"idx": "N * M"},
+    state="last = -1",
+    fma=True,
+    doc="""Depthwise convolution (group == C) with its epilogue: output channel ``m`` of ``y``
     (N, M, OD, OH, OW) convolves input channel ``m // mult`` of ``x`` (N, C, D, H, W) with the
     taps ``wm[m]`` (``wm`` is (M, KD*KH*KW), M = C * mult), then ``y = act(y + bias[m] +
     res)`` with ``ep = (bias, has_bias, res, has_res, act, p0, p1)``, ``res`` flat like ``y``.
-    Direct loops: no im2col buffer, no GEMM."""
-    N, C, D, H, W = x.shape
-    M = y.shape[1]
-    osz = y.shape[2:]
-    xf = x.reshape(-1)
-    yf = y.reshape(-1)
-    g = _dw_geom(x, k, st, dl, pb, osz)
-    bf, wide = _dw_bufs(x, g, st, osz, 0)
-    last = -1
-    for idx in range(N * M):
-        last = _dw_plane(
-            xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide, last, ep
-        )
-
-
-@pjit(fma=True)
-def depthwise_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
-    """Pool twin of :func:`depthwise` (items: (image, channel) planes)."""
-    N, C, D, H, W = x.shape
-    M = y.shape[1]
-    osz = y.shape[2:]
-    xf = x.reshape(-1)
-    yf = y.reshape(-1)
-    g = _dw_geom(x, k, st, dl, pb, osz)
-    bf, wide = _dw_bufs(x, g, st, osz, 0)
-    last = -1
-    n_items = N * M
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            last = _dw_plane(
-                xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide, last, ep
-            )
+    Direct loops: no im2col buffer, no GEMM.""",
+)
 
 
 # -- 3x3 depthwise, stride 1 or 2, one pixel of padding (MobileNet's geometry) ---------------
@@ -706,36 +648,23 @@ def _dw3_bufs(x, s):
     return np.empty(n, x.dtype), np.empty(n, x.dtype)
 
 
-@njit(fma=True)
-def depthwise3(x, wm, k, st, dl, pb, y, mult, ep):
-    """:func:`depthwise` for 2-D 3x3 kernels of stride 1 or 2 with one pixel of padding
+depthwise3, depthwise3_par = twins(
+    "depthwise3(x, wm, k, st, dl, pb, y, mult, ep)",
+    _dw3_plane,
+    setup=(
+        "N, C, D, H, W = x.shape",
+        "M = y.shape[1]",
+        "s = st[2]",
+        "xf, yf = x.reshape(-1), y.reshape(-1)",
+        "ev, od = _dw3_bufs(x, s)",
+    ),
+    items={"idx": "N * M"},
+    fma=True,
+    doc=""":func:`depthwise` for 2-D 3x3 kernels of stride 1 or 2 with one pixel of padding
     before each axis, no dilation and one output per channel (``wm`` (C, 9)); the caller
     checks the geometry: H, W >= 2, W even for stride 2, and the output size the padding
-    implies (``(H - 1) // s + 1`` by ``(W - 1) // s + 1``; taps past the input read zero)."""
-    N, C, D, H, W = x.shape
-    M = y.shape[1]
-    s = st[2]
-    xf, yf = x.reshape(-1), y.reshape(-1)
-    ev, od = _dw3_bufs(x, s)
-    for idx in range(N * M):
-        _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od)
-
-
-@pjit(fma=True)
-def depthwise3_par(ctl, x, wm, k, st, dl, pb, y, mult, ep):
-    """Pool twin of :func:`depthwise3` (items: (image, channel) planes)."""
-    N, C, D, H, W = x.shape
-    M = y.shape[1]
-    s = st[2]
-    xf, yf = x.reshape(-1), y.reshape(-1)
-    ev, od = _dw3_bufs(x, s)
-    n_items = N * M
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od)
+    implies (``(H - 1) // s + 1`` by ``(W - 1) // s + 1``; taps past the input read zero).""",
+)
 
 
 # Channels per block of the small-plane depthwise kernel: one 16-lane float32 vector, the
@@ -911,37 +840,23 @@ def _dw_tile_bufs(x, k, st, dl, pb, osz):
     return tb, acc, (offs[0], offs[1], rows16, spots)
 
 
-@njit(fma=True)
-def depthwise_tiles(x, wx, k, st, dl, pb, y, mult, ep):
-    """Depthwise convolution of small 2-D planes (``x`` (N, C, 1, H, W), ``k[0] == 1``) with
+depthwise_tiles, depthwise_tiles_par = twins(
+    "depthwise_tiles(x, wx, k, st, dl, pb, y, mult, ep)",
+    _dw_tile_block,
+    setup=(
+        "N, C, D, H, W = x.shape",
+        "M = y.shape[1]",
+        "osz = y.shape[2:]",
+        "xf = x.reshape(-1)",
+        "yf = y.reshape(-1)",
+        "tb, acc, idx = _dw_tile_bufs(x, k, st, dl, pb, osz)",
+    ),
+    items={"blk": "N * ((M + DW_LANES - 1) // DW_LANES)"},
+    fma=True,
+    doc="""Depthwise convolution of small 2-D planes (``x`` (N, C, 1, H, W), ``k[0] == 1``) with
     its epilogue, as :func:`depthwise` but DW_LANES channels at a time (see
-    :func:`_dw_tile_block` for ``wx``, which carries the bias: ``ep``'s is not read)."""
-    N, C, D, H, W = x.shape
-    M = y.shape[1]
-    osz = y.shape[2:]
-    xf = x.reshape(-1)
-    yf = y.reshape(-1)
-    tb, acc, idx = _dw_tile_bufs(x, k, st, dl, pb, osz)
-    for blk in range(N * ((M + DW_LANES - 1) // DW_LANES)):
-        _dw_tile_block(xf, C, H, W, wx, k, st, dl, osz, yf, M, mult, blk, tb, acc, idx, ep)
-
-
-@pjit(fma=True)
-def depthwise_tiles_par(ctl, x, wx, k, st, dl, pb, y, mult, ep):
-    """Pool twin of :func:`depthwise_tiles` (items: (image, channel block) pairs)."""
-    N, C, D, H, W = x.shape
-    M = y.shape[1]
-    osz = y.shape[2:]
-    xf = x.reshape(-1)
-    yf = y.reshape(-1)
-    tb, acc, idx = _dw_tile_bufs(x, k, st, dl, pb, osz)
-    n_items = N * ((M + DW_LANES - 1) // DW_LANES)
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for blk in range(chunk_lo, chunk_hi):
-            _dw_tile_block(xf, C, H, W, wx, k, st, dl, osz, yf, M, mult, blk, tb, acc, idx, ep)
+    :func:`_dw_tile_block` for ``wx``, which carries the bias: ``ep``'s is not read).""",
+)
 
 
 @njit(inline="always")
@@ -1037,43 +952,26 @@ def _spans(W, k, st, dl, pb, OW):
     return spans
 
 
-@njit(fma=True)
-def conv_rows(x, w2, wp, k, st, dl, pb, y, ep, tm, rpb, tk):
-    """Convolution (group 1) of ``x`` (N, C, D, H, W) with ``w2`` (M, C*KD*KH*KW) into ``y``
+conv_rows, conv_rows_par = twins(
+    "conv_rows(x, w2, wp, k, st, dl, pb, y, ep, tm, rpb, tk)",
+    _conv_rows_item,
+    setup=(
+        "N, C, D, H, W = x.shape",
+        "M, Kt = w2.shape",
+        "osz = y.shape[2:]",
+        "R = osz[0] * osz[1]",
+        "spans = _spans(W, k, st, dl, pb, osz[2])",
+        "blk = np.empty(Kt * rpb * osz[2], x.dtype)",
+        "xf, wf, yf = x.reshape(-1), wp, y.reshape(-1)",
+    ),
+    items={"item": "N * ((R + rpb - 1) // rpb)"},
+    fma=True,
+    doc="""Convolution (group 1) of ``x`` (N, C, D, H, W) with ``w2`` (M, C*KD*KH*KW) into ``y``
     (N, M, OD, OH, OW) plus the epilogue ``ep = (bias, has_bias, res, has_res, act, p0, p1)``
     (``res`` flat like ``y``), by blocks of ``rpb`` output rows: the block's im2col columns
     are built in a buffer that stays in cache, then multiplied by the GEMM micro-kernel in
     ``tm``-row tiles (a multiple of MR, or all of M), each followed by its epilogue (the inner
     dimension in chunks of ``tk``). ``wp`` is ``w2`` in the panels of
     :func:`onnxjit.kernels.cpu.blas.pack_a`. No im2col matrix of the whole image is ever
-    written."""
-    N, C, D, H, W = x.shape
-    M, Kt = w2.shape
-    osz = y.shape[2:]
-    R = osz[0] * osz[1]
-    spans = _spans(W, k, st, dl, pb, osz[2])
-    blk = np.empty(Kt * rpb * osz[2], x.dtype)
-    xf, wf, yf = x.reshape(-1), wp, y.reshape(-1)
-    for item in range(N * ((R + rpb - 1) // rpb)):
-        _conv_rows_item(xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb,
-                        tk, item, blk)  # fmt: skip
-
-
-@pjit(fma=True)
-def conv_rows_par(ctl, x, w2, wp, k, st, dl, pb, y, ep, tm, rpb, tk):
-    """Pool twin of :func:`conv_rows` (items: blocks of output rows of each image)."""
-    N, C, D, H, W = x.shape
-    M, Kt = w2.shape
-    osz = y.shape[2:]
-    R = osz[0] * osz[1]
-    spans = _spans(W, k, st, dl, pb, osz[2])
-    blk = np.empty(Kt * rpb * osz[2], x.dtype)
-    xf, wf, yf = x.reshape(-1), wp, y.reshape(-1)
-    n_items = N * ((R + rpb - 1) // rpb)
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for item in range(chunk_lo, chunk_hi):
-            _conv_rows_item(xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm,
-                            rpb, tk, item, blk)  # fmt: skip
+    written.""",
+)

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import njit, pjit
+from .._jit import njit
 from .blas import block_geometry
 from .epilogue import activate
-from .runtime.chunks import claim
+from .runtime.twins import twins
 from .shuffle import split_row
 from .ukernel import ukernel
 
@@ -274,28 +274,17 @@ def _setup(x, y, ep, tm, tile_rows):
     return (ph, vb, mbuf, stage, res4), n_items
 
 
-@njit(fma=True)
-def conv_winograd(x, up, y, ep, pads, tm, tile_rows, tk):
-    """3x3 stride-1 convolution of ``x`` (N, C, H, W) with transformed weights ``up``
+conv_winograd, conv_winograd_par = twins(
+    "conv_winograd(x, up, y, ep, pads, tm, tile_rows, tk)",
+    _item,
+    setup="scratch, n_work = _setup(x, y, ep, tm, tile_rows)",
+    items={"item": "n_work"},
+    state="last = -1",
+    fma=True,
+    doc="""3x3 stride-1 convolution of ``x`` (N, C, H, W) with transformed weights ``up``
     (:func:`weights`) into ``y`` (N, M, OH, OW), plus the epilogue ``ep = (bias, has_bias,
     res, has_res, act, p0, p1)`` (``res`` flat like ``y``). ``pads = (pt, pl)``: leading pads
     (the trailing ones follow from the shapes). Items of ``tile_rows`` rows of 2x2 tiles and
     ``tm`` output channels (a multiple of MR, or all of M), the inner dimension in chunks of
-    ``tk``."""
-    scratch, n_items = _setup(x, y, ep, tm, tile_rows)
-    last = -1
-    for item in range(n_items):
-        last = _item(x, up, y, ep, pads, tm, tile_rows, tk, item, last, scratch)
-
-
-@pjit(fma=True)
-def conv_winograd_par(ctl, x, up, y, ep, pads, tm, tile_rows, tk):
-    """Pool twin of :func:`conv_winograd` (threads claim runs of items)."""
-    scratch, n_items = _setup(x, y, ep, tm, tile_rows)
-    last = -1
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for item in range(chunk_lo, chunk_hi):
-            last = _item(x, up, y, ep, pads, tm, tile_rows, tk, item, last, scratch)
+    ``tk``.""",
+)

@@ -18,9 +18,9 @@ specialisations). Parameters are passed in ``y``'s dtype so that float32 stays f
 
 from __future__ import annotations
 
-from .._jit import njit, pjit
+from .._jit import njit
 from ..vecmath import vgelu, vgelu_tanh, vsigmoid, vtanh
-from .runtime.chunks import claim
+from .runtime.twins import twins
 
 # Activation codes (shared with onnxjit.ops.fused_gemm / fused_conv).
 ACT_NONE = 0
@@ -107,23 +107,13 @@ def _row(y, r, alpha, bias, has_bias, act, p0, p1):
     activate(v, act, p0, p1)
 
 
-@njit(fma=True)
-def rows(y, alpha, bias, has_bias, act, p0, p1):
-    """``y[r, :] = act(alpha * y[r, :] + bias)`` in place for every row of ``y`` (R, C)."""
-    for r in range(y.shape[0]):
-        _row(y, r, alpha, bias, has_bias, act, p0, p1)
-
-
-@pjit(fma=True)
-def rows_par(ctl, y, alpha, bias, has_bias, act, p0, p1):
-    """Parallel twin of :func:`rows` (threads over rows)."""
-    n_items = y.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _row(y, r, alpha, bias, has_bias, act, p0, p1)
+rows, rows_par = twins(
+    "rows(y, alpha, bias, has_bias, act, p0, p1)",
+    _row,
+    items={"r": "y.shape[0]"},
+    fma=True,
+    doc="""``y[r, :] = act(alpha * y[r, :] + bias)`` in place for every row of ``y`` (R, C).""",
+)
 
 
 @njit(inline="always")
@@ -149,20 +139,10 @@ def _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1):
     activate(v, act, p0, p1)
 
 
-@njit(fma=True)
-def planes(y, bias, has_bias, res, has_res, act, p0, p1):
-    """``y[n, m, :] = act(y[n, m, :] + bias[m] + res[n, m, :])`` in place for ``y`` (N, M, S)."""
-    for idx in range(y.shape[0] * y.shape[1]):
-        _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1)
-
-
-@pjit(fma=True)
-def planes_par(ctl, y, bias, has_bias, res, has_res, act, p0, p1):
-    """Parallel twin of :func:`planes` (threads over (image, channel) planes)."""
-    n_items = y.shape[0] * y.shape[1]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            _plane(y, idx, bias, has_bias, res, has_res, act, p0, p1)
+planes, planes_par = twins(
+    "planes(y, bias, has_bias, res, has_res, act, p0, p1)",
+    _plane,
+    items={"idx": "y.shape[0] * y.shape[1]"},
+    fma=True,
+    doc="``y[n, m, :] = act(y[n, m, :] + bias[m] + res[n, m, :])`` in place for ``y`` (N, M, S).",
+)

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
+from .._jit import njit
+from .runtime.twins import twins
 
 PT_NONE = 0
 PT_SOFTMAX = 1
@@ -137,24 +137,14 @@ def _normalize_row(x, kind, y, r):
             y[r, j] = np.float64(x[r, j]) / d
 
 
-@njit
-def normalize_rows(x, kind, y):
-    """Normalizer: each row of ``x`` [N, C] (any real type, computed in float64) divided by
+normalize_rows, normalize_rows_par = twins(
+    "normalize_rows(x, kind, y)",
+    _normalize_row,
+    items={"r": "x.shape[0]"},
+    doc="""Normalizer: each row of ``x`` [N, C] (any real type, computed in float64) divided by
     its max (MAX), sum of |v| (L1) or Euclidean norm (L2) into ``y`` [N, C] (float32); a row
-    whose norm is 0 is copied unchanged."""
-    for r in range(x.shape[0]):
-        _normalize_row(x, kind, y, r)
-
-
-@pjit
-def normalize_rows_par(ctl, x, kind, y):
-    """Pool twin of :func:`normalize_rows`."""
-    while True:
-        lo, hi = claim(ctl, x.shape[0])
-        if lo >= hi:
-            break
-        for r in range(lo, hi):
-            _normalize_row(x, kind, y, r)
+    whose norm is 0 is copied unchanged.""",
+)
 
 
 @njit(inline="always")
@@ -163,23 +153,13 @@ def _scale_row(x, offset, scale, y, r):
         y[r, j] = (np.float32(x[r, j]) - offset[j]) * scale[j]
 
 
-@njit
-def scale_rows(x, offset, scale, y):
-    """Scaler: ``y = (float32(x) - offset) * scale`` in float32, ``x``/``y`` [N, F], ``offset``
-    and ``scale`` float32 [F]."""
-    for r in range(x.shape[0]):
-        _scale_row(x, offset, scale, y, r)
-
-
-@pjit
-def scale_rows_par(ctl, x, offset, scale, y):
-    """Pool twin of :func:`scale_rows`."""
-    while True:
-        lo, hi = claim(ctl, x.shape[0])
-        if lo >= hi:
-            break
-        for r in range(lo, hi):
-            _scale_row(x, offset, scale, y, r)
+scale_rows, scale_rows_par = twins(
+    "scale_rows(x, offset, scale, y)",
+    _scale_row,
+    items={"r": "x.shape[0]"},
+    doc="""Scaler: ``y = (float32(x) - offset) * scale`` in float32, ``x``/``y`` [N, F],
+    ``offset`` and ``scale`` float32 [F].""",
+)
 
 
 @njit(inline="always")
@@ -250,30 +230,20 @@ def _classify_row(x, r, w, b, post, mode, label_values, labels, z, s, tmp):
         z[r, 1] = v
 
 
-@njit
-def linear_classify(x, w, b, post, mode, label_values, labels, z):
-    """LinearClassifier: ``x`` [N, F] (any real type, rounded to float32), weights ``w`` [C, F]
-    and bias ``b`` [C] (float32): labels [N] (``label_values`` of the winning column) and scores
-    ``z`` [N, C'] float32 by ``mode`` (LC_*): LC_ARGMAX post-transforms every column (in
+# per call and thread: the row's scores (float32) and the post-transform's scratch (float64)
+_SCRATCH = ("s = np.empty(w.shape[0], np.float32)", "tmp = np.empty((1, w.shape[0]), np.float64)")
+
+linear_classify, linear_classify_par = twins(
+    "linear_classify(x, w, b, post, mode, label_values, labels, z)",
+    _classify_row,
+    setup=_SCRATCH,
+    items={"r": "x.shape[0]"},
+    doc="""LinearClassifier: ``x`` [N, F] (any real type, rounded to float32), weights ``w``
+    [C, F] and bias ``b`` [C] (float32): labels [N] (``label_values`` of the winning column) and
+    scores ``z`` [N, C'] float32 by ``mode`` (LC_*): LC_ARGMAX post-transforms every column (in
     float64); LC_BINARY gives [probit(s), 0] (PROBIT), [logistic(-s), logistic(s)] (LOGISTIC)
-    or [1 - s, s]; LC_SINGLE gives probit(s) (PROBIT) or s."""
-    s = np.empty(w.shape[0], np.float32)
-    tmp = np.empty((1, w.shape[0]), np.float64)
-    for r in range(x.shape[0]):
-        _classify_row(x, r, w, b, post, mode, label_values, labels, z, s, tmp)
-
-
-@pjit
-def linear_classify_par(ctl, x, w, b, post, mode, label_values, labels, z):
-    """Pool twin of :func:`linear_classify`."""
-    s = np.empty(w.shape[0], np.float32)
-    tmp = np.empty((1, w.shape[0]), np.float64)
-    while True:
-        lo, hi = claim(ctl, x.shape[0])
-        if lo >= hi:
-            break
-        for r in range(lo, hi):
-            _classify_row(x, r, w, b, post, mode, label_values, labels, z, s, tmp)
+    or [1 - s, s]; LC_SINGLE gives probit(s) (PROBIT) or s.""",
+)
 
 
 @njit(inline="always")
@@ -282,27 +252,14 @@ def _regress_row(x, r, w, b, post, z, s, tmp):
     _post_row(s, post, tmp, z, r)
 
 
-@njit
-def linear_regress(x, w, b, post, z):
-    """LinearRegressor: ``z`` [N, T] float32 = x . w[k] + b[k] as :func:`linear_classify`
-    computes scores, then post-transform ``post`` (in float64)."""
-    s = np.empty(w.shape[0], np.float32)
-    tmp = np.empty((1, w.shape[0]), np.float64)
-    for r in range(x.shape[0]):
-        _regress_row(x, r, w, b, post, z, s, tmp)
-
-
-@pjit
-def linear_regress_par(ctl, x, w, b, post, z):
-    """Pool twin of :func:`linear_regress`."""
-    s = np.empty(w.shape[0], np.float32)
-    tmp = np.empty((1, w.shape[0]), np.float64)
-    while True:
-        lo, hi = claim(ctl, x.shape[0])
-        if lo >= hi:
-            break
-        for r in range(lo, hi):
-            _regress_row(x, r, w, b, post, z, s, tmp)
+linear_regress, linear_regress_par = twins(
+    "linear_regress(x, w, b, post, z)",
+    _regress_row,
+    setup=_SCRATCH,
+    items={"r": "x.shape[0]"},
+    doc="""LinearRegressor: ``z`` [N, T] float32 = x . w[k] + b[k] as :func:`linear_classify`
+    computes scores, then post-transform ``post`` (in float64).""",
+)
 
 
 @njit

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .._jit import njit, pjit
+from .._jit import njit
 from ..vecmath import (
     EXP_NONPOS_NORMAL_MIN,
     fence,
@@ -21,8 +21,8 @@ from ..vecmath import (
     vexp_nonpos,
     vexp_nonpos_normal,
 )
-from .runtime.chunks import claim
 from .runtime.prefetch import NEXT_ROW, prefetch_all
+from .runtime.twins import twins
 
 # Reassociation only: lets LLVM vectorise sums (a different summation order); NaN, inf and
 # signed zeros keep their IEEE meaning.
@@ -64,24 +64,14 @@ def _softmax_block(x, y, o, log):
                 y[o, k, i] = y[o, k, i] * sm[i]
 
 
-@njit(fma=True)
-def softmax(x, y, log):
-    """Softmax (``log=False``) or log-softmax (``log=True``) of ``x`` (outer, n, inner) over
-    axis 1, written into ``y`` (same shape and dtype). Numerically stable (subtracts the max)."""
-    for o in range(x.shape[0]):
-        _softmax_block(x, y, o, log)
-
-
-@pjit(fma=True)
-def softmax_par(ctl, x, y, log):
-    """Parallel twin of :func:`softmax` (threads over the outer axis)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for o in range(chunk_lo, chunk_hi):
-            _softmax_block(x, y, o, log)
+softmax, softmax_par = twins(
+    "softmax(x, y, log)",
+    _softmax_block,
+    items={"o": "x.shape[0]"},
+    fma=True,
+    doc="""Softmax (``log=False``) or log-softmax (``log=True``) of ``x`` (outer, n, inner) over
+    axis 1, written into ``y`` (same shape and dtype). Numerically stable (subtracts the max).""",
+)
 
 
 @njit(fastmath={"nnan", "nsz", "reassoc"})
@@ -152,26 +142,17 @@ def _softmax_row(x, y, r, log):
             y[r, j] = y[r, j] * inv
 
 
-@njit(fastmath=_REASSOC, fma=True)
-def softmax_rows(x, y, log):
-    """Softmax (or log-softmax) of each row of ``x`` (R, n) into ``y`` (same shape and type).
+softmax_rows, softmax_rows_par = twins(
+    "softmax_rows(x, y, log)",
+    _softmax_row,
+    items={"r": "x.shape[0]"},
+    fastmath=_REASSOC,
+    fma=True,
+    doc="""Softmax (or log-softmax) of each row of ``x`` (R, n) into ``y`` (same shape and type).
 
     The row is read three times while it stays in cache: max, exp and sum, scale. Partial
-    sums are kept in x's type."""
-    for r in range(x.shape[0]):
-        _softmax_row(x, y, r, log)
-
-
-@pjit(fastmath=_REASSOC, fma=True)
-def softmax_rows_par(ctl, x, y, log):
-    """Pool twin of :func:`softmax_rows` (threads claim blocks of rows)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _softmax_row(x, y, r, log)
+    sums are kept in x's type.""",
+)
 
 
 @njit

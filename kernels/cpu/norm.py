@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
+from .._jit import njit
+from .runtime.twins import twins
 
 # Reassociation only (see the row kernels below).
 _REASSOC = {"reassoc"}
@@ -34,25 +34,14 @@ def _row(x, scale, bias, eps_in, eps_out, y, mean, inv, r):
         y[r, j] = (x[r, j] - m) * iv * scale[j] + bias[j]
 
 
-@njit
-def standardize_rows(x, scale, bias, eps_in, eps_out, y, mean, inv):
-    """For each row ``r`` of ``x`` (R, n): ``y = (x - mean) / (sqrt(var + eps_in) + eps_out)
+standardize_rows, standardize_rows_par = twins(
+    "standardize_rows(x, scale, bias, eps_in, eps_out, y, mean, inv)",
+    _row,
+    items={"r": "x.shape[0]"},
+    doc="""For each row ``r`` of ``x`` (R, n): ``y = (x - mean) / (sqrt(var + eps_in) + eps_out)
     * scale + bias`` with ``scale``/``bias`` of length n; writes ``mean[r]`` and the inverse
-    denominator ``inv[r]`` (float64 arrays of length R). Serves LayerNormalization and MVN."""
-    for r in range(x.shape[0]):
-        _row(x, scale, bias, eps_in, eps_out, y, mean, inv, r)
-
-
-@pjit
-def standardize_rows_par(ctl, x, scale, bias, eps_in, eps_out, y, mean, inv):
-    """Parallel twin of :func:`standardize_rows` (threads over rows)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _row(x, scale, bias, eps_in, eps_out, y, mean, inv, r)
+    denominator ``inv[r]`` (float64 arrays of length R). Serves LayerNormalization and MVN.""",
+)
 
 
 @njit(inline="always")
@@ -81,55 +70,31 @@ def _group(x, groups, scale, bias, eps, y, idx):
             y[n, c, s] = x[n, c, s] * a + b
 
 
-@njit
-def group_norm(x, groups, scale, bias, eps, y):
-    """Normalise ``x`` (N, C, S) over each group of ``C // groups`` consecutive channels (and
+group_norm, group_norm_par = twins(
+    "group_norm(x, groups, scale, bias, eps, y)",
+    _group,
+    items={"idx": "x.shape[0] * groups"},
+    doc="""Normalise ``x`` (N, C, S) over each group of ``C // groups`` consecutive channels (and
     all of S), then apply the per-channel ``scale``/``bias`` (length C). InstanceNormalization
-    is ``groups == C``."""
-    for idx in range(x.shape[0] * groups):
-        _group(x, groups, scale, bias, eps, y, idx)
+    is ``groups == C``.""",
+)
 
 
-@pjit
-def group_norm_par(ctl, x, groups, scale, bias, eps, y):
-    """Parallel twin of :func:`group_norm` (threads over (batch, group) pairs)."""
-    n_items = x.shape[0] * groups
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            _group(x, groups, scale, bias, eps, y, idx)
+@njit(inline="always")
+def _affine_plane(x, a, b, y, S, n, c):
+    ac = a[c]
+    bc = b[c]
+    for s in range(S):
+        y[n, c, s] = x[n, c, s] * ac + bc
 
 
-@njit
-def channel_affine(x, a, b, y):
-    """``y[n, c, s] = x[n, c, s] * a[c] + b[c]`` for ``x`` (N, C, S) (inference BatchNorm)."""
-    N, C, S = x.shape
-    for n in range(N):
-        for c in range(C):
-            ac = a[c]
-            bc = b[c]
-            for s in range(S):
-                y[n, c, s] = x[n, c, s] * ac + bc
-
-
-@pjit
-def channel_affine_par(ctl, x, a, b, y):
-    """Parallel twin of :func:`channel_affine` (threads over (batch, channel) planes)."""
-    N, C, S = x.shape
-    n_items = N * C
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for idx in range(chunk_lo, chunk_hi):
-            n = idx // C
-            c = idx % C
-            ac = a[c]
-            bc = b[c]
-            for s in range(S):
-                y[n, c, s] = x[n, c, s] * ac + bc
+channel_affine, channel_affine_par = twins(
+    "channel_affine(x, a, b, y)",
+    _affine_plane,
+    setup="N, C, S = x.shape",
+    items={"n": "N", "c": "C"},
+    doc="""``y[n, c, s] = x[n, c, s] * a[c] + b[c]`` for ``x`` (N, C, S) (inference BatchNorm).""",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,26 +141,16 @@ def _ln_row(x, scale, bias, eps, y, mean, inv, r):
         y[r, j] = (x[r, j] - m) * iv * scale[j] + bias[j]
 
 
-@njit(fastmath=_REASSOC)
-def layer_norm_rows(x, scale, bias, eps, y, mean, inv):
-    """LayerNorm of each row of ``x`` (R, n), float32 or float64, into ``y`` (same shape and
+layer_norm_rows, layer_norm_rows_par = twins(
+    "layer_norm_rows(x, scale, bias, eps, y, mean, inv)",
+    _ln_row,
+    items={"r": "x.shape[0]"},
+    fastmath=_REASSOC,
+    doc="""LayerNorm of each row of ``x`` (R, n), float32 or float64, into ``y`` (same shape and
     type): ``y = (x - mean) / sqrt(var + eps) * scale + bias`` with ``scale``/``bias`` (n,).
     ``mean[r]`` and ``inv[r]`` (arrays of x's type, length R) receive the row mean and
-    1 / sqrt(var + eps). Statistics are accumulated in x's type with eight partial sums."""
-    for r in range(x.shape[0]):
-        _ln_row(x, scale, bias, eps, y, mean, inv, r)
-
-
-@pjit(fastmath=_REASSOC)
-def layer_norm_rows_par(ctl, x, scale, bias, eps, y, mean, inv):
-    """Parallel twin of :func:`layer_norm_rows` (threads over rows)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _ln_row(x, scale, bias, eps, y, mean, inv, r)
+    1 / sqrt(var + eps). Statistics are accumulated in x's type with eight partial sums.""",
+)
 
 
 @njit(inline="always")
@@ -211,25 +166,15 @@ def _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r):
     _ln_row(y, scale, bias, eps, y, mean, inv, r)
 
 
-@njit(fastmath=_REASSOC)
-def skip_layer_norm_rows(a, b, scale, bias, eps, y, s, write_sum, mean, inv):
-    """``s = a + b`` (``a`` (R, n), ``b`` (R, n) or one row (1, n) added to every row) then
+skip_layer_norm_rows, skip_layer_norm_rows_par = twins(
+    "skip_layer_norm_rows(a, b, scale, bias, eps, y, s, write_sum, mean, inv)",
+    _skip_ln_row,
+    items={"r": "a.shape[0]"},
+    fastmath=_REASSOC,
+    doc="""``s = a + b`` (``a`` (R, n), ``b`` (R, n) or one row (1, n) added to every row) then
     :func:`layer_norm_rows` of ``s`` into ``y``, one row at a time while the row is in L1. The
-    sum is also stored into ``s`` when ``write_sum``."""
-    for r in range(a.shape[0]):
-        _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r)
-
-
-@pjit(fastmath=_REASSOC)
-def skip_layer_norm_rows_par(ctl, a, b, scale, bias, eps, y, s, write_sum, mean, inv):
-    """Parallel twin of :func:`skip_layer_norm_rows` (threads over rows)."""
-    n_items = a.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _skip_ln_row(a, b, scale, bias, eps, y, s, write_sum, mean, inv, r)
+    sum is also stored into ``s`` when ``write_sum``.""",
+)
 
 
 @njit(inline="always")
@@ -243,21 +188,11 @@ def _rms_row(x, scale, eps, y, inv, r):
         y[r, j] = x[r, j] * iv * scale[j]
 
 
-@njit(fastmath=_REASSOC)
-def rms_norm_rows(x, scale, eps, y, inv):
-    """RMSNorm of each row of ``x`` (R, n): ``y = x / sqrt(mean(x^2) + eps) * scale``;
-    ``inv[r]`` (x's type) receives 1 / sqrt(mean(x^2) + eps)."""
-    for r in range(x.shape[0]):
-        _rms_row(x, scale, eps, y, inv, r)
-
-
-@pjit(fastmath=_REASSOC)
-def rms_norm_rows_par(ctl, x, scale, eps, y, inv):
-    """Parallel twin of :func:`rms_norm_rows` (threads over rows)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _rms_row(x, scale, eps, y, inv, r)
+rms_norm_rows, rms_norm_rows_par = twins(
+    "rms_norm_rows(x, scale, eps, y, inv)",
+    _rms_row,
+    items={"r": "x.shape[0]"},
+    fastmath=_REASSOC,
+    doc="""RMSNorm of each row of ``x`` (R, n): ``y = x / sqrt(mean(x^2) + eps) * scale``;
+    ``inv[r]`` (x's type) receives 1 / sqrt(mean(x^2) + eps).""",
+)

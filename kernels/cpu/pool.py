@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import njit, pjit
-from .conv import _dw_bufs, _dw_fill, _dw_geom, _u
-from .runtime.chunks import claim
+from .._jit import njit
+from .conv import _dw_bufs, _dw_fill, _dw_geom, _u  # noqa: F401 (two used by a setup)
+from .runtime.twins import twins
 
 
 @njit(inline="always")
@@ -53,27 +53,16 @@ def _max_plane(x, y, ind, b, k, st, dl, pb, col_major):
                 ind[b, od, oh, ow] = base + bi if bi >= 0 else -1
 
 
-@njit
-def max_pool(x, y, ind, k, st, dl, pb, col_major):
-    """Max pooling of ``x`` (B, D, H, W) into ``y`` (B, OD, OH, OW) and the flat index of
+max_pool, max_pool_par = twins(
+    "max_pool(x, y, ind, k, st, dl, pb, col_major)",
+    _max_plane,
+    items={"b": "x.shape[0]"},
+    doc="""Max pooling of ``x`` (B, D, H, W) into ``y`` (B, OD, OH, OW) and the flat index of
     each maximum into ``ind`` (int64, same shape as y; row-major over the whole input, or
     column-major within a plane when ``col_major``). Padding never wins: taps outside the
     input are skipped. The first maximum in window order wins ties; a NaN in the window is
-    the maximum (the first NaN, as np.max and PyTorch propagate it)."""
-    for b in range(x.shape[0]):
-        _max_plane(x, y, ind, b, k, st, dl, pb, col_major)
-
-
-@pjit
-def max_pool_par(ctl, x, y, ind, k, st, dl, pb, col_major):
-    """Parallel twin of :func:`max_pool` (threads over planes)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for b in range(chunk_lo, chunk_hi):
-            _max_plane(x, y, ind, b, k, st, dl, pb, col_major)
+    the maximum (the first NaN, as np.max and PyTorch propagate it).""",
+)
 
 
 @njit(inline="always")
@@ -122,26 +111,15 @@ def _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad):
                     y[b, od, oh, ow] = acc / cnt if cnt > 0 else np.nan
 
 
-@njit
-def avg_pool(x, y, k, st, dl, pb, pe, lp, p, count_pad):
-    """Average pooling (``lp=False``) or Lp pooling (``lp=True``, ``(sum |v|^p)^(1/p)``) of
+avg_pool, avg_pool_par = twins(
+    "avg_pool(x, y, k, st, dl, pb, pe, lp, p, count_pad)",
+    _avg_plane,
+    items={"b": "x.shape[0]"},
+    doc="""Average pooling (``lp=False``) or Lp pooling (``lp=True``, ``(sum |v|^p)^(1/p)``) of
     ``x`` (B, D, H, W) into ``y``. The average divides by the taps inside the input, or with
     ``count_pad`` by the taps inside the explicitly padded input (taps that only exist because
-    of ceil_mode never count). Padding contributes zero to Lp pooling."""
-    for b in range(x.shape[0]):
-        _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad)
-
-
-@pjit
-def avg_pool_par(ctl, x, y, k, st, dl, pb, pe, lp, p, count_pad):
-    """Parallel twin of :func:`avg_pool` (threads over planes)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for b in range(chunk_lo, chunk_hi):
-            _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad)
+    of ceil_mode never count). Padding contributes zero to Lp pooling.""",
+)
 
 
 @njit(inline="always")
@@ -191,38 +169,23 @@ def _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide):
             wb += _u(Wq)
 
 
-@njit
-def max_pool_values(x, y, k, st, dl, pb):
-    """Max pooling of ``x`` (B, D, H, W) into ``y`` (B, OD, OH, OW) without indices, for
+max_pool_values, max_pool_values_par = twins(
+    "max_pool_values(x, y, k, st, dl, pb)",
+    _max_values_plane,
+    setup=(
+        "B, D, H, W = x.shape",
+        "osz = y.shape[1:]",
+        "x5 = x.reshape(B, 1, D, H, W)",
+        "g = _dw_geom(x5, k, st, dl, pb, osz)",
+        "bf, wide = _dw_bufs(x5, g, st, osz, -np.inf)",
+        "xf = x.reshape(-1)",
+        "yf = y.reshape(-1)",
+    ),
+    items={"b": "B"},
+    doc="""Max pooling of ``x`` (B, D, H, W) into ``y`` (B, OD, OH, OW) without indices, for
     float inputs. Padding never wins; a NaN in the window is the maximum, as in
-    :func:`max_pool`."""
-    B, D, H, W = x.shape
-    osz = y.shape[1:]
-    x5 = x.reshape(B, 1, D, H, W)
-    g = _dw_geom(x5, k, st, dl, pb, osz)
-    bf, wide = _dw_bufs(x5, g, st, osz, -np.inf)
-    xf = x.reshape(-1)
-    yf = y.reshape(-1)
-    for b in range(B):
-        _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide)
-
-
-@pjit
-def max_pool_values_par(ctl, x, y, k, st, dl, pb):
-    """Pool twin of :func:`max_pool_values` (items: planes)."""
-    B, D, H, W = x.shape
-    osz = y.shape[1:]
-    x5 = x.reshape(B, 1, D, H, W)
-    g = _dw_geom(x5, k, st, dl, pb, osz)
-    bf, wide = _dw_bufs(x5, g, st, osz, -np.inf)
-    xf = x.reshape(-1)
-    yf = y.reshape(-1)
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, B)
-        if chunk_lo >= chunk_hi:
-            break
-        for b in range(chunk_lo, chunk_hi):
-            _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide)
+    :func:`max_pool`.""",
+)
 
 
 @njit(inline="always")
@@ -234,20 +197,9 @@ def _mean_row(x, y, r):
     y[r] = acc / v.shape[0]
 
 
-@njit
-def global_mean(x, y):
-    """``y[r] = mean(x[r, :])`` for ``x`` (R, S) with S > 0, summed in float64."""
-    for r in range(x.shape[0]):
-        _mean_row(x, y, r)
-
-
-@pjit
-def global_mean_par(ctl, x, y):
-    """Pool twin of :func:`global_mean` (items: rows)."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _mean_row(x, y, r)
+global_mean, global_mean_par = twins(
+    "global_mean(x, y)",
+    _mean_row,
+    items={"r": "x.shape[0]"},
+    doc="""``y[r] = mean(x[r, :])`` for ``x`` (R, S) with S > 0, summed in float64.""",
+)

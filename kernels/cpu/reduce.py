@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
+from .._jit import njit
+from .runtime.twins import twins
 
 # Reduction kinds shared with onnxjit.ops.reduce.
 SUM = 0
@@ -27,8 +27,9 @@ LOGSUMEXP = 6
 
 
 @njit
-def _reduce_block(x, o, kind, acc):
-    """Reduce ``x[o, :, :]`` into ``acc[:]`` (length inner); ``acc`` arrives initialised."""
+def _reduce_block(x, o, kind, out):
+    """Reduce ``x[o, :, :]`` into ``out[o, :]`` (length inner), which arrives initialised."""
+    acc = out[o]
     n = x.shape[1]
     inner = x.shape[2]
     if kind == LOGSUMEXP:
@@ -70,23 +71,12 @@ def _reduce_block(x, o, kind, acc):
                 acc[i] += abs(v)
 
 
-@njit
-def reduce3(x, kind, out):
-    """``out[o, i] = reduce_j x[o, j, i]``; ``out`` arrives filled with the identity."""
-    for o in range(x.shape[0]):
-        _reduce_block(x, o, kind, out[o])
-
-
-@pjit
-def reduce3_par(ctl, x, kind, out):
-    """Parallel twin of :func:`reduce3` over ``outer``."""
-    n_items = x.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for o in range(chunk_lo, chunk_hi):
-            _reduce_block(x, o, kind, out[o])
+reduce3, reduce3_par = twins(
+    "reduce3(x, kind, out)",
+    _reduce_block,
+    items={"o": "x.shape[0]"},
+    doc="""``out[o, i] = reduce_j x[o, j, i]``; ``out`` arrives filled with the identity.""",
+)
 
 
 @njit

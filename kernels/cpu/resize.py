@@ -10,34 +10,8 @@ the input viewed as (outer, n_in, inner):
 
 from __future__ import annotations
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
-
-
-@njit
-def interp_axis(x, idx, w, oob, extrapolation, out):
-    """Serial kernel: x (O, N, I), idx/w (M, K), oob (M,) uint8, out (O, M, I)."""
-    n_outer, _, n_inner = x.shape
-    m, k_n = idx.shape
-    for o in range(n_outer):
-        for j in range(m):
-            _row(x, idx, w, oob, extrapolation, out, o, j, n_inner, k_n)
-
-
-@pjit
-def interp_axis_parallel(ctl, x, idx, w, oob, extrapolation, out):
-    """Parallel twin of :func:`interp_axis` over (outer, output position) rows."""
-    n_outer, _, n_inner = x.shape
-    m, k_n = idx.shape
-    n_items = n_outer * m
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            o = r // m
-            j = r - o * m
-            _row(x, idx, w, oob, extrapolation, out, o, j, n_inner, k_n)
+from .._jit import njit
+from .runtime.twins import twins
 
 
 @njit(inline="always")
@@ -59,3 +33,13 @@ def _row(x, idx, w, oob, extrapolation, out, o, j, n_inner, k_n):
         src = idx[j, k]
         for i in range(n_inner):
             out[o, j, i] += wk * x[o, src, i]
+
+
+interp_axis, interp_axis_parallel = twins(
+    "interp_axis(x, idx, w, oob, extrapolation, out)",
+    _row,
+    setup=("n_outer, _, n_inner = x.shape", "m, k_n = idx.shape"),
+    items={"o": "n_outer", "j": "m"},
+    par="interp_axis_parallel",
+    doc="""Serial kernel: x (O, N, I), idx/w (M, K), oob (M,) uint8, out (O, M, I).""",
+)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import njit, pjit
+from .._jit import njit
 from ..vecmath import fence
 from .blas import gemm_call
 from .nn import exp_sum, softmax_row_range
-from .runtime.chunks import claim
+from .runtime.twins import twins
 
 
 @njit(inline="always")
@@ -70,41 +70,14 @@ def _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_
             row[j] = row[j] * inv
 
 
-@njit(fastmath={"reassoc"})
-def attention_rows(
-    s, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero
-):
-    """Every row of ``s`` through :func:`_row` (serial)."""
-    for r in range(s.shape[0]):
-        _row(s, r, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero)
-
-
-@pjit(fastmath={"reassoc"})
-def attention_rows_par(
-    ctl, s, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, nan_zero
-):
-    """Parallel twin of :func:`attention_rows` (call through ``run_parallel``)."""
-    n_items = s.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _row(
-                s,
-                r,
-                nh,
-                sq,
-                mask,
-                cond,
-                has_mask,
-                has_cond,
-                scale,
-                fill,
-                swap,
-                where_first,
-                nan_zero,
-            )
+attention_rows, attention_rows_par = twins(
+    "attention_rows(s, nh, sq, mask, cond, has_mask, has_cond, scale, fill, swap, where_first, "
+    "nan_zero)",
+    _row,
+    items={"r": "s.shape[0]"},
+    fastmath={"reassoc"},
+    doc="""Every row of ``s`` through :func:`_row` (serial).""",
+)
 
 
 # Up to this many query rows, Q K^T with K as stored goes to BLAS (K read in place) rather
@@ -163,21 +136,11 @@ def _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, sca
     gemm_call(False, False, sq, dv, sk, one, sf, t * sq * sk, sk, v, v0, vs[2], zero, y, y0, ys[2])
 
 
-@njit(fma=True, fastmath={"reassoc"})
-def heads(n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts):
-    """Every head through :func:`_head` (serial)."""
-    for t in range(n_heads):
-        _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts)
-
-
-@pjit(fma=True, fastmath={"reassoc"})
-def heads_par(
-    ctl, n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts
-):
-    """Pool twin of :func:`heads`: heads claimed by the pool's threads."""
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_heads)
-        if chunk_lo >= chunk_hi:
-            break
-        for t in range(chunk_lo, chunk_hi):
-            _head(t, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts)
+heads, heads_par = twins(
+    "heads(n_heads, q, qs, k, ks, k_given_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts)",
+    _head,
+    items={"t": "n_heads"},
+    fma=True,
+    fastmath={"reassoc"},
+    doc="""Every head through :func:`_head` (serial).""",
+)

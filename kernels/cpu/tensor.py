@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
+from .._jit import njit
+from .runtime.twins import twins
 
 # Reduction codes shared with the host side (ScatterElements / ScatterND ``reduction``).
 RED_NONE = 0
@@ -44,34 +44,20 @@ def wrap_indices(idx, n):
     return out, -1
 
 
-@njit
-def gather_axis(data, idx, out):
-    """``out[o, j, i] = data[o, idx[j], i]``; ``idx`` already validated."""
-    outer, _, inner = data.shape
-    m = idx.shape[0]
-    for o in range(outer):
-        for j in range(m):
-            src = idx[j]
-            for i in range(inner):
-                out[o, j, i] = data[o, src, i]
+@njit(inline="always")
+def _gather_row(data, idx, out, inner, o, j):
+    src = idx[j]
+    for i in range(inner):
+        out[o, j, i] = data[o, src, i]
 
 
-@pjit
-def gather_axis_par(ctl, data, idx, out):
-    """Parallel twin of :func:`gather_axis` (rows of the output split across threads)."""
-    outer, _, inner = data.shape
-    m = idx.shape[0]
-    n_items = outer * m
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for t in range(chunk_lo, chunk_hi):
-            o = t // m
-            j = t - o * m
-            src = idx[j]
-            for i in range(inner):
-                out[o, j, i] = data[o, src, i]
+gather_axis, gather_axis_par = twins(
+    "gather_axis(data, idx, out)",
+    _gather_row,
+    setup=("outer, _, inner = data.shape", "m = idx.shape[0]"),
+    items={"o": "outer", "j": "m"},
+    doc="""``out[o, j, i] = data[o, idx[j], i]``; ``idx`` already validated.""",
+)
 
 
 @njit
@@ -230,27 +216,15 @@ def _transpose_item(x, y, item, dims, xs, ys):
                 y[yo + np.uint64(lo)] = x[xo + np.uint64(lo * xsl)]
 
 
-@njit
-def transpose_tiles(x, y, dims, xs, ys):
-    """A transposition that moves the input's last axis: ``y[a, b, j, l] = x[a * xs[0] +
+transpose_tiles, transpose_tiles_par = twins(
+    "transpose_tiles(x, y, dims, xs, ys)",
+    _transpose_item,
+    setup="T = TRANSPOSE_TILE",
+    items={"item": "dims[0] * dims[1] * ((dims[2] + T - 1) // T)"},
+    doc="""A transposition that moves the input's last axis: ``y[a, b, j, l] = x[a * xs[0] +
     b * xs[1] + j * xs[2] + l * xs[3]]`` with ``x``, ``y`` flat (any element type; callers pass
     unsigned views), ``dims = (nA, nB, nj, nL)`` and ``y``'s element strides ``ys`` for
     (a, b, j) (l is y's contiguous axis). ``j`` is the axis the input reads contiguously
     (``xs[2] == 1``), ``l`` the one the output writes contiguously: copied in square tiles so
-    that neither side strides through memory a cache line per element."""
-    T = TRANSPOSE_TILE
-    for item in range(dims[0] * dims[1] * ((dims[2] + T - 1) // T)):
-        _transpose_item(x, y, item, dims, xs, ys)
-
-
-@pjit
-def transpose_tiles_par(ctl, x, y, dims, xs, ys):
-    """Parallel twin of :func:`transpose_tiles` (items: (a, b, block of j))."""
-    T = TRANSPOSE_TILE
-    n_items = dims[0] * dims[1] * ((dims[2] + T - 1) // T)
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for item in range(chunk_lo, chunk_hi):
-            _transpose_item(x, y, item, dims, xs, ys)
+    that neither side strides through memory a cache line per element.""",
+)

@@ -13,8 +13,8 @@ entry, so one compiled kernel serves every input type and shape.
 
 from __future__ import annotations
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
+from .._jit import njit
+from .runtime.twins import twins
 
 
 @njit(inline="always")
@@ -69,38 +69,11 @@ def _count_row(
                 pos += step
 
 
-@njit
-def ngram_counts(
-    tokens, child_start, child_key, child_node, node_col, min_n, max_n, max_skip, counts
-):
-    """Serial n-gram counting: ``tokens`` (rows, C) int64, ``counts`` (rows, n_out) float32
-    zero-initialised; see :func:`_count_row` for the counting rule."""
-    for r in range(tokens.shape[0]):
-        _count_row(
-            tokens, r, child_start, child_key, child_node, node_col, min_n, max_n, max_skip, counts
-        )
-
-
-@pjit
-def ngram_counts_par(
-    ctl, tokens, child_start, child_key, child_node, node_col, min_n, max_n, max_skip, counts
-):
-    """Parallel twin of :func:`ngram_counts` (rows in parallel; each row owns its output row)."""
-    n_items = tokens.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _count_row(
-                tokens,
-                r,
-                child_start,
-                child_key,
-                child_node,
-                node_col,
-                min_n,
-                max_n,
-                max_skip,
-                counts,
-            )
+ngram_counts, ngram_counts_par = twins(
+    "ngram_counts(tokens, child_start, child_key, child_node, node_col, min_n, max_n, max_skip, "
+    "counts)",
+    _count_row,
+    items={"r": "tokens.shape[0]"},
+    doc="""Serial n-gram counting: ``tokens`` (rows, C) int64, ``counts`` (rows, n_out) float32
+    zero-initialised; see :func:`_count_row` for the counting rule.""",
+)

@@ -25,6 +25,7 @@ from .._jit import njit, pjit
 from .ml import PT_NONE, post_transform
 from .runtime.atomics import fetch_add
 from .runtime.chunks import claim
+from .runtime.twins import twins
 
 MODE_LEQ = 0
 MODE_LT = 1
@@ -332,9 +333,12 @@ def _add_leaf(out, r, values, lr):
 
 @njit(inline="always")
 def _fast_block(
-    x, r0, r1, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
+    x, n, b, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
 ):
-    """Rows [r0, r1) (NaN rows, flagged in ``skip``, are left alone)."""
+    """The rows of block ``b``, ``[b * BLOCK, min(b * BLOCK + BLOCK, n))`` (NaN rows, flagged
+    in ``skip``, are left alone)."""
+    r0 = b * BLOCK
+    r1 = min(r0 + BLOCK, n)
     n_trees = t_root.shape[0]
     r = r0
     # eight rows at a time, every tree
@@ -415,60 +419,16 @@ def _fast_block(
         r += 1
 
 
-@njit
-def fast_predict_serial(
-    x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
-):
-    """Add every tree's leaf values to ``out`` [N, T] for the rows of ``x`` not flagged in
-    ``skip`` (fast layout, see above); blocks of BLOCK rows."""
-    n = x.shape[0]
-    for b in range((n + BLOCK - 1) // BLOCK):
-        r0 = b * BLOCK
-        _fast_block(
-            x,
-            r0,
-            min(r0 + BLOCK, n),
-            t_root,
-            t_depth,
-            g_depth,
-            f_left,
-            f_feat,
-            f_thr,
-            f_leaf,
-            values,
-            skip,
-            out,
-        )
-
-
-@pjit
-def fast_predict_parallel(
-    ctl, x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
-):
-    """Parallel twin of :func:`fast_predict_serial` (row blocks split across threads)."""
-    n = x.shape[0]
-    n_items = (n + BLOCK - 1) // BLOCK
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for b in range(chunk_lo, chunk_hi):
-            r0 = b * BLOCK
-            _fast_block(
-                x,
-                r0,
-                min(r0 + BLOCK, n),
-                t_root,
-                t_depth,
-                g_depth,
-                f_left,
-                f_feat,
-                f_thr,
-                f_leaf,
-                values,
-                skip,
-                out,
-            )
+fast_predict_serial, fast_predict_parallel = twins(
+    "fast_predict_serial(x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, "
+    "skip, out)",
+    _fast_block,
+    setup="n = x.shape[0]",
+    items={"b": "(n + BLOCK - 1) // BLOCK"},
+    par="fast_predict_parallel",
+    doc="""Add every tree's leaf values to ``out`` [N, T] for the rows of ``x`` not flagged in
+    ``skip`` (fast layout, see above); blocks of BLOCK rows.""",
+)
 
 
 @njit

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from .._jit import njit, pjit
-from .runtime.chunks import claim
+from .._jit import njit
+from .runtime.twins import twins
 
 # --------------------------------------------------------------------------------------------
 # GridSample
@@ -147,46 +147,33 @@ def _gs_combine(dims, k_n, tidx, tw, off, wt):
 
 
 @njit(inline="always")
-def _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, q_start, q_stop):
-    d_n = dims.shape[0]
-    k_n = 1 if mode == 0 else (2 if mode == 1 else 4)
-    tidx = np.empty((d_n, k_n), np.int64)
-    tw = np.empty((d_n, k_n), np.float64)
+def _gs_taps_one(coords, dims, mode, padding, align, q0, off, wt, cnt, k_n, tidx, tw, r):
     n_p = coords.shape[1]
-    for q in range(q_start, q_stop):
-        n = q // n_p
-        p = q - n * n_p
-        _gs_point(coords, n, p, dims, mode, padding, align, k_n, tidx, tw)
-        cnt[q - q0] = _gs_combine(dims, k_n, tidx, tw, off[q - q0], wt[q - q0])
+    q = q0 + r
+    n = q // n_p
+    p = q - n * n_p
+    _gs_point(coords, n, p, dims, mode, padding, align, k_n, tidx, tw)
+    cnt[r] = _gs_combine(dims, k_n, tidx, tw, off[r], wt[r])
 
 
-@njit
-def grid_sample_taps(coords, dims, mode, padding, align, q0, off, wt, cnt):
-    """Flat source offsets, weights and tap count of the output points q0 .. q0 + len(cnt).
+grid_sample_taps, grid_sample_taps_parallel = twins(
+    "grid_sample_taps(coords, dims, mode, padding, align, q0, off, wt, cnt)",
+    _gs_taps_one,
+    # the per-axis taps and weights of the current point
+    setup=(
+        "k_n = 1 if mode == 0 else (2 if mode == 1 else 4)",
+        "tidx = np.empty((dims.shape[0], k_n), np.int64)",
+        "tw = np.empty((dims.shape[0], k_n), np.float64)",
+    ),
+    items={"r": "cnt.shape[0]"},
+    par="grid_sample_taps_parallel",
+    doc="""Flat source offsets, weights and tap count of the output points q0 .. q0 + len(cnt).
 
     q = n*P + p numbers (batch, output point). Independent of X's element type (coords are
     float32), so it compiles once; off and wt are (points, K**D) with K = 1, 2, 4 for
     nearest, linear, cubic; row q - q0 describes point q.
-    """
-    _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, q0, q0 + cnt.shape[0])
-
-
-@pjit
-def grid_sample_taps_parallel(ctl, coords, dims, mode, padding, align, q0, off, wt, cnt):
-    """Parallel twin of :func:`grid_sample_taps` over blocks of output points."""
-    total = cnt.shape[0]
-    n_blocks = 64
-    step = (total + n_blocks - 1) // n_blocks
-    n_items = n_blocks
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for b in range(chunk_lo, chunk_hi):
-            start = q0 + b * step
-            stop = min(q0 + total, start + step)
-            if start < stop:
-                _gs_taps_block(coords, dims, mode, padding, align, q0, off, wt, cnt, start, stop)
+    """,
+)
 
 
 @njit(inline="always")
@@ -211,26 +198,16 @@ def _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r):
         out[n, c, p] = acc
 
 
-@njit
-def grid_sample_apply(x, q0, off, wt, cnt, nearest, zero, out):
-    """out[n, c, p] = sum_k wt[r, k] * x[n, c, off[r, k]] over the cnt[r] taps of point q0 + r.
+grid_sample_apply, grid_sample_apply_parallel = twins(
+    "grid_sample_apply(x, q0, off, wt, cnt, nearest, zero, out)",
+    _gs_apply_one,
+    items={"r": "cnt.shape[0]"},
+    par="grid_sample_apply_parallel",
+    doc="""out[n, c, p] = sum_k wt[r, k] * x[n, c, off[r, k]] over the cnt[r] taps of point q0 + r.
 
     x (N, C, S) and out (N, C, P) share a type; zero is that type's zero.
-    """
-    for r in range(cnt.shape[0]):
-        _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r)
-
-
-@pjit
-def grid_sample_apply_parallel(ctl, x, q0, off, wt, cnt, nearest, zero, out):
-    """Parallel twin of :func:`grid_sample_apply` over output points."""
-    n_items = cnt.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _gs_apply_one(x, q0, off, wt, cnt, nearest, zero, out, r)
+    """,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,23 +291,13 @@ def _roi_one(x, height, width, start, binsz, grid, bidx, is_max, out, r):
                     out[r, c, ph, pw] = acc / count
 
 
-@njit
-def roi_align(x, height, width, start, binsz, grid, bidx, is_max, out):
-    """Serial RoiAlign over regions (average or max of bilinear samples per bin)."""
-    for r in range(out.shape[0]):
-        _roi_one(x, height, width, start, binsz, grid, bidx, is_max, out, r)
-
-
-@pjit
-def roi_align_parallel(ctl, x, height, width, start, binsz, grid, bidx, is_max, out):
-    """Parallel twin of :func:`roi_align` over regions."""
-    n_items = out.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for r in range(chunk_lo, chunk_hi):
-            _roi_one(x, height, width, start, binsz, grid, bidx, is_max, out, r)
+roi_align, roi_align_parallel = twins(
+    "roi_align(x, height, width, start, binsz, grid, bidx, is_max, out)",
+    _roi_one,
+    items={"r": "out.shape[0]"},
+    par="roi_align_parallel",
+    doc="""Serial RoiAlign over regions (average or max of bilinear samples per bin).""",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,23 +424,13 @@ def _scatter_one(data, idx, out, p):
                 out[p, j] += data[p, k, col]
 
 
-@njit
-def col2im_scatter(data, idx, out):
-    """out[p, idx[k, l]] += data[p, k, l] for every (batch x channel) plane p (out zeroed)."""
-    for p in range(data.shape[0]):
-        _scatter_one(data, idx, out, p)
-
-
-@pjit
-def col2im_scatter_parallel(ctl, data, idx, out):
-    """Parallel twin of :func:`col2im_scatter` over planes."""
-    n_items = data.shape[0]
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for p in range(chunk_lo, chunk_hi):
-            _scatter_one(data, idx, out, p)
+col2im_scatter, col2im_scatter_parallel = twins(
+    "col2im_scatter(data, idx, out)",
+    _scatter_one,
+    items={"p": "data.shape[0]"},
+    par="col2im_scatter_parallel",
+    doc="""out[p, idx[k, l]] += data[p, k, l] for every (batch x channel) plane p (out zeroed).""",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -519,24 +476,11 @@ def _deform_channel(x, offset, mask, geo, cols, c, c_per_g):
                     cols[c, k, oy * ow + ox] = val * mask[g, i, j, oy, ox]
 
 
-@njit
-def deform_im2col(x, offset, mask, geo, cols):
-    """Deformed im2col of one batch item; geo = (kh, kw, sh, sw, ph, pw, dh, dw)."""
-    c_n = x.shape[0]
-    c_per_g = c_n // offset.shape[0]
-    for c in range(c_n):
-        _deform_channel(x, offset, mask, geo, cols, c, c_per_g)
-
-
-@pjit
-def deform_im2col_parallel(ctl, x, offset, mask, geo, cols):
-    """Parallel twin of :func:`deform_im2col` over channels."""
-    c_n = x.shape[0]
-    c_per_g = c_n // offset.shape[0]
-    n_items = c_n
-    while True:
-        chunk_lo, chunk_hi = claim(ctl, n_items)
-        if chunk_lo >= chunk_hi:
-            break
-        for c in range(chunk_lo, chunk_hi):
-            _deform_channel(x, offset, mask, geo, cols, c, c_per_g)
+deform_im2col, deform_im2col_parallel = twins(
+    "deform_im2col(x, offset, mask, geo, cols)",
+    _deform_channel,
+    setup=("c_n = x.shape[0]", "c_per_g = c_n // offset.shape[0]"),
+    items={"c": "c_n"},
+    par="deform_im2col_parallel",
+    doc="""Deformed im2col of one batch item; geo = (kh, kw, sh, sw, ph, pw, dh, dw).""",
+)

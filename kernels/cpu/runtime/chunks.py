@@ -13,6 +13,9 @@ loops over its outermost iteration space ``range(n)`` in chunks it claims::
             for r in range(lo, hi):
                 ...  # iteration r, independent of every other
 
+Kernels whose iteration is one body are not written this way: :mod:`.twins` generates this
+loop, and the serial kernel's, from the body.
+
 The calling thread and the pool's workers run the same kernel on the same arguments at once
 (:func:`onnxjit.backends.cpu.pool.run_parallel`). Each thread claims chunks of its CPU's share
 of the items first (see :func:`claim`), then whatever the others have left, so a thread that
