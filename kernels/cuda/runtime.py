@@ -10,8 +10,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from numba import cuda
-
 #: Threads per block of the one-dimensional launches (a multiple of the warp size that keeps
 #: several blocks resident per multiprocessor).
 BLOCK = 256
@@ -24,9 +22,11 @@ _local = threading.local()
 
 
 def stream() -> Any:
-    """The stream the calling thread's launches go to (the run's, else the default stream)."""
+    """The stream the calling thread's launches go to: the run's, else 0, which every
+    numba-cuda call (launches, copies, allocations) takes as the default stream (the
+    simulator has no stream objects to offer instead)."""
     s = getattr(_local, "stream", None)
-    return s if s is not None else cuda.default_stream()
+    return s if s is not None else 0
 
 
 def set_stream(s: Any) -> Any:
