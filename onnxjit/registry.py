@@ -256,8 +256,10 @@ def attribute_values(node: ir.Node) -> dict[str, Any]:
     else the implementation's (attributes with no default, and internal operators)."""
     impl: OpImpl = node.impl
     values = dict(impl.attrs)
-    if node.since_version is not None and impl.domain != INTERNAL_DOMAIN:
-        defaults = _schema_defaults(impl.domain, node.op_type, node.since_version)
+    if impl.domain != INTERNAL_DOMAIN:
+        # a node a pass made may carry no version: the implementation's own is the schema's
+        version = node.since_version if node.since_version is not None else impl.since
+        defaults = _schema_defaults(impl.domain, impl.op_type, version)
         values.update((k, v) for k, v in defaults.items() if k in values)
     values.update(node.attrs)
     return values

@@ -278,12 +278,12 @@ def attention_23(
     past_key: np.ndarray | None = None,
     past_value: np.ndarray | None = None,
     *,
-    is_causal: int = 0,
+    is_causal: int,
     kv_num_heads: int | None = None,
     q_num_heads: int | None = None,
-    qk_matmul_output_mode: int = 0,
+    qk_matmul_output_mode: int,
     scale: float | None = None,
-    softcap: float = 0.0,
+    softcap: float,
     softmax_precision: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Attention-23: scaled dot-product attention with KV cache, GQA, masks and softcap."""
@@ -317,12 +317,12 @@ def attention_24(
     past_value: np.ndarray | None = None,
     nonpad_kv_seqlen: np.ndarray | None = None,
     *,
-    is_causal: int = 0,
+    is_causal: int,
     kv_num_heads: int | None = None,
     q_num_heads: int | None = None,
-    qk_matmul_output_mode: int = 0,
+    qk_matmul_output_mode: int,
     scale: float | None = None,
-    softcap: float = 0.0,
+    softcap: float,
     softmax_precision: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Attention-24: adds ``nonpad_kv_seqlen`` (external KV cache; per-batch causal offset)."""
@@ -356,14 +356,14 @@ def attention_25(
     past_value: np.ndarray | None = None,
     nonpad_kv_seqlen: np.ndarray | None = None,
     *,
-    is_causal: int = 0,
+    is_causal: int,
     kv_num_heads: int | None = None,
-    left_window_size: int = -1,
+    left_window_size: int,
     q_num_heads: int | None = None,
-    qk_matmul_output_mode: int = 0,
-    right_window_size: int = -1,
+    qk_matmul_output_mode: int,
+    right_window_size: int,
     scale: float | None = None,
-    softcap: float = 0.0,
+    softcap: float,
     softmax_precision: int | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Attention-25: adds sliding windows (left/right_window_size); 4-D inputs take no heads."""
@@ -402,11 +402,11 @@ def linear_attention_27(
     decay: np.ndarray | None = None,
     beta: np.ndarray | None = None,
     *,
-    chunk_size: int = 64,
+    chunk_size: int,
     kv_num_heads: int | None = None,
     q_num_heads: int | None = None,
-    scale: float = 0.0,
-    update_rule: str = "gated_delta",
+    scale: float,
+    update_rule: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """LinearAttention-27: the token-by-token recurrence (linear, gated, delta, gated_delta).
 
@@ -489,7 +489,7 @@ def causal_conv_with_state_27(
     bias: np.ndarray | None = None,
     past_state: np.ndarray | None = None,
     *,
-    activation: str = "none",
+    activation: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """CausalConvWithState-27: depthwise causal 1-D conv carrying the last k-1 inputs."""
     if activation not in ("none", "silu", "swish"):
@@ -605,9 +605,9 @@ def rotary_embedding_23(
     sin_cache: np.ndarray,
     position_ids: np.ndarray | None = None,
     *,
-    interleaved: int = 0,
+    interleaved: int,
     num_heads: int | None = None,
-    rotary_embedding_dim: int = 0,
+    rotary_embedding_dim: int,
 ) -> np.ndarray:
     """RotaryEmbedding-23 (RoPE) on 4-D (B, H, S, D) or 3-D (B, S, H*D) input.
 

@@ -208,7 +208,7 @@ def _make_arith(op_type: str) -> None:
     build = _ARITH[op_type]
 
     @onnx_op(op_type, since=6)
-    def legacy(ctx, a, b, *, axis=None, broadcast=0):
+    def legacy(ctx, a, b, *, axis=None, broadcast):
         """Opset 6: numpy broadcasting replaced by the broadcast/axis attributes."""
         b = _legacy_broadcast(ctx, a, b, broadcast, axis)
         if a.dtype != b.dtype:
@@ -242,7 +242,7 @@ def _pow_expr(x: E.Expr, y: E.Expr) -> E.Expr:
 
 
 @onnx_op("Pow", since=1)
-def pow_1(ctx, x: np.ndarray, y: np.ndarray, *, axis=None, broadcast=0) -> np.ndarray:
+def pow_1(ctx, x: np.ndarray, y: np.ndarray, *, axis=None, broadcast) -> np.ndarray:
     """Opset 1: Y is broadcast onto X only with broadcast=1, aligned at ``axis``."""
     return pow_7(x, _legacy_broadcast(ctx, x, y, broadcast, axis))
 
@@ -254,7 +254,7 @@ def pow_7(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 @onnx_op("Mod", since=10)
-def mod_10(ctx, a: np.ndarray, b: np.ndarray, *, fmod: int = 0) -> np.ndarray:
+def mod_10(ctx, a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:
     """fmod=0: the result has the divisor's sign (np.mod); fmod=1: the dividend's (C fmod)."""
     if a.dtype != b.dtype:
         raise ctx.error(f"A is {a.dtype} but B is {b.dtype}; both must have the same type")
@@ -325,7 +325,7 @@ def neg_6(x: np.ndarray) -> np.ndarray:
 
 
 @onnx_op("HardSigmoid", since=6)
-def hardsigmoid_6(x: np.ndarray, *, alpha: float = 0.2, beta: float = 0.5) -> np.ndarray:
+def hardsigmoid_6(x: np.ndarray, *, alpha: float, beta: float) -> np.ndarray:
     """max(0, min(1, alpha * x + beta))."""
     return _ew(
         "HardSigmoid",
@@ -335,7 +335,7 @@ def hardsigmoid_6(x: np.ndarray, *, alpha: float = 0.2, beta: float = 0.5) -> np
 
 
 @onnx_op("LeakyRelu", since=6)
-def leakyrelu_6(x: np.ndarray, *, alpha: float = 0.01) -> np.ndarray:
+def leakyrelu_6(x: np.ndarray, *, alpha: float) -> np.ndarray:
     """x if x >= 0 else alpha * x."""
     return _ew("LeakyRelu", lambda v, a: E.call("leakyrelu", v, a), (x, _scalar(alpha, x)))
 
@@ -371,15 +371,13 @@ def prelu_7(ctx, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
 
 
 @onnx_op("Elu", since=6)
-def elu_6(x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+def elu_6(x: np.ndarray, *, alpha: float) -> np.ndarray:
     """x if x >= 0 else alpha * (exp(x) - 1)."""
     return _ew("Elu", lambda v, a: E.call("elu", v, a), (x, _scalar(alpha, x)))
 
 
 @onnx_op("Selu", since=6)
-def selu_6(
-    x: np.ndarray, *, alpha: float = 1.6732631921768188, gamma: float = 1.0507010221481323
-) -> np.ndarray:
+def selu_6(x: np.ndarray, *, alpha: float, gamma: float) -> np.ndarray:
     """gamma * (x if x > 0 else alpha * (exp(x) - 1))."""
     return _ew(
         "Selu",
@@ -389,13 +387,13 @@ def selu_6(
 
 
 @onnx_op("Celu", since=12)
-def celu_12(x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+def celu_12(x: np.ndarray, *, alpha: float) -> np.ndarray:
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
     return _ew("Celu", lambda v, a: E.call("celu", v, a), (x, _scalar(alpha, x)))
 
 
 @onnx_op("ThresholdedRelu", since=10)
-def thresholdedrelu_10(x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+def thresholdedrelu_10(x: np.ndarray, *, alpha: float) -> np.ndarray:
     """x if x > alpha else 0."""
     return _ew(
         "ThresholdedRelu", lambda v, a: E.call("thresholdedrelu", v, a), (x, _scalar(alpha, x))
@@ -403,7 +401,7 @@ def thresholdedrelu_10(x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
 
 
 @onnx_op("Gelu", since=20)
-def gelu_20(ctx, x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
+def gelu_20(ctx, x: np.ndarray, *, approximate: str) -> np.ndarray:
     """x/2 (1 + erf(x/sqrt 2)); approximate="tanh" uses the tanh formula."""
     if isinstance(approximate, bytes):
         approximate = approximate.decode()
@@ -414,7 +412,7 @@ def gelu_20(ctx, x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
 
 
 @onnx_op("Shrink", since=9)
-def shrink_9(x: np.ndarray, *, bias: float = 0.0, lambd: float = 0.5) -> np.ndarray:
+def shrink_9(x: np.ndarray, *, bias: float, lambd: float) -> np.ndarray:
     """x + bias if x < -lambd; x - bias if x > lambd; else 0."""
     if x.dtype.kind in "iu":
         # integer input: compare and shift in float64, truncate back
@@ -459,9 +457,7 @@ def _clip(x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> np.nda
 
 
 @onnx_op("Clip", since=6)
-def clip_6(
-    x: np.ndarray, *, max: float = 3.4028234663852886e38, min: float = -3.4028234663852886e38
-) -> np.ndarray:
+def clip_6(x: np.ndarray, *, max: float, min: float) -> np.ndarray:
     """min(max(x, min), max) with the bounds as attributes."""
     return _clip(x, _scalar(min, x), _scalar(max, x))
 
@@ -642,7 +638,7 @@ def isnan_9(x: np.ndarray) -> np.ndarray:
 
 
 @onnx_op("IsInf", since=10)
-def isinf_10(x: np.ndarray, *, detect_negative: int = 1, detect_positive: int = 1) -> np.ndarray:
+def isinf_10(x: np.ndarray, *, detect_negative: int, detect_positive: int) -> np.ndarray:
     """True at +inf (if detect_positive) and -inf (if detect_negative)."""
     x = _widen_exotic(x)
     if detect_negative and detect_positive:
@@ -786,15 +782,13 @@ def cast_6(ctx, x: np.ndarray, *, to: int = None) -> np.ndarray:
 
 
 @onnx_op("Cast", since=19)
-def cast_19(ctx, x: np.ndarray, *, saturate: int = 1, to: int = None) -> np.ndarray:
+def cast_19(ctx, x: np.ndarray, *, saturate: int, to: int = None) -> np.ndarray:
     """As Cast-6, plus ``saturate`` for float8 targets (clamp out-of-range to the max)."""
     return cast_array(ctx, x, onnx_types.np_dtype(to), saturate)
 
 
 @onnx_op("Cast", since=24)
-def cast_24(
-    ctx, x: np.ndarray, *, round_mode: str = "up", saturate: int = 1, to: int = None
-) -> np.ndarray:
+def cast_24(ctx, x: np.ndarray, *, round_mode: str, saturate: int, to: int = None) -> np.ndarray:
     """As Cast-19, plus ``round_mode`` (how float8e8m0 targets round the exponent)."""
     return cast_array(ctx, x, onnx_types.np_dtype(to), saturate, _round_mode(ctx, round_mode))
 
@@ -806,13 +800,13 @@ def castlike_15(ctx, x: np.ndarray, target_type: np.ndarray) -> np.ndarray:
 
 
 @onnx_op("CastLike", since=19)
-def castlike_19(ctx, x: np.ndarray, target_type: np.ndarray, *, saturate: int = 1) -> np.ndarray:
+def castlike_19(ctx, x: np.ndarray, target_type: np.ndarray, *, saturate: int) -> np.ndarray:
     return cast_array(ctx, x, target_type.dtype, saturate)
 
 
 @onnx_op("CastLike", since=24)
 def castlike_24(
-    ctx, x: np.ndarray, target_type: np.ndarray, *, round_mode: str = "up", saturate: int = 1
+    ctx, x: np.ndarray, target_type: np.ndarray, *, round_mode: str, saturate: int
 ) -> np.ndarray:
     return cast_array(ctx, x, target_type.dtype, saturate, _round_mode(ctx, round_mode))
 

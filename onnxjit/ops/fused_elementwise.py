@@ -38,7 +38,7 @@ from onnxjit.codegen.elementwise import (
 )
 from onnxjit.lowering import TENSOR, Bound, In, LowerContext, lowers, returns, tensor
 from onnxjit.ops.elementwise import NotFusable, fused_expr, fusible_key
-from onnxjit.registry import NodeContext, internal_op
+from onnxjit.registry import NodeContext, attribute_values, internal_op
 
 # operand reference kinds
 _IN, _CONST, _VAL = 0, 1, 2
@@ -105,7 +105,7 @@ class FusedGroup:
                     if not _shape_free(m, x):
                         d_in.add(in_pos[x])
             self._refs.append(refs)
-            self._attrs.append({**m.impl.attrs, **m.attrs})
+            self._attrs.append(attribute_values(m))
             deps.append((frozenset(d_in), frozenset(d_c)))
             produced[m.outputs[0]] = i
         self._out_member = [produced[o] for o in self.outputs]

@@ -51,7 +51,7 @@ def _pil_image():
 
 @onnx_op("ImageDecoder", since=20)
 def image_decoder_20(
-    ctx: NodeContext, encoded_stream: np.ndarray, *, pixel_format: str = "RGB"
+    ctx: NodeContext, encoded_stream: np.ndarray, *, pixel_format: str
 ) -> np.ndarray:
     """Decode one encoded image into a uint8 (H, W, C) array in the requested pixel format."""
     if pixel_format not in _CHANNELS:

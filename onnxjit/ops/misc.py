@@ -117,7 +117,7 @@ def compress(ctx, input, condition, *, axis=None):
 
 
 @onnx_op("CumProd", since=26)
-def cumprod_26(ctx, x, axis, *, exclusive=0, reverse=0):
+def cumprod_26(ctx, x, axis, *, exclusive, reverse):
     """Cumulative product along ``axis`` (a scalar input); ``exclusive`` starts from 1,
     ``reverse`` runs from the end of the axis."""
     x = np.asarray(x)
@@ -139,7 +139,7 @@ def cumprod_26(ctx, x, axis, *, exclusive=0, reverse=0):
 
 
 @onnx_op("ReverseSequence", since=10)
-def reverse_sequence(ctx, input, sequence_lens, *, batch_axis=1, time_axis=0):
+def reverse_sequence(ctx, input, sequence_lens, *, batch_axis, time_axis):
     """Reverse the first ``sequence_lens[b]`` steps along ``time_axis`` of every batch entry;
     the steps past the length are copied as they are. The two axes are 0 and 1."""
     x = np.asarray(input)
@@ -180,7 +180,7 @@ def reverse_sequence(ctx, input, sequence_lens, *, batch_axis=1, time_axis=0):
 
 
 @onnx_op("Unique", since=11)
-def unique(ctx, X, *, axis=None, sorted=1):
+def unique(ctx, X, *, axis=None, sorted):
     """Unique values (or sub-tensors along ``axis``), sorted or in first-occurrence order.
 
     Returns ``(Y, indices, inverse_indices, counts)``; the three index outputs are int64.
@@ -215,7 +215,7 @@ def unique(ctx, X, *, axis=None, sorted=1):
 
 
 @onnx_op("LpNormalization", since=1)
-def lp_normalization(ctx, input, *, axis=-1, p=2):
+def lp_normalization(ctx, input, *, axis, p):
     """``input / ||input||_p`` along ``axis`` (p is 1 or 2); a zero norm gives zeros."""
     x = np.asarray(input)
     if p not in (1, 2):
@@ -335,7 +335,7 @@ def bitcast(ctx, input, *, to=None):
 
 
 @onnx_op("TensorScatter", since=24)
-def tensor_scatter(ctx, past_cache, update, write_indices=None, *, axis=-2, mode="linear"):
+def tensor_scatter(ctx, past_cache, update, write_indices=None, *, axis, mode):
     """``past_cache`` with ``update`` written along ``axis`` from ``write_indices[b]`` for every
     batch entry (0 without ``write_indices``); 'circular' wraps positions modulo the axis."""
     cache = np.asarray(past_cache)
@@ -391,7 +391,7 @@ def tensor_scatter(ctx, past_cache, update, write_indices=None, *, axis=-2, mode
 
 
 @onnx_op("NegativeLogLikelihoodLoss", since=12)
-def nll_loss(ctx, input, target, weight=None, *, ignore_index=None, reduction="mean"):
+def nll_loss(ctx, input, target, weight=None, *, ignore_index=None, reduction):
     """Negative log-likelihood of ``input (N, C, d1..dk)`` for class labels ``target
     (N, d1..dk)``, optionally weighted per class; 'none' | 'sum' | 'mean' (weighted mean)."""
     x = np.asarray(input)
@@ -512,21 +512,21 @@ def _uniform(ctx, shape, dtype, low, high, seed) -> np.ndarray:
 
 
 @onnx_op("RandomNormal", since=1)
-def random_normal(ctx, *, dtype=1, mean=0.0, scale=1.0, seed=None, shape=None):
+def random_normal(ctx, *, dtype, mean, scale, seed=None, shape=None):
     """Samples of N(mean, scale^2) of the given shape and float ``dtype`` (default float)."""
     dt = _float_dtype(ctx, dtype, np.dtype(np.float32))
     return _normal(ctx, _shape_of(ctx, shape), dt, mean, scale, seed)
 
 
 @onnx_op("RandomUniform", since=1)
-def random_uniform(ctx, *, dtype=1, high=1.0, low=0.0, seed=None, shape=None):
+def random_uniform(ctx, *, dtype, high, low, seed=None, shape=None):
     """Samples of U[low, high) of the given shape and float ``dtype`` (default float)."""
     dt = _float_dtype(ctx, dtype, np.dtype(np.float32))
     return _uniform(ctx, _shape_of(ctx, shape), dt, low, high, seed)
 
 
 @onnx_op("RandomNormalLike", since=1)
-def random_normal_like(ctx, input, *, dtype=None, mean=0.0, scale=1.0, seed=None):
+def random_normal_like(ctx, input, *, dtype=None, mean, scale, seed=None):
     """RandomNormal with the shape of ``input``; ``dtype`` defaults to the input's type."""
     x = np.asarray(input)
     dt = _float_dtype(ctx, dtype, x.dtype)
@@ -534,7 +534,7 @@ def random_normal_like(ctx, input, *, dtype=None, mean=0.0, scale=1.0, seed=None
 
 
 @onnx_op("RandomUniformLike", since=1)
-def random_uniform_like(ctx, input, *, dtype=None, high=1.0, low=0.0, seed=None):
+def random_uniform_like(ctx, input, *, dtype=None, high, low, seed=None):
     """RandomUniform with the shape of ``input``; ``dtype`` defaults to the input's type."""
     x = np.asarray(input)
     dt = _float_dtype(ctx, dtype, x.dtype)
@@ -554,7 +554,7 @@ def bernoulli(ctx, input, *, dtype=None, seed=None):
 
 
 @onnx_op("Multinomial", since=7)
-def multinomial(ctx, input, *, dtype=6, sample_size=1, seed=None):
+def multinomial(ctx, input, *, dtype, sample_size, seed=None):
     """``sample_size`` class indices per batch row drawn from the distribution whose
     unnormalised log-probabilities are the row of ``input (batch, classes)``."""
     x = np.asarray(input)
@@ -598,7 +598,7 @@ def _scalar_float(value: Any) -> float:
 
 
 @onnx_op("Adagrad", since=1, domain=TRAINING)
-def adagrad(ctx, R, T, *inputs, decay_factor=0.0, epsilon=1e-06, norm_coefficient=0.0):
+def adagrad(ctx, R, T, *inputs, decay_factor, epsilon, norm_coefficient):
     """One ADAGRAD step for every (X, G, H) triple; returns the new Xs then the new Hs."""
     xs, gs, hs = _groups(ctx, inputs, 3, "X, G, H")
     r = _scalar_float(R) / (1.0 + _scalar_float(T) * decay_factor)
@@ -615,8 +615,8 @@ def adagrad(ctx, R, T, *inputs, decay_factor=0.0, epsilon=1e-06, norm_coefficien
 
 @onnx_op("Adam", since=1, domain=TRAINING)
 def adam(
-    ctx, R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-06, norm_coefficient=0.0,
-    norm_coefficient_post=0.0,
+    ctx, R, T, *inputs, alpha, beta, epsilon, norm_coefficient,
+    norm_coefficient_post,
 ):  # fmt: skip
     """One Adam step for every (X, G, V, H) quadruple; returns new Xs, new Vs, new Hs."""
     xs, gs, vs, hs = _groups(ctx, inputs, 4, "X, G, V, H")

@@ -1228,7 +1228,7 @@ def tree_ensemble_regressor_1(
     ctx,
     x,
     *,
-    aggregate_function="SUM",
+    aggregate_function,
     base_values=None,
     n_targets=None,
     nodes_falsenodeids=None,
@@ -1240,7 +1240,7 @@ def tree_ensemble_regressor_1(
     nodes_treeids=None,
     nodes_truenodeids=None,
     nodes_values=None,
-    post_transform="NONE",
+    post_transform,
     target_ids=None,
     target_nodeids=None,
     target_treeids=None,
@@ -1256,7 +1256,7 @@ def tree_ensemble_regressor_3(
     ctx,
     x,
     *,
-    aggregate_function="SUM",
+    aggregate_function,
     base_values=None,
     base_values_as_tensor=None,
     n_targets=None,
@@ -1271,7 +1271,7 @@ def tree_ensemble_regressor_3(
     nodes_truenodeids=None,
     nodes_values=None,
     nodes_values_as_tensor=None,
-    post_transform="NONE",
+    post_transform,
     target_ids=None,
     target_nodeids=None,
     target_treeids=None,
@@ -1308,7 +1308,7 @@ def tree_ensemble_classifier_1(
     nodes_treeids=None,
     nodes_truenodeids=None,
     nodes_values=None,
-    post_transform="NONE",
+    post_transform,
 ):
     """TreeEnsembleClassifier-1: (Y labels [N], Z scores [N, n_classes] float32)."""
     attrs = locals()  # the attributes by name (and ctx, x)
@@ -1340,7 +1340,7 @@ def tree_ensemble_classifier_3(
     nodes_truenodeids=None,
     nodes_values=None,
     nodes_values_as_tensor=None,
-    post_transform="NONE",
+    post_transform,
 ):
     """TreeEnsembleClassifier-3: (Y labels [N] int64 or string, Z scores [N, C] float32).
 
@@ -1358,7 +1358,7 @@ def tree_ensemble_5(
     ctx,
     x,
     *,
-    aggregate_function=1,
+    aggregate_function,
     leaf_targetids=None,
     leaf_weights=None,
     membership_values=None,
@@ -1372,7 +1372,7 @@ def tree_ensemble_5(
     nodes_splits=None,
     nodes_trueleafs=None,
     nodes_truenodeids=None,
-    post_transform=0,
+    post_transform,
     tree_roots=None,
 ):
     """TreeEnsemble-5: Y [N, n_targets] in X's float type.
@@ -1566,9 +1566,7 @@ def _linear_kernel_args(
 
 
 @onnx_op("LinearRegressor", since=1, domain=ML_DOMAIN)
-def linear_regressor_1(
-    ctx, x, *, coefficients=None, intercepts=None, post_transform="NONE", targets=1
-):
+def linear_regressor_1(ctx, x, *, coefficients=None, intercepts=None, post_transform, targets):
     """Y [N, targets] float32 = X @ coefficients.reshape(targets, F).T + intercepts, then
     post_transform (only PROBIT applies to a single target, as in onnxruntime)."""
     code = post_code(ctx, post_transform)
@@ -1624,8 +1622,8 @@ def linear_classifier_1(
     classlabels_strings=None,
     coefficients=None,
     intercepts=None,
-    multi_class=0,
-    post_transform="NONE",
+    multi_class,
+    post_transform,
 ):
     """(Y labels [N], Z scores [N, C] float32) of a linear model.
 
@@ -1729,7 +1727,7 @@ def _lower_scaler(lc: LowerContext) -> Bound | None:
 
 
 @onnx_op("Normalizer", since=1, domain=ML_DOMAIN)
-def normalizer_1(ctx, x, *, norm="MAX"):
+def normalizer_1(ctx, x, *, norm):
     """Y float32: each row divided by its MAX (largest value), L1 or L2 norm; a row whose
     norm is 0 is kept as is."""
     if norm not in _NORMS:
@@ -1759,7 +1757,7 @@ def _lower_normalizer(lc: LowerContext) -> Bound | None:
 
 
 @onnx_op("Binarizer", since=1, domain=ML_DOMAIN)
-def binarizer_1(x, *, threshold=0.0):
+def binarizer_1(x, *, threshold):
     """Y = 1 where X > threshold else 0, in X's dtype."""
     return (x > threshold).astype(x.dtype)
 
@@ -1906,8 +1904,8 @@ def imputer_1(
     *,
     imputed_value_floats=None,
     imputed_value_int64s=None,
-    replaced_value_float=0.0,
-    replaced_value_int64=0,
+    replaced_value_float,
+    replaced_value_int64,
 ):
     """Replace the entries equal to the replaced value (NaN matches NaN) by the imputed value
     of their column (one value, or one per column of the last axis)."""
@@ -2048,7 +2046,7 @@ def _label_encoder_1_table(
 
 
 @onnx_op("LabelEncoder", since=1, domain=ML_DOMAIN)
-def label_encoder_1(ctx, x, *, classes_strings=None, default_int64=-1, default_string="_Unused"):
+def label_encoder_1(ctx, x, *, classes_strings=None, default_int64, default_string):
     """Strings -> their index in classes_strings (default_int64 if absent); int64 -> the
     string at that index (default_string if out of range)."""
     keys, values, default = _label_encoder_1_table(
@@ -2121,9 +2119,9 @@ def label_encoder_2(
     ctx,
     x,
     *,
-    default_float=-0.0,
-    default_int64=-1,
-    default_string="_Unused",
+    default_float,
+    default_int64,
+    default_string,
     keys_floats=None,
     keys_int64s=None,
     keys_strings=None,
@@ -2142,9 +2140,9 @@ def label_encoder_4(
     ctx,
     x,
     *,
-    default_float=-0.0,
-    default_int64=-1,
-    default_string="_Unused",
+    default_float,
+    default_int64,
+    default_string,
     default_tensor=None,
     keys_floats=None,
     keys_int64s=None,
@@ -2171,7 +2169,7 @@ def _lower_label_encoder(lc: LowerContext) -> Bound | None:
 
 
 @onnx_op("OneHotEncoder", since=1, domain=ML_DOMAIN)
-def one_hot_encoder_1(ctx, x, *, cats_int64s=None, cats_strings=None, zeros=1):
+def one_hot_encoder_1(ctx, x, *, cats_int64s=None, cats_strings=None, zeros):
     """Y float32 [..., n_cats]: 1 at the category of each input value. An unknown value gives
     a row of zeros (zeros=1) or an error (zeros=0)."""
     if x.dtype == object:
@@ -2262,7 +2260,7 @@ def _category_table(
 
 @onnx_op("CategoryMapper", since=1, domain=ML_DOMAIN)
 def category_mapper_1(
-    ctx, x, *, cats_int64s=None, cats_strings=None, default_int64=-1, default_string="_Unused"
+    ctx, x, *, cats_int64s=None, cats_strings=None, default_int64, default_string
 ):
     """Strings -> int64 and int64 -> strings through the pairs (cats_strings[i], cats_int64s[i])."""
     keys, values, default = _category_table(
@@ -2370,7 +2368,7 @@ def dict_vectorizer_1(ctx, x, *, int64_vocabulary=None, string_vocabulary=None):
 
 
 @onnx_op("CastMap", since=1, domain=ML_DOMAIN)
-def cast_map_1(ctx, x, *, cast_to="TO_FLOAT", map_form="DENSE", max_map=1):
+def cast_map_1(ctx, x, *, cast_to, map_form, max_map):
     """A map int64 -> (string | float) as a [1, K] tensor ordered by key (DENSE), or a
     [1, max_map] tensor with values at their key positions (SPARSE)."""
     dtypes = {"TO_FLOAT": np.float32, "TO_STRING": object, "TO_INT64": np.int64}

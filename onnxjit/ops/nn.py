@@ -258,10 +258,10 @@ def gemm(
     b: np.ndarray,
     c: np.ndarray | None = None,
     *,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    transA: int = 0,  # noqa: N803 - ONNX attribute name
-    transB: int = 0,  # noqa: N803
+    alpha: float,
+    beta: float,
+    transA: int,  # noqa: N803 - ONNX attribute name
+    transB: int,  # noqa: N803
 ) -> np.ndarray:
     """``alpha * op(A) @ op(B) + beta * C``; C broadcasts unidirectionally (optional from 11)."""
     return _gemm(ctx, a, b, c, alpha, beta, transA, transB)
@@ -275,11 +275,11 @@ def gemm_6(
     b: np.ndarray,
     c: np.ndarray | None = None,
     *,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    broadcast: int = 0,
-    transA: int = 0,  # noqa: N803
-    transB: int = 0,  # noqa: N803
+    alpha: float,
+    beta: float,
+    broadcast: int,
+    transA: int,  # noqa: N803
+    transB: int,  # noqa: N803
 ) -> np.ndarray:
     """Gemm before 7: C must have the output's shape unless ``broadcast=1``."""
     if c is not None and not broadcast:
@@ -1231,9 +1231,9 @@ def conv(
     w: np.ndarray,
     b: np.ndarray | None = None,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     dilations: list[int] | None = None,
-    group: int = 1,
+    group: int,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
@@ -1325,9 +1325,9 @@ def conv_integer(
     x_zero_point: np.ndarray | None = None,
     w_zero_point: np.ndarray | None = None,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     dilations: list[int] | None = None,
-    group: int = 1,
+    group: int,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
@@ -1367,9 +1367,9 @@ def conv_transpose(
     w: np.ndarray,
     b: np.ndarray | None = None,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     dilations: list[int] | None = None,
-    group: int = 1,
+    group: int,
     kernel_shape: list[int] | None = None,
     output_padding: list[int] | None = None,
     output_shape: list[int] | None = None,
@@ -1550,7 +1550,7 @@ def max_pool_1(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
@@ -1564,10 +1564,10 @@ def max_pool_8(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
-    storage_order: int = 0,
+    storage_order: int,
     strides: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """MaxPool-8: adds the Indices output (flat, row-major or column-major in a plane)."""
@@ -1582,12 +1582,12 @@ def max_pool(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
-    ceil_mode: int = 0,
+    auto_pad: str,
+    ceil_mode: int,
     dilations: list[int] | None = None,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
-    storage_order: int = 0,
+    storage_order: int,
     strides: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """MaxPool-10+: dilations and ceil_mode; int8/uint8 from 12 (exact through float32)."""
@@ -1642,7 +1642,7 @@ def average_pool_1(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
@@ -1656,8 +1656,8 @@ def average_pool_7(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
-    count_include_pad: int = 0,
+    auto_pad: str,
+    count_include_pad: int,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
@@ -1681,9 +1681,9 @@ def average_pool_10(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
-    ceil_mode: int = 0,
-    count_include_pad: int = 0,
+    auto_pad: str,
+    ceil_mode: int,
+    count_include_pad: int,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
@@ -1709,9 +1709,9 @@ def average_pool(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
-    ceil_mode: int = 0,
-    count_include_pad: int = 0,
+    auto_pad: str,
+    ceil_mode: int,
+    count_include_pad: int,
     dilations: list[int] | None = None,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
@@ -1739,9 +1739,9 @@ def lp_pool_2(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     kernel_shape: list[int] | None = None,
-    p: float = 2,
+    p: float,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
@@ -1755,11 +1755,11 @@ def lp_pool(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    auto_pad: str = "NOTSET",
-    ceil_mode: int = 0,
+    auto_pad: str,
+    ceil_mode: int,
     dilations: list[int] | None = None,
     kernel_shape: list[int] | None = None,
-    p: int = 2,
+    p: int,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
@@ -1818,7 +1818,7 @@ def global_max_pool(ctx: NodeContext, x: np.ndarray) -> np.ndarray:
 @onnx_op("GlobalLpPool", since=1)
 @onnx_op("GlobalLpPool", since=2)
 @onnx_op("GlobalLpPool", since=22)
-def global_lp_pool(ctx: NodeContext, x: np.ndarray, *, p: int = 2) -> np.ndarray:
+def global_lp_pool(ctx: NodeContext, x: np.ndarray, *, p: int) -> np.ndarray:
     """``(sum |x|^p)^(1/p)`` over all spatial dims (the LpPool kernel with a full window)."""
     axes = _spatial_axes(ctx, x)
     if len(axes) > 3:
@@ -1854,26 +1854,26 @@ def _softmax(ctx: NodeContext, x: np.ndarray, axis: int, coerce_2d: bool, log: b
 
 @onnx_op("Softmax", since=1)
 @onnx_op("Softmax", since=11)
-def softmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+def softmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int) -> np.ndarray:
     """Softmax-1/11: the input is coerced to 2-D (dims before ``axis`` x dims from it)."""
     return _softmax(ctx, x, axis, True, False)
 
 
 @onnx_op("Softmax", since=13)
-def softmax(ctx: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+def softmax(ctx: NodeContext, x: np.ndarray, *, axis: int) -> np.ndarray:
     """Softmax-13: over the single dim ``axis``."""
     return _softmax(ctx, x, axis, False, False)
 
 
 @onnx_op("LogSoftmax", since=1)
 @onnx_op("LogSoftmax", since=11)
-def log_softmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+def log_softmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int) -> np.ndarray:
     """LogSoftmax-1/11: coerced to 2-D at ``axis``."""
     return _softmax(ctx, x, axis, True, True)
 
 
 @onnx_op("LogSoftmax", since=13)
-def log_softmax(ctx: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+def log_softmax(ctx: NodeContext, x: np.ndarray, *, axis: int) -> np.ndarray:
     """LogSoftmax-13: over the single dim ``axis``."""
     return _softmax(ctx, x, axis, False, True)
 
@@ -1913,13 +1913,13 @@ def _hardmax(ctx: NodeContext, x: np.ndarray, axis: int, coerce_2d: bool) -> np.
 
 @onnx_op("Hardmax", since=1)
 @onnx_op("Hardmax", since=11)
-def hardmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+def hardmax_1(ctx: NodeContext, x: np.ndarray, *, axis: int) -> np.ndarray:
     """Hardmax-1/11: one-hot of the first maximum of the input coerced to 2-D at ``axis``."""
     return _hardmax(ctx, x, axis, True)
 
 
 @onnx_op("Hardmax", since=13)
-def hardmax(ctx: NodeContext, x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+def hardmax(ctx: NodeContext, x: np.ndarray, *, axis: int) -> np.ndarray:
     """Hardmax-13: one-hot of the first maximum along ``axis``."""
     return _hardmax(ctx, x, axis, False)
 
@@ -1985,10 +1985,10 @@ def batch_norm_6(
     var: np.ndarray,
     *,
     consumed_inputs: list[int] | None = None,
-    epsilon: float = _EPS,
-    is_test: int = 0,
-    momentum: float = _MOMENTUM,
-    spatial: int = 1,
+    epsilon: float,
+    is_test: int,
+    momentum: float,
+    spatial: int,
 ) -> np.ndarray:
     """BatchNormalization-1/6, inference with the given statistics.
 
@@ -2009,9 +2009,9 @@ def batch_norm_7(
     mean: np.ndarray,
     var: np.ndarray,
     *,
-    epsilon: float = _EPS,
-    momentum: float = _MOMENTUM,
-    spatial: int = 1,
+    epsilon: float,
+    momentum: float,
+    spatial: int,
 ) -> np.ndarray:
     """BatchNormalization-7, inference: ``spatial=0`` takes per-element statistics of shape
     X.shape[1:]."""
@@ -2028,8 +2028,8 @@ def batch_norm_9(
     mean: np.ndarray,
     var: np.ndarray,
     *,
-    epsilon: float = _EPS,
-    momentum: float = _MOMENTUM,
+    epsilon: float,
+    momentum: float,
 ) -> np.ndarray:
     """BatchNormalization-9, inference: per-channel statistics."""
     _no_training_outputs(ctx)
@@ -2046,9 +2046,9 @@ def batch_norm(
     input_mean: np.ndarray,
     input_var: np.ndarray,
     *,
-    epsilon: float = _EPS,
-    momentum: float = _MOMENTUM,
-    training_mode: int = 0,
+    epsilon: float,
+    momentum: float,
+    training_mode: int,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]:
     """BatchNormalization-14/15. Inference normalises with the given statistics. With
     ``training_mode=1`` it normalises with the batch statistics (biased variance) and also
@@ -2106,7 +2106,7 @@ def instance_norm(
     scale: np.ndarray,
     b: np.ndarray,
     *,
-    epsilon: float = _EPS,
+    epsilon: float,
 ) -> np.ndarray:
     """Normalise every (n, c) plane over its spatial dims; per-channel scale and bias."""
     if x.ndim < 3:
@@ -2134,7 +2134,7 @@ def group_norm_18(
     scale: np.ndarray,
     bias: np.ndarray,
     *,
-    epsilon: float = _EPS,
+    epsilon: float,
     num_groups: int | None = None,
 ) -> np.ndarray:
     """GroupNormalization-18: scale and bias have one value per group."""
@@ -2163,9 +2163,9 @@ def group_norm(
     scale: np.ndarray,
     bias: np.ndarray,
     *,
-    epsilon: float = _EPS,
+    epsilon: float,
     num_groups: int | None = None,
-    stash_type: int = 1,
+    stash_type: int,
 ) -> np.ndarray:
     """GroupNormalization-21: scale and bias have one value per channel; statistics are
     accumulated in float64 (at least the precision ``stash_type`` asks for)."""
@@ -2184,9 +2184,9 @@ def layer_norm(
     scale: np.ndarray,
     b: np.ndarray | None = None,
     *,
-    axis: int = -1,
-    epsilon: float = _EPS,
-    stash_type: int = 1,
+    axis: int,
+    epsilon: float,
+    stash_type: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normalise over dims ``axis..`` then ``* Scale + B`` (broadcast to those dims). Mean and
     InvStdDev have shape X.shape[:axis] + ones and the stash type (float32 for stash_type=1),
@@ -2233,7 +2233,7 @@ def mean_variance_norm(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    axes: list[int] = [0, 2, 3],  # noqa: B006 - schema default, never mutated
+    axes: list[int],  # noqa: B006 - schema default, never mutated
 ) -> np.ndarray:
     """``(X - mean) / (sqrt(var) + 1e-9)`` over ``axes`` (the function body's epsilon)."""
     red = sorted({_norm_axis(ctx, int(a), x.ndim) for a in axes})
@@ -2273,9 +2273,9 @@ def lrn(
     ctx: NodeContext,
     x: np.ndarray,
     *,
-    alpha: float = _LRN_ALPHA,
-    beta: float = 0.75,
-    bias: float = 1.0,
+    alpha: float,
+    beta: float,
+    bias: float,
     size: int | None = None,
 ) -> np.ndarray:
     """Local response normalisation across channels (window of ``size`` channels)."""

@@ -243,7 +243,7 @@ def quantizelinear_13(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray = None,
     *,
-    axis: int = 1,
+    axis: int,
 ) -> np.ndarray:
     """As 10, plus per-axis scales (1-D ``y_scale`` along ``axis``)."""
     _check_scale_rank(ctx, y_scale, "y_scale")
@@ -257,8 +257,8 @@ def quantizelinear_19(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray = None,
     *,
-    axis: int = 1,
-    saturate: int = 1,
+    axis: int,
+    saturate: int,
 ) -> np.ndarray:
     """As 13, plus float8 outputs (``saturate`` clamps out-of-range values to +-max)."""
     _check_scale_rank(ctx, y_scale, "y_scale")
@@ -272,10 +272,10 @@ def quantizelinear_21(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray = None,
     *,
-    axis: int = 1,
-    block_size: int = 0,
-    output_dtype: int = 0,
-    saturate: int = 1,
+    axis: int,
+    block_size: int,
+    output_dtype: int,
+    saturate: int,
 ) -> np.ndarray:
     """As 19, plus blocked scales (``block_size``), ``output_dtype``, int16/uint16/int4/uint4."""
     return _quantize(
@@ -300,11 +300,11 @@ def quantizelinear_23(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray = None,
     *,
-    axis: int = 1,
-    block_size: int = 0,
-    output_dtype: int = 0,
-    precision: int = 0,
-    saturate: int = 1,
+    axis: int,
+    block_size: int,
+    output_dtype: int,
+    precision: int,
+    saturate: int,
 ) -> np.ndarray:
     """As 21, plus ``precision`` (the type of the division) and float4e2m1 (23), float8e8m0
     scales (24), int2/uint2 (25), float6e2m3/float6e3m2 (28)."""
@@ -344,7 +344,7 @@ def dequantizelinear_13(
     x_scale: np.ndarray,
     x_zero_point: np.ndarray = None,
     *,
-    axis: int = 1,
+    axis: int,
 ) -> np.ndarray:
     """As 10, plus per-axis scales (13) and float8 inputs, float16/bfloat16 scales (19); the
     output has the scale's type."""
@@ -359,8 +359,8 @@ def dequantizelinear_21(
     x_scale: np.ndarray,
     x_zero_point: np.ndarray = None,
     *,
-    axis: int = 1,
-    block_size: int = 0,
+    axis: int,
+    block_size: int,
 ) -> np.ndarray:
     """As 19, plus blocked scales and int16/uint16/int4/uint4 inputs."""
     return _dequantize(ctx, x, x_scale, x_zero_point, axis=axis, block_size=block_size)
@@ -376,9 +376,9 @@ def dequantizelinear_23(
     x_scale: np.ndarray,
     x_zero_point: np.ndarray = None,
     *,
-    axis: int = 1,
-    block_size: int = 0,
-    output_dtype: int = 0,
+    axis: int,
+    block_size: int,
+    output_dtype: int,
 ) -> np.ndarray:
     """As 21, plus ``output_dtype`` and float4e2m1 (23), float8e8m0 scales (24), int2/uint2
     (25), float6 (28) inputs."""
@@ -528,9 +528,9 @@ def qlinearconv_10(
     y_zero_point: np.ndarray,
     B: np.ndarray = None,
     *,
-    auto_pad: str = "NOTSET",
+    auto_pad: str,
     dilations: list[int] | None = None,
-    group: int = 1,
+    group: int,
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,

@@ -270,11 +270,11 @@ def _make_reduce(op: str, name: str, axes_input_since: int) -> None:
     """Register op-1 (axes attribute) and op-<axes_input_since> (axes input) for ``name``."""
 
     @onnx_op(op, since=1)
-    def reduce_attr(ctx, data, *, axes=None, keepdims=1):
+    def reduce_attr(ctx, data, *, axes=None, keepdims):
         return reduce_values(ctx, data, axes, keepdims, 0, name)
 
     @onnx_op(op, since=axes_input_since)
-    def reduce_input(ctx, data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    def reduce_input(ctx, data, axes=None, *, keepdims, noop_with_empty_axes):
         return reduce_values(ctx, data, axes, keepdims, noop_with_empty_axes, name)
 
     reduce_attr.__name__ = reduce_attr.__qualname__ = f"{op.lower()}_1"
@@ -327,25 +327,25 @@ def _arg(ctx: NodeContext, x: np.ndarray, axis: int, keepdims: int, last: int, w
 
 
 @onnx_op("ArgMax", since=1)
-def argmax_1(ctx, data, *, axis=0, keepdims=1):
+def argmax_1(ctx, data, *, axis, keepdims):
     """Index (int64) of the first maximum along ``axis``."""
     return _arg(ctx, data, axis, keepdims, 0, True)
 
 
 @onnx_op("ArgMax", since=12)
-def argmax_12(ctx, data, *, axis=0, keepdims=1, select_last_index=0):
+def argmax_12(ctx, data, *, axis, keepdims, select_last_index):
     """Index (int64) of the maximum along ``axis``; last occurrence when asked."""
     return _arg(ctx, data, axis, keepdims, select_last_index, True)
 
 
 @onnx_op("ArgMin", since=1)
-def argmin_1(ctx, data, *, axis=0, keepdims=1):
+def argmin_1(ctx, data, *, axis, keepdims):
     """Index (int64) of the first minimum along ``axis``."""
     return _arg(ctx, data, axis, keepdims, 0, False)
 
 
 @onnx_op("ArgMin", since=12)
-def argmin_12(ctx, data, *, axis=0, keepdims=1, select_last_index=0):
+def argmin_12(ctx, data, *, axis, keepdims, select_last_index):
     """Index (int64) of the minimum along ``axis``; last occurrence when asked."""
     return _arg(ctx, data, axis, keepdims, select_last_index, False)
 
@@ -389,7 +389,7 @@ def _scalar_int(ctx: NodeContext, value: np.ndarray, what: str) -> int:
 
 
 @onnx_op("CumSum", since=11)
-def cumsum_11(ctx, x, axis, *, exclusive=0, reverse=0):
+def cumsum_11(ctx, x, axis, *, exclusive, reverse):
     """Cumulative sum along ``axis`` (a scalar input); ``exclusive`` and ``reverse`` flags."""
     x = np.asarray(x)
     rank = max(x.ndim, 1)
@@ -456,18 +456,18 @@ def _topk(ctx: NodeContext, x: np.ndarray, k: int, axis: int, largest: int):
 
 
 @onnx_op("TopK", since=1)
-def topk_1(ctx, x, *, axis=-1, k=None):
+def topk_1(ctx, x, *, axis, k=None):
     """The ``k`` (attribute) largest values along ``axis`` and their int64 indices."""
     return _topk(ctx, x, int(k), axis, 1)
 
 
 @onnx_op("TopK", since=10)
-def topk_10(ctx, x, k, *, axis=-1):
+def topk_10(ctx, x, k, *, axis):
     """The ``k`` (input) largest values along ``axis`` and their int64 indices."""
     return _topk(ctx, x, _scalar_int(ctx, k, "K"), axis, 1)
 
 
 @onnx_op("TopK", since=11)
-def topk_11(ctx, x, k, *, axis=-1, largest=1, sorted=1):
+def topk_11(ctx, x, k, *, axis, largest, sorted):
     """Top ``k`` largest (or smallest) along ``axis``; always sorted, ties by lower index."""
     return _topk(ctx, x, _scalar_int(ctx, k, "K"), axis, largest)

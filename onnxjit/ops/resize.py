@@ -285,7 +285,7 @@ def _resize(
 
 
 @onnx_op("Resize", since=10)
-def resize_10(ctx, X, scales, *, mode="nearest"):
+def resize_10(ctx, X, scales, *, mode):
     """Resize-10: scales only, asymmetric coordinates (Upsample's semantics, extended to
     downsampling)."""
     return _resize(
@@ -297,9 +297,9 @@ def resize_10(ctx, X, scales, *, mode="nearest"):
 @onnx_op("Resize", since=11)
 @onnx_op("Resize", since=13)
 def resize_11(
-    ctx, X, roi=None, scales=None, sizes=None, *, coordinate_transformation_mode="half_pixel",
-    cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, mode="nearest",
-    nearest_mode="round_prefer_floor",
+    ctx, X, roi=None, scales=None, sizes=None, *, coordinate_transformation_mode,
+    cubic_coeff_a, exclude_outside, extrapolation_value, mode,
+    nearest_mode,
 ):  # fmt: skip
     """Resize-11/13: roi, scales or sizes; coordinate modes, nearest modes, cubic options."""
     return _resize(
@@ -312,10 +312,10 @@ def resize_11(
 @onnx_op("Resize", since=18)
 @onnx_op("Resize", since=19)
 def resize_18(
-    ctx, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
-    coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
-    extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
-    nearest_mode="round_prefer_floor",
+    ctx, X, roi=None, scales=None, sizes=None, *, antialias, axes=None,
+    coordinate_transformation_mode, cubic_coeff_a, exclude_outside,
+    extrapolation_value, keep_aspect_ratio_policy, mode,
+    nearest_mode,
 ):  # fmt: skip
     """Resize-18/19: adds antialias, axes, keep_aspect_ratio_policy (19: half_pixel_symmetric)."""
     return _resize(
@@ -343,7 +343,7 @@ def _upsample(ctx: NodeContext, X: np.ndarray, scales: np.ndarray, mode: str) ->
 
 
 @onnx_op("Upsample", since=7)
-def upsample_7(ctx, X, *, mode="nearest", scales=None):
+def upsample_7(ctx, X, *, mode, scales=None):
     """Upsample-7: scales attribute (one per axis, >= 1), asymmetric coordinates."""
     if scales is None:
         raise ctx.error("the scales attribute is required")
@@ -351,6 +351,6 @@ def upsample_7(ctx, X, *, mode="nearest", scales=None):
 
 
 @onnx_op("Upsample", since=9)
-def upsample_9(ctx, X, scales, *, mode="nearest"):
+def upsample_9(ctx, X, scales, *, mode):
     """Upsample-9 (and the deprecated 10): scales input."""
     return _upsample(ctx, X, scales, mode)

@@ -297,7 +297,7 @@ def _recurrent(
 def lstm_1(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None,
-    direction="forward", hidden_size=None, input_forget=0, output_sequence=0,
+    direction, hidden_size=None, input_forget, output_sequence,
 ):  # fmt: skip
     """LSTM-1: as LSTM-7; ``output_sequence`` is accepted and ignored (Y is optional anyway)."""
     return _recurrent(
@@ -312,7 +312,7 @@ def lstm_1(
 def lstm_7(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None,
-    direction="forward", hidden_size=None, input_forget=0,
+    direction, hidden_size=None, input_forget,
 ):  # fmt: skip
     """LSTM-7: sequence-major layout (X is [seq_length, batch_size, input_size])."""
     return _recurrent(
@@ -327,7 +327,7 @@ def lstm_7(
 def lstm_14(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None,
-    direction="forward", hidden_size=None, input_forget=0, layout=0,
+    direction, hidden_size=None, input_forget, layout,
 ):  # fmt: skip
     """LSTM-14 (and 22): adds ``layout`` (1 = batch-major X, Y, states)."""
     return _recurrent(
@@ -346,7 +346,7 @@ def lstm_14(
 def gru_1(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None,
-    direction="foward", hidden_size=None, output_sequence=0,
+    direction, hidden_size=None, output_sequence,
 ):  # fmt: skip
     """GRU-1: no linear_before_reset (it is 0); the schema's default direction is spelled
     ``"foward"`` and means forward."""
@@ -361,7 +361,7 @@ def gru_1(
 def gru_3(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None,
-    direction="forward", hidden_size=None, linear_before_reset=0, output_sequence=0,
+    direction, hidden_size=None, linear_before_reset, output_sequence,
 ):  # fmt: skip
     """GRU-3: adds linear_before_reset; ``output_sequence`` is accepted and ignored."""
     return _recurrent(
@@ -376,7 +376,7 @@ def gru_3(
 def gru_7(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None,
-    direction="forward", hidden_size=None, linear_before_reset=0,
+    direction, hidden_size=None, linear_before_reset,
 ):  # fmt: skip
     """GRU-7: sequence-major layout."""
     return _recurrent(
@@ -391,7 +391,7 @@ def gru_7(
 def gru_14(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
     activation_alpha=None, activation_beta=None, activations=None, clip=None,
-    direction="forward", hidden_size=None, layout=0, linear_before_reset=0,
+    direction, hidden_size=None, layout, linear_before_reset,
 ):  # fmt: skip
     """GRU-14 (and 22): adds ``layout``."""
     return _recurrent(
@@ -409,8 +409,8 @@ def gru_14(
 @onnx_op("RNN", since=1)
 def rnn_1(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
-    activation_alpha=None, activation_beta=None, activations=["Tanh", "Tanh"],  # noqa: B006
-    clip=None, direction="forward", hidden_size=None, output_sequence=0,
+    activation_alpha=None, activation_beta=None, activations,  # noqa: B006
+    clip=None, direction, hidden_size=None, output_sequence,
 ):  # fmt: skip
     """RNN-1: as RNN-7; ``output_sequence`` is accepted and ignored."""
     return _recurrent(
@@ -423,8 +423,8 @@ def rnn_1(
 @onnx_op("RNN", since=7)
 def rnn_7(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
-    activation_alpha=None, activation_beta=None, activations=["Tanh", "Tanh"],  # noqa: B006
-    clip=None, direction="forward", hidden_size=None,
+    activation_alpha=None, activation_beta=None, activations,  # noqa: B006
+    clip=None, direction, hidden_size=None,
 ):  # fmt: skip
     """RNN-7: sequence-major layout."""
     return _recurrent(
@@ -437,8 +437,8 @@ def rnn_7(
 @onnx_op("RNN", since=14)
 def rnn_14(
     ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *,
-    activation_alpha=None, activation_beta=None, activations=["Tanh", "Tanh"],  # noqa: B006
-    clip=None, direction="forward", hidden_size=None, layout=0,
+    activation_alpha=None, activation_beta=None, activations,  # noqa: B006
+    clip=None, direction, hidden_size=None, layout,
 ):  # fmt: skip
     """RNN-14 (and 22): adds ``layout``."""
     return _recurrent(

@@ -30,7 +30,7 @@ def _bounds(start: np.ndarray, length: np.ndarray, pooled: int, limit: int):
 
 @onnx_op("MaxRoiPool", since=1)
 @onnx_op("MaxRoiPool", since=22)
-def max_roi_pool_1(ctx, x, rois, *, pooled_shape=None, spatial_scale=1.0):
+def max_roi_pool_1(ctx, x, rois, *, pooled_shape=None, spatial_scale):
     """Y [num_rois, C, pooled_h, pooled_w] of x's dtype; rois [num_rois, 5] rows
     (batch_index, x1, y1, x2, y2) in input coordinates before spatial_scale.
     float16/bfloat16 compute in float32."""

@@ -130,7 +130,7 @@ def sequence_length(ctx, input_sequence):
 
 
 @onnx_op("SplitToSequence", since=11)
-def split_to_sequence(ctx, input, split=None, *, axis=0, keepdims=1):
+def split_to_sequence(ctx, input, split=None, *, axis, keepdims):
     """Split ``input`` along ``axis`` into a sequence.
 
     No ``split``: pieces of length 1, with the axis removed when ``keepdims`` is 0. A scalar
@@ -172,7 +172,7 @@ def split_to_sequence(ctx, input, split=None, *, axis=0, keepdims=1):
 
 
 @onnx_op("ConcatFromSequence", since=11)
-def concat_from_sequence(ctx, input_sequence, *, axis=None, new_axis=0):
+def concat_from_sequence(ctx, input_sequence, *, axis=None, new_axis):
     """Concatenate the sequence's tensors along ``axis`` (``new_axis=1``: stack them along a
     new axis inserted at ``axis``, which may then range over ``[-r-1, r]``)."""
     seq = _as_sequence(ctx, input_sequence, "'input_sequence'")

@@ -133,14 +133,14 @@ def _dft(
 
 
 @onnx_op("DFT", since=17)
-def dft_17(ctx, input, dft_length=None, *, axis=1, inverse=0, onesided=0):
+def dft_17(ctx, input, dft_length=None, *, axis, inverse, onesided):
     """Discrete Fourier transform of ``input`` along the ``axis`` attribute (see the module
     docstring for the four modes and ``dft_length``)."""
     return _dft(ctx, input, dft_length, int(axis), inverse, onesided)
 
 
 @onnx_op("DFT", since=20)
-def dft_20(ctx, input, dft_length=None, axis=None, *, inverse=0, onesided=0):
+def dft_20(ctx, input, dft_length=None, axis=None, *, inverse, onesided):
     """DFT-17 with ``axis`` an optional scalar input (default -2, the last signal axis)."""
     a = -2 if axis is None else _scalar_int(ctx, axis, "'axis'")
     return _dft(ctx, input, dft_length, a, inverse, onesided)
@@ -151,7 +151,7 @@ def dft_20(ctx, input, dft_length=None, axis=None, *, inverse=0, onesided=0):
 
 
 @onnx_op("STFT", since=17)
-def stft_17(ctx, signal, frame_step, window=None, frame_length=None, *, onesided=1):
+def stft_17(ctx, signal, frame_step, window=None, frame_length=None, *, onesided):
     """Short-time Fourier transform of a ``[batch, length, 1|2]`` signal: output
     ``[batch, frames, bins, 2]`` with ``frames = (length - frame_length) // frame_step + 1``
     and ``bins = frame_length // 2 + 1`` when ``onesided`` else ``frame_length``."""
@@ -216,7 +216,7 @@ def mel_weight_matrix_17(
     lower_edge_hertz,
     upper_edge_hertz,
     *,
-    output_datatype=1,
+    output_datatype,
 ):
     """A ``[dft_length // 2 + 1, num_mel_bins]`` matrix of triangular mel filters with peak
     1 (see the module docstring), in ``output_datatype``."""
@@ -279,18 +279,18 @@ def _cosine_window(ctx: NodeContext, size: Any, periodic: int, output_datatype: 
 
 
 @onnx_op("HannWindow", since=17)
-def hann_window_17(ctx, size, *, output_datatype=1, periodic=1):
+def hann_window_17(ctx, size, *, output_datatype, periodic):
     """Hann window ``0.5 - 0.5 cos(2 pi n / N)``."""
     return _cosine_window(ctx, size, periodic, output_datatype, (0.5, -0.5))
 
 
 @onnx_op("HammingWindow", since=17)
-def hamming_window_17(ctx, size, *, output_datatype=1, periodic=1):
+def hamming_window_17(ctx, size, *, output_datatype, periodic):
     """Hamming window ``25/46 - 21/46 cos(2 pi n / N)``."""
     return _cosine_window(ctx, size, periodic, output_datatype, (25.0 / 46.0, 25.0 / 46.0 - 1.0))
 
 
 @onnx_op("BlackmanWindow", since=17)
-def blackman_window_17(ctx, size, *, output_datatype=1, periodic=1):
+def blackman_window_17(ctx, size, *, output_datatype, periodic):
     """Blackman window ``0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)``."""
     return _cosine_window(ctx, size, periodic, output_datatype, (0.42, -0.5, 0.08))

@@ -97,8 +97,8 @@ def string_normalizer_10(
     ctx: Any,
     x: np.ndarray,
     *,
-    case_change_action: str = "NONE",
-    is_case_sensitive: int = 0,
+    case_change_action: str,
+    is_case_sensitive: int,
     locale: str | None = None,
     stopwords: list[str] | None = None,
 ) -> np.ndarray:

@@ -152,7 +152,7 @@ def shape_1(data):
 
 
 @onnx_op("Shape", since=15)
-def shape_15(data, *, end=None, start=0):
+def shape_15(data, *, end=None, start):
     """``shape[start:end]`` with negative bounds counted from the back and clamped to rank."""
     shape = np.shape(data)
     r = len(shape)
@@ -191,7 +191,7 @@ def constant_of_shape_9(ctx, input, *, value=None):
 
 
 @onnx_op("EyeLike", since=9)
-def eye_like_9(ctx, input, *, dtype=None, k=0):
+def eye_like_9(ctx, input, *, dtype=None, k):
     """A 2-D tensor shaped like ``input`` with ones on diagonal ``k`` (dtype attr or input's)."""
     x = np.asarray(input)
     if x.ndim != 2:
@@ -232,7 +232,7 @@ def range_11(ctx, start, limit, delta):
 
 
 @onnx_op("Range", since=27)
-def range_27(ctx, start, limit, delta, *, stash_type=1):
+def range_27(ctx, start, limit, delta, *, stash_type):
     """Range-11 with ``stash_type`` (only float32 accumulation is supported for 16-bit floats)."""
     if int(stash_type) != 1 and np.asarray(start).dtype.itemsize < 4:
         raise ctx.unsupported(f"stash_type={stash_type} is not supported; use 1 (float)")
@@ -300,7 +300,7 @@ def reshape_5(ctx, data, shape):
 
 
 @onnx_op("Reshape", since=14)
-def reshape_14(ctx, data, shape, *, allowzero=0):
+def reshape_14(ctx, data, shape, *, allowzero):
     """Reshape-5 where ``allowzero=1`` makes 0 a real zero-size dimension."""
     return _reshape(ctx, data, _ints(shape), allowzero)
 
@@ -316,7 +316,7 @@ def _flatten_dims(ctx: Any, in_shape: tuple[int, ...], axis: int) -> tuple[int, 
 
 
 @onnx_op("Flatten", since=1)
-def flatten_1(ctx, input, *, axis=1):
+def flatten_1(ctx, input, *, axis):
     """2-D ``(prod(shape[:axis]), prod(shape[axis:]))``; axis in [-r, r]."""
     x = np.asarray(input)
     return x.reshape(_flatten_dims(ctx, x.shape, axis))
@@ -519,19 +519,19 @@ def split_1(ctx, input, split_input=None, *, split=None, axis=None):
 
 
 @onnx_op("Split", since=2)
-def split_2(ctx, input, *, split=None, axis=0):
+def split_2(ctx, input, *, split=None, axis):
     """Split along ``axis`` into the ``split`` sizes (attribute) or equal parts."""
     return _split(ctx, input, split, axis)
 
 
 @onnx_op("Split", since=13)
-def split_13(ctx, input, split=None, *, axis=0):
+def split_13(ctx, input, split=None, *, axis):
     """Split along ``axis`` into the ``split`` sizes (input) or equal parts."""
     return _split(ctx, input, split, axis)
 
 
 @onnx_op("Split", since=18)
-def split_18(ctx, input, split=None, *, axis=0, num_outputs=None):
+def split_18(ctx, input, split=None, *, axis, num_outputs=None):
     """Split-13 plus ``num_outputs``: ceil-sized parts, the last one smaller."""
     return _split(ctx, input, split, axis, num_outputs)
 
@@ -669,25 +669,25 @@ def _pad(
 
 
 @onnx_op("Pad", since=1)
-def pad_1(ctx, data, *, value=0.0, mode="constant", paddings=None):
+def pad_1(ctx, data, *, value, mode, paddings=None):
     """Pad-1: ``paddings`` attribute, ``value`` for constant mode."""
     return _pad(ctx, data, _ints(paddings), mode, np.asarray(value, dtype=np.asarray(data).dtype))
 
 
 @onnx_op("Pad", since=2)
-def pad_2(ctx, data, *, value=0.0, mode="constant", pads=None):
+def pad_2(ctx, data, *, value, mode, pads=None):
     """Pad with the ``pads`` attribute ([begins..., ends...]); negative pads crop."""
     return _pad(ctx, data, _ints(pads), mode, np.asarray(value, dtype=np.asarray(data).dtype))
 
 
 @onnx_op("Pad", since=11)
-def pad_11(ctx, data, pads, constant_value=None, *, mode="constant"):
+def pad_11(ctx, data, pads, constant_value=None, *, mode):
     """Pad with ``pads`` and ``constant_value`` inputs; modes constant/reflect/edge."""
     return _pad(ctx, data, _ints(pads), mode, constant_value)
 
 
 @onnx_op("Pad", since=18)
-def pad_18(ctx, data, pads, constant_value=None, axes=None, *, mode="constant"):
+def pad_18(ctx, data, pads, constant_value=None, axes=None, *, mode):
     """Pad-11 plus an ``axes`` input naming the padded axes (wrap mode from 19)."""
     return _pad(ctx, data, _ints(pads), mode, constant_value, axes)
 
@@ -720,7 +720,7 @@ def _gather(ctx: NodeContext, data: np.ndarray, indices: np.ndarray, axis: int) 
 
 
 @onnx_op("Gather", since=1)
-def gather_1(ctx, data, indices, *, axis=0):
+def gather_1(ctx, data, indices, *, axis):
     """``data`` indexed by ``indices`` along ``axis``; output rank r + q - 1."""
     return _gather(ctx, data, indices, axis)
 
@@ -738,7 +738,7 @@ def _elements_view(ctx: NodeContext, x: np.ndarray, ind: np.ndarray, a: int):
 
 
 @onnx_op("GatherElements", since=11)
-def gather_elements_11(ctx, data, indices, *, axis=0):
+def gather_elements_11(ctx, data, indices, *, axis):
     """``out[..i..] = data[.., indices[..i..], ..]`` along ``axis``; shaped like indices."""
     x = np.asarray(data)
     ind = np.asarray(indices)
@@ -824,13 +824,13 @@ def _scatter_elements(ctx, data, indices, updates, axis, reduction):
 
 @onnx_op("Scatter", since=9)
 @onnx_op("ScatterElements", since=11)
-def scatter_elements_11(ctx, data, indices, updates, *, axis=0):
+def scatter_elements_11(ctx, data, indices, updates, *, axis):
     """A copy of ``data`` with ``updates`` written at ``indices`` along ``axis`` (last wins)."""
     return _scatter_elements(ctx, data, indices, updates, axis, "none")
 
 
 @onnx_op("ScatterElements", since=16)
-def scatter_elements_16(ctx, data, indices, updates, *, reduction="none", axis=0):
+def scatter_elements_16(ctx, data, indices, updates, *, reduction, axis):
     """ScatterElements with ``reduction`` none/add/mul (max/min from 18)."""
     return _scatter_elements(ctx, data, indices, updates, axis, reduction)
 
@@ -859,7 +859,7 @@ def gather_nd_11(ctx, data, indices):
 
 
 @onnx_op("GatherND", since=12)
-def gather_nd_12(ctx, data, indices, *, batch_dims=0):
+def gather_nd_12(ctx, data, indices, *, batch_dims):
     """GatherND whose first ``batch_dims`` axes of data and indices are matched batch axes."""
     x = np.asarray(data)
     ind = np.asarray(indices)
@@ -946,14 +946,14 @@ def scatter_nd_11(ctx, data, indices, updates):
 
 
 @onnx_op("ScatterND", since=16)
-def scatter_nd_16(ctx, data, indices, updates, *, reduction="none"):
+def scatter_nd_16(ctx, data, indices, updates, *, reduction):
     """ScatterND with ``reduction`` none/add/mul (max/min from 18)."""
     return _scatter_nd(ctx, data, indices, updates, reduction)
 
 
 # -- OneHot, NonZero, Trilu, EyeLike ------------------------------------------------------------
 @onnx_op("OneHot", since=9)
-def one_hot_9(ctx, indices, depth, values, *, axis=-1):
+def one_hot_9(ctx, indices, depth, values, *, axis):
     """``values[1]`` where the new ``axis`` equals the index, ``values[0]`` elsewhere.
 
     Indices in [-depth, depth) wrap once; others give an all-off column (the spec).
@@ -995,7 +995,7 @@ def non_zero_9(x):
 
 
 @onnx_op("Trilu", since=14)
-def trilu_14(ctx, input, k=None, *, upper=1):
+def trilu_14(ctx, input, k=None, *, upper):
     """Keep the upper (or lower) triangle of the last two axes from diagonal ``k``."""
     x = np.asarray(input)
     if x.ndim < 2:
@@ -1024,14 +1024,14 @@ def _dropout(x, ratio: float, training: bool, seed, want_mask: bool, mask_dtype=
 
 
 @onnx_op("Dropout", since=6)
-def dropout_6(ctx, data, *, is_test=0, ratio=0.5):
+def dropout_6(ctx, data, *, is_test, ratio):
     """Inference dropout: the input unchanged and, when asked, an all-True mask."""
     return _dropout(data, ratio, False, None, ctx.n_outputs > 1 and ctx.outputs_used[1])
 
 
 @onnx_op("Dropout", since=7)
 @onnx_op("Dropout", since=10)
-def dropout_7(ctx, data, *, ratio=0.5):
+def dropout_7(ctx, data, *, ratio):
     """Inference dropout: the input unchanged and, when asked, an all-True (bool) mask."""
     return _dropout(data, ratio, False, None, ctx.n_outputs > 1 and ctx.outputs_used[1])
 
@@ -1102,7 +1102,7 @@ def space_to_depth_1(ctx, input, *, blocksize=None):
 
 
 @onnx_op("SpaceToDepth", since=28)
-def space_to_depth_28(ctx, input, *, mode="DCR", blocksize=None):
+def space_to_depth_28(ctx, input, *, mode, blocksize=None):
     """SpaceToDepth with ``mode``: DCR (blocks outermost) or CRD (channels outermost)."""
     return _space_to_depth(ctx, input, blocksize, mode)
 

@@ -146,9 +146,9 @@ def grid_sample_16(
     X: np.ndarray,
     grid: np.ndarray,
     *,
-    align_corners: int = 0,
-    mode: str = "bilinear",
-    padding_mode: str = "zeros",
+    align_corners: int,
+    mode: str,
+    padding_mode: str,
 ) -> np.ndarray:
     """GridSample-16: 4-D X (N, C, H, W), grid (N, H_out, W_out, 2) of (x, y) in [-1, 1]."""
     if mode not in _GS_MODES_16:
@@ -164,9 +164,9 @@ def grid_sample_20(
     X: np.ndarray,
     grid: np.ndarray,
     *,
-    align_corners: int = 0,
-    mode: str = "linear",
-    padding_mode: str = "zeros",
+    align_corners: int,
+    mode: str,
+    padding_mode: str,
 ) -> np.ndarray:
     """GridSample-20/22: N-D X (N, C, D1..Dr), grid (N, O1..Or, r) ordered (x, y, z...)."""
     if mode not in _GS_MODES_20:
@@ -256,11 +256,11 @@ def roi_align_10(
     rois: np.ndarray,
     batch_indices: np.ndarray,
     *,
-    mode: str = "avg",
-    output_height: int = 1,
-    output_width: int = 1,
-    sampling_ratio: int = 0,
-    spatial_scale: float = 1.0,
+    mode: str,
+    output_height: int,
+    output_width: int,
+    sampling_ratio: int,
+    spatial_scale: float,
 ) -> np.ndarray:
     """RoiAlign-10: regions are not shifted by half a pixel (output_half_pixel)."""
     return _roi_align(
@@ -276,12 +276,12 @@ def roi_align_16(
     rois: np.ndarray,
     batch_indices: np.ndarray,
     *,
-    coordinate_transformation_mode: str = "half_pixel",
-    mode: str = "avg",
-    output_height: int = 1,
-    output_width: int = 1,
-    sampling_ratio: int = 0,
-    spatial_scale: float = 1.0,
+    coordinate_transformation_mode: str,
+    mode: str,
+    output_height: int,
+    output_width: int,
+    sampling_ratio: int,
+    spatial_scale: float,
 ) -> np.ndarray:
     """RoiAlign-16/22: coordinate_transformation_mode half_pixel (default) or output_half_pixel."""
     ctm = coordinate_transformation_mode.lower()
@@ -316,7 +316,7 @@ def non_max_suppression_10(
     iou_threshold: np.ndarray | None = None,
     score_threshold: np.ndarray | None = None,
     *,
-    center_point_box: int = 0,
+    center_point_box: int,
 ) -> np.ndarray:
     """Greedy per-(batch, class) selection; int64 rows (batch, class, box) in selection order.
 
@@ -442,9 +442,9 @@ def deform_conv_19(
     mask: np.ndarray | None = None,
     *,
     dilations: list[int] | None = None,
-    group: int = 1,
+    group: int,
     kernel_shape: list[int] | None = None,
-    offset_group: int = 1,
+    offset_group: int,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
