@@ -134,24 +134,6 @@ def test_every_ml_version_registered():
         assert vs <= got, f"{op}: onnx has versions {sorted(vs)}, registered {sorted(got)}"
 
 
-def test_signature_defaults_match_schema():
-    for (dom, op), impls in registry.implementations().items():
-        if dom != ML:
-            continue
-        for impl in impls:
-            schema = onnx.defs.get_schema(op, impl.since, ML)
-            for name, default in impl.attrs.items():
-                attr = schema.attributes.get(name)
-                assert attr is not None, f"{impl.label}: {name} is not an attribute"
-                dv = attr.default_value
-                want = helper.get_attribute_value(dv) if dv.name else None
-                if isinstance(want, bytes):
-                    want = want.decode()
-                assert default == want or (isinstance(want, float) and np.isclose(default, want)), (
-                    f"{impl.label}.{name}: {default!r} != schema {want!r}"
-                )
-
-
 # --------------------------------------------------------------------------------------------
 # sklearn models through skl2onnx, against onnxruntime (and the reference where it runs them)
 # --------------------------------------------------------------------------------------------
