@@ -196,6 +196,7 @@ class InferenceSession:
             write_optimized_model(self._model, self._options.optimized_model_filepath)
         self._program = Program(
             self._model.graph,
+            backend=self._device_backend(),
             settings=settings,
             arena=bool(
                 self._options.enable_mem_reuse
@@ -204,6 +205,8 @@ class InferenceSession:
             ),
         )
         self._program.owner.records = self._kernel_records
+        if self._program.backend is not None:
+            self.run = self._run_on_device  # type: ignore[method-assign]
         graph = self._model.graph
         inits = set(graph.initializers)
         self._inputs = [v for v in graph.inputs if v.name not in inits]
@@ -249,6 +252,15 @@ class InferenceSession:
             custom_metadata_map=dict(m.metadata),
         )
 
+    def _device_backend(self) -> Any:
+        """The backend plans place nodes on first: CUDA's where it is the provider in use,
+        else None (the CPU)."""
+        if self._providers[0] != "CUDAExecutionProvider":
+            return None
+        from onnxjit.backends import cuda
+
+        return cuda.backend(self._device_id)
+
     def get_providers(self) -> list[str]:
         return list(self._providers)
 
@@ -290,6 +302,18 @@ class InferenceSession:
         else:
             outputs = self._run_checked(input_feed)
         return outputs if wanted is self._all_outputs else [outputs[i] for i in wanted]
+
+    def _run_on_device(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """:meth:`run` on the device backend's stream of the calling thread (it replaces
+        :meth:`run` on sessions whose plans use a device, so that CPU sessions pay nothing
+        for it)."""
+        run = InferenceSession.run
+        return self._program.backend.running(run, self, output_names, input_feed, run_options)
 
     def _wanted(self, output_names: Sequence[str]) -> list[int]:
         if isinstance(output_names, str):
@@ -530,6 +554,20 @@ class InferenceSession:
                 )
             feed[vi.name] = _zeros(vi, dims)
         return feed
+
+    def placement(self) -> list[dict[str, str]]:
+        """Where each step of the most recently used plan runs, in run order: one dict per
+        step with ``node`` (its name), ``op`` (its label), ``device`` (``"cuda"`` or
+        ``"cpu"``) and ``copy`` (``""`` for a node's own step; ``"to device"`` or
+        ``"to host"`` for a copy the plan added before the node it names). Empty before the
+        first run."""
+        plans = self._program.plans()  # least recently used first
+        if not plans:
+            return []
+        return [
+            {key: step[key] for key in ("node", "op", "device", "copy")}
+            for step in plans[-1].summary()["steps"]
+        ]
 
     def graph_nodes(self) -> list[GraphNode]:
         """The nodes that run, after the graph passes, in execution order.

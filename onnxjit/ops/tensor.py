@@ -36,6 +36,7 @@ from onnxjit.lowering import (
     LowerContext,
     Out,
     lowers,
+    portable,
     returns,
     tensor,
     view,
@@ -1162,9 +1163,19 @@ def _lower_view(lc: LowerContext) -> Bound | None:
     return view(np.ndarray.reshape, In(0), out, out=tensor(x.dtype, out), name="tensor.reshape")
 
 
+@portable
 def _same(x: np.ndarray) -> np.ndarray:
     """The value itself (Identity, inference Dropout)."""
     return x
+
+
+def _reshape(x: Any, shape: tuple[int, ...]) -> Any:
+    """``x.reshape(shape)`` for any backend's array (``np.ndarray.reshape`` takes numpy's
+    only, and stays the CPU's call: it costs no Python frame)."""
+    return x.reshape(shape)
+
+
+portable(np.ndarray.reshape, _reshape)
 
 
 def _not_training(ratio: Any, training: Any) -> bool:

@@ -1,0 +1,188 @@
+"""The CUDA backend: kernels from ``kernels/cuda/`` launched through numba-cuda.
+
+It serves the same lowerings as the CPU backend: ``kernel(family, name)`` resolves to
+``onnxjit.kernels.cuda.<family>.<name>``, a launcher with the argument list of its CPU twin
+that takes device arrays and queues its kernels on the run's stream
+(:mod:`onnxjit.kernels.cuda.runtime`). A bound call runs on the device only when every
+function it calls comes from the CUDA kernels or this package (:meth:`CudaBackend.serves`);
+the plan runs any other node on the CPU, with explicit copies (:mod:`onnxjit.plan`).
+
+numba-cuda is imported on first use, so that ``import onnxjit`` never needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from onnxjit import lowering
+from onnxjit.lowering import Bound
+
+
+class CudaBackend:
+    """Resolves ``kernel(family, name)`` to ``onnxjit.kernels.cuda.<family>.<name>`` and
+    moves values between host and device on its stream."""
+
+    name = "cuda"
+    #: No thread pool: a launcher covers any amount of work.
+    parallel_threshold = 0
+
+    def __init__(self, device_id: int = 0) -> None:
+        self.device_id = device_id
+        self._kernels: dict[tuple[str, str], Any] = {}
+        self._local = threading.local()
+        # the functions it handed out (weakly: a plan's generated calls go with the plan)
+        self._issued: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    # -- kernels ------------------------------------------------------------------------------
+    def kernel(self, family: str, name: str) -> Any:
+        key = (family, name)
+        found = self._kernels.get(key)
+        if found is None:
+            try:
+                module = importlib.import_module(f"onnxjit.kernels.cuda.{family}")
+                found = getattr(module, name)
+            except (ImportError, AttributeError):
+                raise KeyError(
+                    f"the CUDA backend has no kernel {name!r} in family {family!r}"
+                ) from None
+            self._kernels[key] = found
+            self._issue(found)
+        return found
+
+    def _issue(self, fn: Any) -> Any:
+        """Note ``fn`` as a function that takes this backend's arrays."""
+        self._issued.add(fn)
+        return fn
+
+    def threads(self) -> int:
+        return 1
+
+    def launcher(
+        self, family: str, name: str, work: int, sample: Sequence[Any], threshold: int | None = None
+    ) -> Any:
+        """The launcher ``name`` of ``family`` (one for any amount of work)."""
+        return self.kernel(family, name)
+
+    def pooled(self, family: str, name: str, sample: Sequence[Any]) -> Any:
+        return self.kernel(family, name)
+
+    def run(
+        self, family: str, name: str, work: int, *args: Any, threshold: int | None = None
+    ) -> None:
+        self.kernel(family, name)(*args)
+
+    def blas_ready(self) -> None:
+        """Nothing to prepare: the product kernels are the backend's own."""
+
+    def elementwise(
+        self,
+        exprs: Sequence[Any],
+        inputs: Sequence[Any],
+        out_dtypes: Sequence[Any] | None = None,
+        positions: Sequence[int] | None = None,
+    ) -> Any:
+        """A bound call of a generated grid-stride kernel computing ``exprs`` (see
+        :func:`onnxjit.backends.cuda.elementwise.bind`), or None."""
+        try:
+            from onnxjit.backends.cuda import elementwise
+        except ImportError:  # the generator is not there: the node runs on the CPU
+            return None
+        bound = elementwise.bind(exprs, inputs, out_dtypes, positions)
+        if bound is not None:
+            self._issue(bound.fn)
+            alt = bound.with_inplace
+            if alt is not None:
+
+                def with_inplace(i: int) -> Bound | None:
+                    b = alt(i)
+                    if b is not None:
+                        self._issue(b.fn)
+                    return b
+
+                bound = replace(bound, with_inplace=with_inplace)
+        return bound
+
+    def device_call(self, bound: Bound, upload: Callable[[np.ndarray], Any]) -> Bound | None:
+        """``bound`` as it runs on the device, or None where it cannot: its function must be
+        one this backend handed out (a kernel, a generated elementwise call) or a portable
+        one (:func:`onnxjit.lowering.portable`), and it must declare its outputs (a device
+        value's spec is not observed for free). Host arrays among its arguments become
+        ``upload(array)``, their device copies (the caller's, kept as long as its plan)."""
+        if bound.outs is None:
+            return None
+        fn = bound.fn
+        if fn not in self._issued:
+            fn = lowering.device_form(fn)
+            if fn is None:
+                return None
+        args = tuple(upload(a) if isinstance(a, np.ndarray) else a for a in bound.args)
+        alt = bound.with_inplace
+        with_inplace = None
+        if alt is not None:
+
+            def with_inplace(i: int) -> Bound | None:
+                b = alt(i)
+                return None if b is None else self.device_call(b, upload)
+
+        return replace(bound, fn=fn, args=args, with_inplace=with_inplace)
+
+    # -- runs ---------------------------------------------------------------------------------
+    def running(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on this device, with its launches and copies on the calling thread's
+        stream (each thread has its own, so concurrent runs do not wait for each other),
+        waiting for that stream before returning: the host outputs are complete."""
+        from numba import cuda
+
+        from onnxjit.kernels.cuda import runtime
+
+        with cuda.gpus[self.device_id]:  # allocations and launches go to this device
+            s = getattr(self._local, "stream", None)
+            if s is None:
+                s = self._local.stream = cuda.stream()
+            previous = runtime.set_stream(s)
+            try:
+                return fn(*args)
+            finally:
+                s.synchronize()
+                runtime.set_stream(previous)
+
+    # -- memory -------------------------------------------------------------------------------
+    def to_device(self, value: np.ndarray) -> Any:
+        """A device copy of host array ``value``, queued on the run's stream."""
+        from numba import cuda
+
+        from onnxjit.kernels.cuda.runtime import stream
+
+        return cuda.to_device(np.ascontiguousarray(value), stream=stream())
+
+    def to_host(self, value: Any) -> np.ndarray:
+        """A host copy of device array ``value`` (waits for the work queued before it)."""
+        from onnxjit.kernels.cuda.runtime import stream
+
+        return value.copy_to_host(stream=stream())
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        """An uninitialised device array."""
+        from numba import cuda
+
+        from onnxjit.kernels.cuda.runtime import stream
+
+        return cuda.device_array(tuple(shape), np.dtype(dtype), stream=stream())
+
+
+_BACKENDS: dict[int, CudaBackend] = {}
+
+
+def backend(device_id: int = 0) -> CudaBackend:
+    """The CUDA backend of device ``device_id`` (one per device per process)."""
+    found = _BACKENDS.get(device_id)
+    if found is None:
+        found = _BACKENDS[device_id] = CudaBackend(device_id)
+    return found
