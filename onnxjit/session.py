@@ -12,7 +12,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -20,12 +19,26 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import check, compile_gc, config, ir, jitstats, limits, passes, registry, types
+from onnxjit import (
+    check,
+    compile_gc,
+    config,
+    device,
+    ir,
+    jitstats,
+    limits,
+    passes,
+    registry,
+    types,
+)
 from onnxjit import progress as progress_mod
+from onnxjit import providers as providers_mod
 from onnxjit.backends.cpu import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
+from onnxjit.iobinding import IOBinding
 from onnxjit.model import load_model
 from onnxjit.options import RunOptions, SessionOptions
+from onnxjit.ortvalue import OrtValue
 from onnxjit.passes.manager import PASS_NAMES
 from onnxjit.plan import Profiler
 from onnxjit.program import Program
@@ -33,8 +46,7 @@ from onnxjit.program import signature as program_signature
 
 log = logging.getLogger("onnxjit")
 
-CPU_PROVIDER = "CPUExecutionProvider"
-_KNOWN_PROVIDERS = (CPU_PROVIDER, "CUDAExecutionProvider")
+CPU_PROVIDER = providers_mod.CPU
 
 
 # Feeds remembered as checked (see InferenceSession._accept): a model fed many shapes checks
@@ -148,7 +160,10 @@ class InferenceSession:
         self._options = sess_options if sess_options is not None else SessionOptions()
         # Kernels compiled or loaded on this session's behalf (onnxjit.jitstats fills it).
         self._kernel_records: list[jitstats.KernelRecord] = []
-        self._providers = _choose_providers(providers, provider_options)
+        # Where the session runs (onnxjit.providers.DeviceChoice: provider, device_id,
+        # reason); the plan is placed from it.
+        self._device = providers_mod.choose(providers, provider_options)
+        self._providers = list(self._device.providers)
         self._lock = threading.Lock()
         self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
         previous = jitstats.charge_to(self._kernel_records)
@@ -250,7 +265,15 @@ class InferenceSession:
         )
 
     def get_providers(self) -> list[str]:
+        """The providers the session runs on, in order: ``["CUDAExecutionProvider",
+        "CPUExecutionProvider"]`` on a GPU (nodes without a CUDA kernel run on the CPU), else
+        ``["CPUExecutionProvider"]``."""
         return list(self._providers)
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        """Each provider in use -> its options as strings (``{"device_id": "0", ...}`` for
+        CUDA), as onnxruntime reports them."""
+        return {k: dict(v) for k, v in self._device.provider_options.items()}
 
     def get_session_options(self) -> SessionOptions:
         return self._options
@@ -290,6 +313,29 @@ class InferenceSession:
         else:
             outputs = self._run_checked(input_feed)
         return outputs if wanted is self._all_outputs else [outputs[i] for i in wanted]
+
+    def io_binding(self) -> IOBinding:
+        """A new :class:`~onnxjit.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
+        return IOBinding(self)
+
+    def run_with_iobinding(
+        self, iobinding: IOBinding, run_options: RunOptions | None = None
+    ) -> None:
+        """Run with the inputs and outputs bound in ``iobinding``; read the outputs with its
+        ``get_outputs()`` or ``copy_outputs_to_cpu()``."""
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise ValueError("IOBinding must be used with the session that created it.")
+        names = iobinding._output_names()
+        iobinding._place(self.run(names, iobinding._feed(), run_options))
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, OrtValue],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        """:meth:`run` with OrtValue feeds; the outputs come back as CPU OrtValues."""
+        return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
 
     def _wanted(self, output_names: Sequence[str]) -> list[int]:
         if isinstance(output_names, str):
@@ -585,39 +631,6 @@ def _session_event(name: str, profiler: Profiler, t0: int, t1: int) -> dict[str,
     }
 
 
-def _choose_providers(
-    providers: Sequence[Any] | None, provider_options: Sequence[dict] | None = None
-) -> list[str]:
-    if providers is None:
-        providers = [CPU_PROVIDER]
-    names = [p[0] if isinstance(p, tuple) else p for p in providers]
-    options = [p[1] if isinstance(p, tuple) else {} for p in providers]
-    if provider_options is not None:
-        if len(provider_options) != len(names):
-            raise ValueError(
-                f"provider_options has {len(provider_options)} entries for {len(names)} "
-                "providers; give one dict per provider"
-            )
-        options = [dict(a, **b) for a, b in zip(options, provider_options)]
-    for name, opts in zip(names, options):
-        if name not in _KNOWN_PROVIDERS:
-            raise ValueError(
-                f"unknown execution provider {name!r}; onnxjit knows {list(_KNOWN_PROVIDERS)}"
-            )
-        if opts:
-            raise UnsupportedOperatorError(
-                f"provider options {sorted(opts)} for {name} are not implemented by onnxjit "
-                "yet; pass the provider name alone"
-            )
-    if "CUDAExecutionProvider" in names:
-        warnings.warn(
-            "CUDAExecutionProvider is not available in this onnxjit build; running on the CPU",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return [CPU_PROVIDER]
-
-
 def _node_arg(v: ir.ValueInfo) -> NodeArg:
     shape = v.shape
     return NodeArg(v.name, _type_str(v), None if shape is None else list(shape))
@@ -742,6 +755,10 @@ def _as_array(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> np.ndarray | N
             arr = raw
         elif isinstance(raw, np.ndarray):
             arr = np.asarray(raw)  # matrix, masked array: their data, as onnxruntime reads it
+        elif device.is_tensor_object(raw):
+            # another library's tensor (DLPack, CUDA array interface) or an OrtValue: read in
+            # place on the host, copied from a device
+            arr = device.to_numpy(raw)
         else:
             arr = _from_python(raw, vi, problems)
             if arr is None:
