@@ -77,6 +77,17 @@ def test_wrap_indices_reports_the_first_bad_position():
     assert bad == want_bad and int(bad) == 2 and bad >= 0
 
 
+def test_flag_on_the_default_stream():
+    # outside a run the launchers use stream 0, and reading the flag needs no stream object
+    prev = set_stream(None)
+    try:
+        idx = np.array([[[0, 5]]], np.int64)
+        bad = gpu.gather_elements(_dev(np.ones((1, 2, 2))), _dev(idx), cuda.device_array((1, 1, 2)))
+        assert bad == cpu.gather_elements(np.ones((1, 2, 2)), idx, np.zeros((1, 1, 2))) == 1
+    finally:
+        set_stream(prev)
+
+
 # -- gather_axis ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(

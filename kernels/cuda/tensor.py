@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import cuda, int64, njit
+from numba import cuda, int64
 
 from .runtime import BLOCK, blocks, stream
 
@@ -61,9 +61,7 @@ class IndexFlag:
     def value(self) -> int:
         """The position, or -1 (read from the device once)."""
         if self._value is None:
-            s = stream()
-            host = self.device.copy_to_host(stream=s)
-            s.synchronize()
+            host = _to_host(self.device)
             v = int(host[0])
             self._value = -1 if v == _NO_BAD else v
         return self._value
@@ -97,6 +95,16 @@ class IndexFlag:
         return f"IndexFlag({self.value()})"
 
 
+def _to_host(a: Any) -> np.ndarray:
+    """A device array's values on the host, after the work queued on the run's stream (the
+    copy on stream 0, the default stream, is synchronous already)."""
+    s = stream()
+    host = a.copy_to_host(stream=s)
+    if s != 0:
+        s.synchronize()
+    return host
+
+
 @cuda.jit
 def _flag_init(flag):
     if cuda.grid(1) == 0:
@@ -115,9 +123,7 @@ def _host_ints(a: Any) -> tuple[int, ...]:
     """The values of a small integer parameter array (a plan constant) as Python ints; a
     device array is copied to the host (a synchronizing slow path the plan should not take)."""
     if not isinstance(a, np.ndarray) and hasattr(a, "copy_to_host"):
-        s = stream()
-        a = a.copy_to_host(stream=s)
-        s.synchronize()
+        a = _to_host(a)
     return tuple(int(v) for v in np.asarray(a).reshape(-1))
 
 
@@ -212,22 +218,6 @@ def gather_elements(data, idx, out):
 
 
 # -- scatter_elements ----------------------------------------------------------------------------
-# a CPU-style @njit function: called from a kernel it is compiled for the device, and
-# compile_ptx does not then need a GPU to learn the target (a cuda.jit device function does)
-@njit(inline="always")
-def _apply(cur, u, reduction):
-    """``cur (op) u`` for a ``RED_*`` code (``RED_NONE``: ``u``)."""
-    if reduction == RED_NONE:
-        return u
-    if reduction == RED_ADD:
-        return cur + u
-    if reduction == RED_MUL:
-        return cur * u
-    if reduction == RED_MAX:
-        return u if u > cur else cur
-    return u if u < cur else cur
-
-
 @cuda.jit
 def _scatter_elements_k(out, idx, upd, reduction, flag):
     outer, n, inner = out.shape
@@ -244,7 +234,21 @@ def _scatter_elements_k(out, idx, upd, reduction, flag):
             if v < 0 or v >= n:
                 cuda.atomic.min(flag, 0, int64((o * m + j) * inner + i))
             else:
-                out[o, v, i] = _apply(out[o, v, i], upd[o, j, i], reduction)
+                # the reduction written out here and in _scatter_nd_k (a device function
+                # would need a GPU to compile_ptx; an @njit one runs as CPU code, not wrapping
+                # narrow integers, under the simulator)
+                u = upd[o, j, i]
+                if reduction == RED_NONE:
+                    out[o, v, i] = u
+                elif reduction == RED_ADD:
+                    out[o, v, i] += u
+                elif reduction == RED_MUL:
+                    out[o, v, i] *= u
+                elif reduction == RED_MAX:
+                    if u > out[o, v, i]:
+                        out[o, v, i] = u
+                elif u < out[o, v, i]:
+                    out[o, v, i] = u
 
 
 def scatter_elements(out, idx, upd, reduction):
@@ -332,7 +336,18 @@ def _scatter_nd_k(out, idx, dims, upd, reduction, flag):
                     break
                 off = off * d + v
             if ok and t < s:
-                out[off, t] = _apply(out[off, t], upd[r, t], reduction)
+                u = upd[r, t]
+                if reduction == RED_NONE:
+                    out[off, t] = u
+                elif reduction == RED_ADD:
+                    out[off, t] += u
+                elif reduction == RED_MUL:
+                    out[off, t] *= u
+                elif reduction == RED_MAX:
+                    if u > out[off, t]:
+                        out[off, t] = u
+                elif u < out[off, t]:
+                    out[off, t] = u
 
 
 def scatter_nd(out, idx, dims, upd, reduction):
