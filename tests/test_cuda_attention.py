@@ -53,7 +53,7 @@ ROW_CASES = [
     (1, 2, 3, 5, (1, 1, 1, 5), None),
     (2, 2, 3, 130, (2, 1, 3, 130), (1, 2, 1, 130)),
     (1, 3, 2, 7, None, (1, 3, 2, 7)),
-    (2, 1, 4, 257, (2, 1, 4, 257), (2, 1, 4, 257)),
+    (2, 1, 2, 257, (2, 1, 2, 257), (2, 1, 2, 257)),  # two passes of the row's threads
 ]
 
 
@@ -111,7 +111,7 @@ HEAD_CASES = [
     (2, 3, 1, 9, 4, 5, False, False, False, False, True),  # a decoding step (sq <= BLAS_ROWS)
     (1, 2, 6, 10, 8, 3, True, False, False, False, True),
     (2, 2, 5, 7, 4, 4, False, True, False, True, False),
-    (2, 2, 7, 130, 3, 2, False, False, True, False, True),
+    (2, 1, 3, 130, 3, 2, False, False, True, False, True),
 ]
 
 
