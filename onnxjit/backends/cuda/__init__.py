@@ -114,7 +114,8 @@ class CudaBackend:
         one this backend handed out (a kernel, a generated elementwise call) or a portable
         one (:func:`onnxjit.lowering.portable`), and it must declare its outputs (a device
         value's spec is not observed for free). Host arrays among its arguments become
-        ``upload(array)``, their device copies (the caller's, kept as long as its plan)."""
+        ``upload(array)``, their device copies (the caller's, kept as long as its plan),
+        except small integer arrays (see :data:`HOST_PARAMETER_SIZE`)."""
         if bound.outs is None:
             return None
         fn = bound.fn
@@ -122,7 +123,7 @@ class CudaBackend:
             fn = lowering.device_form(fn)
             if fn is None:
                 return None
-        args = tuple(upload(a) if isinstance(a, np.ndarray) else a for a in bound.args)
+        args = tuple(upload(a) if _device_constant(a) else a for a in bound.args)
         alt = bound.with_inplace
         with_inplace = None
         if alt is not None:
@@ -175,6 +176,19 @@ class CudaBackend:
         from onnxjit.kernels.cuda.runtime import stream
 
         return cuda.device_array(tuple(shape), np.dtype(dtype), stream=stream())
+
+
+#: Integer arrays of at most this many elements among a bound call's arguments stay on the
+#: host: they are geometry (dims, strides, tile tables) that launchers read on the host to
+#: size a grid, where a device copy would cost a synchronising read. Larger arrays and
+#: floating-point ones (weights, tables the kernels index) go to the device.
+HOST_PARAMETER_SIZE = 64
+
+
+def _device_constant(a: Any) -> bool:
+    return isinstance(a, np.ndarray) and not (
+        a.dtype.kind in "iub" and a.size <= HOST_PARAMETER_SIZE
+    )
 
 
 _BACKENDS: dict[int, CudaBackend] = {}
