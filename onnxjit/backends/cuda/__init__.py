@@ -3,8 +3,8 @@
 It serves the same lowerings as the CPU backend: ``kernel(family, name)`` resolves to
 ``onnxjit.kernels.cuda.<family>.<name>``, a launcher with the argument list of its CPU twin
 that takes device arrays and queues its kernels on the run's stream
-(:mod:`onnxjit.kernels.cuda.runtime`). A bound call runs on the device only when every
-function it calls comes from the CUDA kernels or this package (:meth:`CudaBackend.serves`);
+(:mod:`onnxjit.kernels.cuda.runtime`). A bound call runs on the device only when its
+function is one the backend handed out or a portable one (:meth:`CudaBackend.device_call`);
 the plan runs any other node on the CPU, with explicit copies (:mod:`onnxjit.plan`).
 
 numba-cuda is imported on first use, so that ``import onnxjit`` never needs it.
@@ -12,6 +12,7 @@ numba-cuda is imported on first use, so that ``import onnxjit`` never needs it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 import weakref
@@ -115,7 +116,7 @@ class CudaBackend:
         one (:func:`onnxjit.lowering.portable`), and it must declare its outputs (a device
         value's spec is not observed for free). Host arrays among its arguments become
         ``upload(array)``, their device copies (the caller's, kept as long as its plan),
-        except small integer arrays (see :data:`HOST_PARAMETER_SIZE`)."""
+        except small integer ones (see :data:`HOST_PARAMETER_SIZE` and :func:`_on_device`)."""
         if bound.outs is None:
             return None
         fn = bound.fn
@@ -123,7 +124,7 @@ class CudaBackend:
             fn = lowering.device_form(fn)
             if fn is None:
                 return None
-        args = tuple(upload(a) if _device_constant(a) else a for a in bound.args)
+        args = tuple(_on_device(a, upload) for a in bound.args)
         alt = bound.with_inplace
         with_inplace = None
         if alt is not None:
@@ -143,7 +144,7 @@ class CudaBackend:
 
         from onnxjit.kernels.cuda import runtime
 
-        with cuda.gpus[self.device_id]:  # allocations and launches go to this device
+        with _simulator_turn(), cuda.gpus[self.device_id]:  # this device's memory and work
             s = getattr(self._local, "stream", None)
             if s is None:
                 s = self._local.stream = cuda.stream()
@@ -185,10 +186,27 @@ class CudaBackend:
 HOST_PARAMETER_SIZE = 64
 
 
-def _device_constant(a: Any) -> bool:
-    return isinstance(a, np.ndarray) and not (
-        a.dtype.kind in "iub" and a.size <= HOST_PARAMETER_SIZE
-    )
+def _on_device(a: Any, upload: Callable[[np.ndarray], Any], nested: bool = False) -> Any:
+    """Argument ``a`` of a device-bound call with its host arrays uploaded: every array
+    inside a tuple (the kernel reads it there: numba passes no host array in a tuple), and a
+    top-level one unless it is a small integer array (geometry the launcher reads)."""
+    if isinstance(a, np.ndarray):
+        small = a.dtype.kind in "iub" and a.size <= HOST_PARAMETER_SIZE
+        return upload(a) if nested or not small else a
+    if type(a) is tuple:
+        return tuple(_on_device(v, upload, True) for v in a)
+    return a
+
+
+# numba-cuda's simulator runs one kernel at a time in a process (it refuses a second one
+# started while another runs): concurrent runs take turns there.
+_SIMULATOR_LOCK = threading.Lock()
+
+
+def _simulator_turn() -> Any:
+    from numba import config
+
+    return _SIMULATOR_LOCK if config.ENABLE_CUDASIM else contextlib.nullcontext()
 
 
 _BACKENDS: dict[int, CudaBackend] = {}
