@@ -159,8 +159,8 @@ class _Renderer:
             self.step(ps)
         outs = []
         for s in plan.program.output_slots:
-            if s in plan.device:  # the caller gets host arrays
-                outs.append(f"{self.const(plan.program.backend.to_host, 'H')}({self.name(s)})")
+            if s in plan.device:  # left on the device: the device session's run moves it
+                outs.append(self.name(s))
             else:
                 outs.append(f"{self.name(s)}.copy()" if self.copied(s) else self.name(s))
         self.emit(f"return [{', '.join(outs)}]")

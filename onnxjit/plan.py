@@ -389,9 +389,7 @@ class _Planner:
         outputs = []
         for s in program.output_slots:
             v = self.env.get(s)
-            if s in self.plan.device:
-                v = self.backend.to_host(v)
-            elif isinstance(v, np.ndarray) and self.constant_root(s):
+            if isinstance(v, np.ndarray) and self.constant_root(s):
                 v = v.copy()
             outputs.append(v)
         return outputs

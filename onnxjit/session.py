@@ -36,6 +36,7 @@ from onnxjit import providers as providers_mod
 from onnxjit.backends.cpu import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
 from onnxjit.iobinding import IOBinding
+from onnxjit.lowering import on_device
 from onnxjit.model import load_model
 from onnxjit.options import RunOptions, SessionOptions
 from onnxjit.ortvalue import OrtValue
@@ -335,8 +336,23 @@ class InferenceSession:
         """:meth:`run` on the device backend's stream of the calling thread (it replaces
         :meth:`run` on sessions whose plans use a device, so that CPU sessions pay nothing
         for it)."""
-        run = InferenceSession.run
-        return self._program.backend.running(run, self, output_names, input_feed, run_options)
+        backend = self._program.backend
+        return backend.running(self._device_run, output_names, input_feed, run_options, True)
+
+    def _device_run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None,
+        to_host: bool,
+    ) -> list[Any]:
+        """A run of a device session (inside its backend's ``running``): the outputs that
+        the plan leaves on the device copied to the host where ``to_host``."""
+        outputs = InferenceSession.run(self, output_names, input_feed, run_options)
+        if not to_host:
+            return outputs
+        to_host_fn = self._program.backend.to_host
+        return [to_host_fn(o) if on_device(o) else o for o in outputs]
 
     def io_binding(self) -> IOBinding:
         """A new :class:`~onnxjit.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
@@ -350,7 +366,13 @@ class InferenceSession:
         if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
             raise ValueError("IOBinding must be used with the session that created it.")
         names = iobinding._output_names()
-        iobinding._place(self.run(names, iobinding._feed(), run_options))
+        backend = self._program.backend
+        if backend is None:
+            iobinding._place(self.run(names, iobinding._feed(), run_options))
+            return
+        # outputs the plan leaves on the device stay there for the binding to place
+        feed = iobinding._feed()
+        iobinding._place(backend.running(self._device_run, names, feed, run_options, False))
 
     def run_with_ort_values(
         self,

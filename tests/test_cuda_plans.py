@@ -136,3 +136,19 @@ def test_alternating_shapes_and_threads_on_the_device():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_outputs_bound_to_the_device_stay_there():
+    model = _chain()
+    sess = _session(model)
+    x = np.random.default_rng(3).standard_normal((3, 5)).astype(np.float32)
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", onnxjit.OrtValue.ortvalue_from_numpy(x, "cuda", 0))
+    binding.bind_output("y", "cuda")
+    for _ in range(2):
+        sess.run_with_iobinding(binding)
+        y = binding.get_outputs()[0]
+        assert y.device_name() == "cuda"
+        np.testing.assert_allclose(y.numpy(), _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-7)
+    # the plan wrote the output on the device: no copy back to the host after its last node
+    assert [p["copy"] for p in sess.placement() if p["copy"]] == []
