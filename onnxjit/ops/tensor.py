@@ -1169,13 +1169,13 @@ def _same(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _reshape(x: Any, shape: tuple[int, ...]) -> Any:
+def _any_reshape(x: Any, shape: tuple[int, ...]) -> Any:
     """``x.reshape(shape)`` for any backend's array (``np.ndarray.reshape`` takes numpy's
     only, and stays the CPU's call: it costs no Python frame)."""
     return x.reshape(shape)
 
 
-portable(np.ndarray.reshape, _reshape)
+portable(np.ndarray.reshape, _any_reshape)
 
 
 def _not_training(ratio: Any, training: Any) -> bool:
