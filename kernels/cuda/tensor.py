@@ -469,3 +469,83 @@ def transpose_tiles(x, y, dims, xs, ys):
     yv = y if y.dtype == ut else y.view(ut)
     grid = min(items, 65535)
     kern[grid, (T, _TILE_ROWS), stream()](xv, yv, na, nb, nj, nl, xs0, xs1, xs2, xs3, ys0, ys1, ys2)
+
+
+# -- copy_strided / fill_outside -----------------------------------------------------------------
+def _geometry(dims: Any, xs: Any, ys: Any) -> tuple[tuple[int, ...], ...]:
+    """A copy's host int arrays as tuples, 0-long ones as one axis of size 1 and strides 0
+    (the element itself): the kernel takes at least one axis."""
+    d = _host_ints(dims)
+    if not d:
+        return (1,), (0,), (0,)
+    return d, _host_ints(xs), _host_ints(ys)
+
+
+@cuda.jit
+def _copy_strided_k(x, y, dims, xs, ys, xo, yo, total):
+    r = len(dims)
+    start, step = cuda.grid(1), cuda.gridsize(1)
+    for e in range(start, total, step):
+        # e is y's element in C order over dims: its coordinates from the last axis back
+        rem = e
+        xi = xo
+        yi = yo
+        for k in range(r):
+            d = r - 1 - k
+            n = dims[d]
+            i = rem % n
+            rem //= n
+            xi += i * xs[d]
+            yi += i * ys[d]
+        y[yi] = x[xi]
+
+
+def copy_strided(x, y, dims, xs, ys, xo, yo):
+    """``y[yo + sum(i_d * ys[d])] = x[xo + sum(i_d * xs[d])]`` for every index below ``dims``:
+    ``x`` and ``y`` flat device arrays of one element type (unsigned views of the bits),
+    ``dims``, ``xs``, ``ys`` host int64 arrays of one length (strides in elements, negative or
+    zero allowed), ``xo``, ``yo`` ints. One thread per copied element, in C order over
+    ``dims`` (coalesced writes where ``ys``'s last stride is 1); compiled once per rank and
+    element width."""
+    d, sx, sy = _geometry(dims, xs, ys)
+    total = 1
+    for n in d:
+        total *= n
+    if total:
+        _copy_strided_k[blocks(total), BLOCK, stream()](
+            x, y, d, sx, sy, int64(xo), int64(yo), int64(total)
+        )
+
+
+@cuda.jit
+def _fill_outside_k(y, dims, lo, hi, value, total):
+    r = len(dims)
+    start, step = cuda.grid(1), cuda.gridsize(1)
+    for e in range(start, total, step):
+        rem = e
+        outside = False
+        for k in range(r):
+            d = r - 1 - k
+            i = rem % dims[d]
+            rem //= dims[d]
+            if i < lo[d] or i >= hi[d]:
+                outside = True
+        if outside:
+            y[e] = value
+
+
+def fill_outside(y, dims, lo, hi, value):
+    """``y`` (a flat device array, C order over the shape ``dims``) set to ``value`` wherever
+    some coordinate ``i_d`` lies outside ``[lo[d], hi[d])``; elements inside are not written.
+    ``dims``, ``lo``, ``hi`` host int64 arrays of one length, ``value`` a scalar of ``y``'s
+    type. One thread per element of ``y``."""
+    d = _host_ints(dims)
+    if d:
+        low, high = _host_ints(lo), _host_ints(hi)
+    else:  # a 0-d y: its one element, inside
+        d, low, high = (1,), (0,), (1,)
+    total = 1
+    for n in d:
+        total *= n
+    if total:
+        _fill_outside_k[blocks(total), BLOCK, stream()](y, d, low, high, value, int64(total))
