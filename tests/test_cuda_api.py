@@ -9,12 +9,9 @@ A machine without a usable GPU is simulated by replacing the public seam
 
 from __future__ import annotations
 
-import os
-
 # The simulator is chosen when numba.cuda is first imported: before onnxjit or numba.cuda.
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-
 import importlib.util  # noqa: E402
+import os
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402

@@ -10,9 +10,6 @@ both K layouts, interleaved head layouts) and must agree with the CPU kernels to
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402

@@ -7,11 +7,8 @@ simulator compiles the generated kernels through NVVM (cuda.compile_ptx, no GPU 
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-
 import math  # noqa: E402
+import os
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402

@@ -8,10 +8,6 @@ the test requires most of them there, and the figures go in the failure message.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # CI has no GPU: the simulator runs kernels
-
 import warnings
 
 import numpy as np

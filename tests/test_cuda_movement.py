@@ -12,17 +12,8 @@ CPU provider, with ``InferenceSession.placement()`` showing the node's step on "
 from __future__ import annotations
 
 import os
-import sys
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-if "numba" in sys.modules and "numba.cuda" not in sys.modules:
-    # numba read its settings when an earlier test module imported it: read them again, so
-    # that numba.cuda below is the simulator in a run of several test files too
-    from numba.core import config as _numba_config
-
-    _numba_config.reload_config()
-
 import subprocess  # noqa: E402
+import sys
 import textwrap  # noqa: E402
 import warnings  # noqa: E402
 

@@ -6,10 +6,6 @@ Oracle: onnxruntime's CPU provider on the same model and feeds. Placement is rea
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # CI has no GPU: the simulator runs kernels
-
 import threading
 import warnings
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 
 # before numba.cuda is first imported: the simulator replaces the module in-process
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-
 import subprocess
 import sys
 

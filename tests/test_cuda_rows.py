@@ -9,9 +9,6 @@ same name called on the host arrays; a subprocess without the simulator compiles
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402

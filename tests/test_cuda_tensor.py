@@ -9,9 +9,6 @@ the module through NVVM (``cuda.compile_ptx``) in a subprocess without the simul
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402

@@ -58,8 +58,10 @@ class CudaBackend:
         return found
 
     def _issue(self, fn: Any) -> Any:
-        """Note ``fn`` as a function that takes this backend's arrays."""
-        self._issued.add(fn)
+        """Note ``fn`` as a function that takes this backend's arrays (``kernel`` also
+        serves a family's constants, which are no functions)."""
+        if callable(fn):
+            self._issued.add(fn)
         return fn
 
     def threads(self) -> int:
