@@ -57,6 +57,16 @@ class CudaBackend:
             self._issue(found)
         return found
 
+    def _device_fn(self, fn: Any) -> Any:
+        """``fn`` where it takes device arrays (one this backend handed out, a portable one),
+        its device form (:func:`onnxjit.lowering.portable`), or None."""
+        try:
+            if fn in self._issued:
+                return fn
+        except TypeError:  # not weakly referable: none of the backend's
+            pass
+        return lowering.device_form(fn)
+
     def _issue(self, fn: Any) -> Any:
         """Note ``fn`` as a function that takes this backend's arrays (``kernel`` also
         serves a family's constants, which are no functions)."""
@@ -121,11 +131,10 @@ class CudaBackend:
         except small integer ones (see :data:`HOST_PARAMETER_SIZE` and :func:`_on_device`)."""
         if bound.outs is None:
             return None
-        fn = bound.fn
-        if fn not in self._issued:
-            fn = lowering.device_form(fn)
-            if fn is None:
-                return None
+        fn = self._device_fn(bound.fn)
+        # a function passed along (a wrapper's kernel) must take device arrays too
+        if fn is None or any(_function(a) and self._device_fn(a) is not a for a in bound.args):
+            return None
         args = tuple(_on_device(a, upload) for a in bound.args)
         alt = bound.with_inplace
         with_inplace = None
@@ -198,6 +207,11 @@ def _on_device(a: Any, upload: Callable[[np.ndarray], Any], nested: bool = False
     if type(a) is tuple:
         return tuple(_on_device(v, upload, True) for v in a)
     return a
+
+
+def _function(a: Any) -> bool:
+    """Whether argument ``a`` is a function a call makes (not a type such as ``np.float32``)."""
+    return callable(a) and not isinstance(a, type)
 
 
 # numba-cuda's simulator runs one kernel at a time in a process (it refuses a second one
