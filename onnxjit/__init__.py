@@ -38,6 +38,7 @@ from onnxjit.errors import (
     ResourceLimitError,
     UnsupportedOperatorError,
 )
+from onnxjit.iobinding import IOBinding
 from onnxjit.jitstats import compile_count, compile_seconds
 from onnxjit.options import (
     ExecutionMode,
@@ -46,6 +47,7 @@ from onnxjit.options import (
     RunOptions,
     SessionOptions,
 )
+from onnxjit.ortvalue import OrtValue
 from onnxjit.session import GraphNode, InferenceSession, ModelMetadata, NodeArg, SemVer
 
 __version__ = "0.1.0"
@@ -54,16 +56,23 @@ IMPORT_SECONDS = _time.perf_counter() - _import_t0
 
 
 def get_available_providers() -> list[str]:
-    """Execution providers this build can use (onnxruntime's function of the same name)."""
-    return ["CPUExecutionProvider"]
+    """Execution providers that can run here, best first (onnxruntime's function of the same
+    name): ``["CUDAExecutionProvider", "CPUExecutionProvider"]`` when numba-cuda is installed
+    and a GPU (or numba-cuda's simulator) is usable, else ``["CPUExecutionProvider"]``."""
+    from onnxjit.providers import available_providers
+
+    return available_providers()
 
 
 def get_device() -> str:
-    return "CPU"
+    """``"GPU"`` when the CUDA provider can run here, else ``"CPU"`` (as onnxruntime)."""
+    return "GPU" if "CUDAExecutionProvider" in get_available_providers() else "CPU"
 
 
 __all__ = [
     "InferenceSession",
+    "IOBinding",
+    "OrtValue",
     "SessionOptions",
     "RunOptions",
     "GraphOptimizationLevel",

@@ -159,7 +159,10 @@ class _Renderer:
             self.step(ps)
         outs = []
         for s in plan.program.output_slots:
-            outs.append(f"{self.name(s)}.copy()" if self.copied(s) else self.name(s))
+            if s in plan.device:  # left on the device: the device session's run moves it
+                outs.append(self.name(s))
+            else:
+                outs.append(f"{self.name(s)}.copy()" if self.copied(s) else self.name(s))
         self.emit(f"return [{', '.join(outs)}]")
         tail = [
             "    except OnnxJitError:",
@@ -248,7 +251,10 @@ class _Renderer:
                 elif s not in plan.arena_offsets and plan.root(s) not in plan.arena_offsets:
                     shape = self.const(spec.shape, "S")
                     dtype = self.const(spec.dtype, "D")
-                    self.emit(f"{self.name(s)} = EMPTY({shape}, {dtype})")
+                    empty = "EMPTY"
+                    if s in plan.device:
+                        empty = self.const(plan.program.backend.empty, "E")
+                    self.emit(f"{self.name(s)} = {empty}({shape}, {dtype})")
             self.emit(f"{fn}({', '.join(self.arg(a, ps) for a in b.args)})")
             return
         call = f"{fn}({', '.join(self.arg(a, ps) for a in b.args)})"

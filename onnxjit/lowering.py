@@ -82,11 +82,19 @@ def spec_of(value: Any, const: bool = False) -> Spec:
         return Spec(TENSOR, value.dtype, value.shape, const, value if const else None)
     if value is None:
         return Spec(NONE, const=const)
+    if on_device(value):  # a device array (never a plan constant)
+        return Spec(TENSOR, np.dtype(value.dtype), tuple(int(d) for d in value.shape))
     if isinstance(value, list):
         return Spec(SEQUENCE, const=const, value=value if const else None)
     if isinstance(value, dict):
         return Spec(MAP, const=const, value=value if const else None)
     return Spec(OTHER, const=const, value=value if const else None)
+
+
+def on_device(value: Any) -> bool:
+    """Whether ``value`` is a tensor in a device's memory: a numba-cuda device array (the
+    form every device value takes inside a plan; the simulator's arrays included)."""
+    return hasattr(value, "copy_to_host") and not isinstance(value, np.ndarray)
 
 
 def tensor(dtype: Any, shape: Sequence[int]) -> Spec:
@@ -238,6 +246,29 @@ def writes(fn: Callable[..., Any], *args: Any, outs: Sequence[Spec], name: str =
 def view(fn: Callable[..., Any], *args: Any, out: Spec, of: int = 0, name: str = "") -> Bound:
     """A bound call returning one output that may view input ``of``'s memory."""
     return Bound(fn, tuple(args), (out,), False, (of,), name=name or _name(fn))
+
+
+# Functions bound calls make that also run on device arrays -> the form that does (itself,
+# or a stand-in for a builtin that takes numpy arrays only).
+_DEVICE_FORMS: dict[Any, Callable[..., Any]] = {}
+
+
+def portable(fn: Any, device_form: Callable[..., Any] | None = None) -> Any:
+    """Declare that ``fn``, called by bound calls, does its work on a device backend's arrays
+    too (it only uses what numpy and device arrays share: ``reshape``, ``shape``, slicing),
+    or that ``device_form`` does it there (for a builtin such as ``np.ndarray.reshape``).
+    A device backend runs a bound call of a portable function on the device; any other
+    function that is not one of the backend's kernels runs on the CPU. Returns ``fn``."""
+    _DEVICE_FORMS[fn] = device_form if device_form is not None else fn
+    return fn
+
+
+def device_form(fn: Any) -> Callable[..., Any] | None:
+    """The form of ``fn`` that takes device arrays (see :func:`portable`), or None."""
+    try:
+        return _DEVICE_FORMS.get(fn)
+    except TypeError:  # an unhashable callable is no portable function
+        return None
 
 
 def _name(fn: Any) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -89,6 +90,8 @@ class PlannedStep:
     inplace: int | None = None
     scratch: dict[int, int] = field(default_factory=dict)
     call: Any = None  # what the generated code calls: the bound function or its entry point
+    device: bool = False  # it runs on the device backend (its tensor outputs live there)
+    copy: str = ""  # a copy the plan added: "to device" or "to host" ("": a node's step)
 
     @property
     def generic(self) -> bool:
@@ -127,6 +130,10 @@ class Plan:
         self.whole: set[int] = set()
         self.arena_offsets: dict[int, int] = {}  # arena root value -> its offset
         self.arena_bytes = 0
+        # values on the device backend (program.backend), and the device arena's size: the
+        # device's arena roots have their offsets in arena_offsets too, in their own arena
+        self.device: set[int] = set()
+        self.device_arena_bytes = 0
         self.flat: set[int] = set()  # arena roots whose flat view the code uses
         self.guard_live: dict[int, tuple[int, ...]] = {}  # step index -> live values
         self.classes: dict[int, type] = {}  # guarded non-tensor value -> its class
@@ -202,11 +209,17 @@ class Plan:
         self._made += 1
         base = np.empty(self.arena_bytes + ALIGN, np.uint8)
         skip = (-base.ctypes.data) % ALIGN
-        views: list[np.ndarray] = []
+        device = None
+        if self.device_arena_bytes:  # device allocations are aligned to far more than ALIGN
+            device = self.program.backend.empty((self.device_arena_bytes,), np.uint8)
+        views: list[Any] = []
         for s, offset in self.arena_offsets.items():
             spec = self.specs[s]
-            lo = skip + offset
-            arr = base[lo : lo + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+            if s in self.device:
+                part = device[offset : offset + spec.nbytes]
+            else:
+                part = base[skip + offset : skip + offset + spec.nbytes]
+            arr = part.view(spec.dtype).reshape(spec.shape)
             views.append(arr)
             if s in self.flat:
                 views.append(arr.reshape(-1))
@@ -246,6 +259,8 @@ class Plan:
                     "generic": ps.generic,
                     "guarded": bool(ps.guard),
                     "in_place": ps.inplace is not None,
+                    "device": self.program.backend.name if ps.device else "cpu",
+                    "copy": ps.copy,
                 }
                 for ps in self.steps
             ],
@@ -309,7 +324,27 @@ def build(
         plan.run = executor.render(plan, profiled=False)
     finally:
         jitstats.charge_to(previous)
+    if planner.backend is not None and not program.owner.placement_warned:
+        _warn_placement(plan)
     return plan, outputs
+
+
+def _warn_placement(plan: Plan) -> None:
+    """Warn (once per session) that nodes of ``plan`` run on the CPU, not on its device."""
+    cpu = [ps.step.node for ps in plan.steps if not ps.device and not ps.copy]
+    if not cpu:
+        return
+    plan.program.owner.placement_warned = True
+    copies = sum(1 for ps in plan.steps if ps.copy)
+    ops = sorted({n.label for n in cpu})
+    name = plan.program.backend.name.upper()
+    warnings.warn(
+        f"{len(cpu)} node(s) of this model run on the CPU, not on {name}: the {name} backend "
+        f"has no kernel for {', '.join(ops)}; the plan copies {copies} value(s) between the "
+        "devices. InferenceSession.placement() lists where each node runs and every copy",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 class _Planner:
@@ -324,6 +359,12 @@ class _Planner:
         self.guards: list[int] = []  # steps with a guard
         self.made: dict[int, int] = {}  # value -> the step that made it (entry values: -1)
         self.scratch_ids = program.n_slots
+        # the device backend nodes go to first, and the copies made for its steps and for the
+        # CPU's: value -> its copy on the device / on the host
+        backend = program.backend
+        self.backend = backend if backend is not None and backend.name != "cpu" else None
+        self.copies: dict[tuple[int, bool], int] = {}
+        self.uploaded: dict[int, tuple[np.ndarray, Any]] = {}  # id -> (host array, copy)
 
     def run(
         self, values: list[Any], static: dict[int, Any], progress: Callable[[int], None] | None
@@ -336,6 +377,8 @@ class _Planner:
             self.env[slot] = value
             self.made[slot] = -1
             plan.specs[slot] = spec_of(value, const=slot in static)
+            if self.backend is not None and lowering.on_device(value):
+                plan.device.add(slot)
             if slot in static:
                 plan.static[slot] = value
         for done, step in enumerate(program.steps[plan.start :], 1):
@@ -372,6 +415,20 @@ class _Planner:
             # it has no lowering, the result just computed is this run's (computing it again
             # would count its bytes twice against the run's cap).
             specs = tuple(plan.specs.get(s) if s >= 0 else None for s in step.in_slots)
+            if self.backend is not None:
+                bound = self._lower_device(step, specs)
+                if bound is not None:  # its inputs copied to the device where they are not
+                    step = self._placed(step, True)
+                    args = [self.env.get(s) if s >= 0 else None for s in step.in_slots]
+                    ps = self._inplace(step, bound)
+                    ps.device = True
+                    results = self._call_bound(ps, args)
+                    self._record(ps, results, args)
+                    plan.steps.append(ps)
+                    return
+                if folded is None and any(s in plan.device for s in step.in_slots):
+                    step = self._placed(step, False)  # the CPU's copies of its inputs
+                    args = [self.env.get(s) if s >= 0 else None for s in step.in_slots]
             bound = self._lower(step, specs)
             if bound is None:
                 results = folded if folded is not None else self._call_generic(step, args)
@@ -408,14 +465,82 @@ class _Planner:
         return True
 
     # -- calls --------------------------------------------------------------------------------
-    def _lower(self, step: Step, specs: tuple[Spec | None, ...]) -> Bound | None:
+    def _lower(
+        self, step: Step, specs: tuple[Spec | None, ...], backend: Any = None
+    ) -> Bound | None:
         lower = lowering.lowering_of(step.impl.fn)
         if lower is None:
             return None
-        from onnxjit.backends import cpu
-
-        lc = LowerContext(step.node, step.kwargs, specs, cpu.CPU, step.ctx, self.program.settings)
+        if backend is None:
+            from onnxjit.backends.cpu import CPU as backend
+        lc = LowerContext(step.node, step.kwargs, specs, backend, step.ctx, self.program.settings)
         return lower(lc)
+
+    # -- placement on the device backend ------------------------------------------------------
+    def _lower_device(self, step: Step, specs: tuple[Spec | None, ...]) -> Bound | None:
+        """The node's call on the device backend, its host constants copied to the device
+        once; None where the backend has no kernel for it (the node runs on the CPU)."""
+        if step.captures:
+            return None
+        try:
+            bound = self._lower(step, specs, self.backend)
+        except (KeyError, AttributeError, NotImplementedError):
+            return None  # a kernel the backend lacks, or a CPU-only part of the lowering
+        return None if bound is None else self.backend.device_call(bound, self._upload)
+
+    def _upload(self, value: np.ndarray) -> Any:
+        """The device copy of a host constant of a bound call, made once per plan."""
+        found = self.uploaded.get(id(value))
+        if found is None:
+            found = self.uploaded[id(value)] = (value, self.backend.to_device(value))
+        return found[1]
+
+    def _placed(self, step: Step, device: bool) -> Step:
+        """``step`` reading copies of its tensor inputs in the memory it runs in (device or
+        host), adding a copy step for each input not there yet."""
+        slots = []
+        for s in step.in_slots:
+            if s >= 0 and (s in self.plan.device) != device and _is_tensor(self.env.get(s)):
+                s = self._copy(s, device, step)
+            slots.append(s)
+        return replace(step, in_slots=tuple(slots))
+
+    def _copy(self, s: int, device: bool, step: Step) -> int:
+        """The value holding ``s`` copied to the device (``device``) or to the host."""
+        key = (s, device)
+        c = self.copies.get(key)
+        if c is not None:
+            return c
+        plan = self.plan
+        c = self.copies[key] = self.scratch_ids
+        self.scratch_ids += 1
+        v = self.env[s]
+        spec = Spec(lowering.TENSOR, np.dtype(v.dtype), tuple(v.shape))
+        self.last[c] = self.last.get(s, step.index)
+        self.made[c] = step.index
+        plan.specs[c] = spec
+        if device and (s in self.program.constants or (s in plan.static and s not in plan.entry)):
+            # a constant: copied once, held by the plan
+            plan.static[c] = self.env[c] = self.backend.to_device(v)
+            plan.device.add(c)
+            return c
+        fn = _upload if device else _download
+        copy = replace(step, in_slots=(s,), out_slots=(c,), captures=())
+        label = "to device" if device else "to host"
+        ps = PlannedStep(copy, lowering.writes(fn, Out(0), In(0), outs=(spec,)), f"copy {label}")
+        ps.device, ps.copy = device, label
+        out = (
+            self.backend.empty(spec.shape, spec.dtype)
+            if device
+            else np.empty(spec.shape, spec.dtype)
+        )
+        fn(out, v)
+        self.written[c] = step.index
+        self.env[c] = out
+        if device:
+            plan.device.add(c)
+        plan.steps.append(ps)
+        return c
 
     def _call_generic(self, step: Step, args: list[Any]) -> list[Any]:
         ctx = step.ctx
@@ -458,7 +583,8 @@ class _Planner:
         b = ps.bound
         outs: list[Any] = []
         if b.writes:
-            outs = [np.empty(spec.shape, spec.dtype) for spec in b.outs]
+            empty = self.backend.empty if ps.device else np.empty
+            outs = [empty(spec.shape, spec.dtype) for spec in b.outs]
             if ps.inplace is not None:
                 outs[0] = args[ps.inplace]
         resolved = [_resolve(a, args, outs) for a in b.args]
@@ -486,6 +612,8 @@ class _Planner:
                 self.written[s] = step.index
                 plan.specs[s] = b.outs[j]
                 self.env[s] = v
+                if ps.device:
+                    plan.device.add(s)
                 if ps.inplace is not None and j == 0:
                     self._share(s, step.in_slots[ps.inplace], whole=True)
                 continue
@@ -499,6 +627,12 @@ class _Planner:
                 guard.append(j)
                 if plan.specs[s].kind not in (lowering.TENSOR, lowering.NONE):
                     plan.classes[s] = type(v)
+            if ps.device and v is not None:
+                plan.device.add(s)
+                k = b.views[j] if j < len(b.views) else None
+                if k is not None:  # a view of a device input: never all of its memory
+                    self._share(s, step.in_slots[k], False)
+                continue
             if not isinstance(v, np.ndarray):
                 containers = containers or v is not None
                 continue
@@ -566,6 +700,14 @@ class _Planner:
             if r in span:
                 for s in shared:
                     span[r][1] = max(span[r][1], min(self.last.get(s, span[r][0]), end))
+        host = {r: v for r, v in span.items() if r not in plan.device}
+        plan.arena_bytes = self._offsets(host)
+        plan.device_arena_bytes = self._offsets({r: v for r, v in span.items() if r not in host})
+
+    def _offsets(self, span: dict[int, list[int]]) -> int:
+        """Arena offsets of the values of ``span`` (root -> [first step, last step]); the
+        arena's size."""
+        plan = self.plan
         # Values in order of their first step, each at the lowest free range that holds it
         # (free ranges come back when the values in them die, and merge with their
         # neighbours); the arena grows at its end when none does.
@@ -587,7 +729,25 @@ class _Planner:
                 top = offset + n
             plan.arena_offsets[r] = offset
             heapq.heappush(dying, (hi, offset, n))
-        plan.arena_bytes = top
+        return top
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or lowering.on_device(value)
+
+
+def _upload(out: Any, value: np.ndarray) -> None:
+    """Copy host array ``value`` into device array ``out`` (on the run's stream)."""
+    from onnxjit.kernels.cuda.runtime import stream
+
+    out.copy_to_device(np.ascontiguousarray(value), stream=stream())
+
+
+def _download(out: np.ndarray, value: Any) -> None:
+    """Copy device array ``value`` into host array ``out`` (waits for its producer)."""
+    from onnxjit.kernels.cuda.runtime import stream
+
+    value.copy_to_host(out, stream=stream())
 
 
 def _claim(free: list[list[int]], n: int) -> int | None:

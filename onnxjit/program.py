@@ -24,6 +24,7 @@ import numpy as np
 
 from onnxjit import ir, registry
 from onnxjit.errors import ExecutionError
+from onnxjit.lowering import on_device
 from onnxjit.registry import NodeContext, OpImpl
 
 # Plans kept per program: a model fed many shapes (a dynamic batch) re-plans the ones it
@@ -35,9 +36,11 @@ MAX_PLANS = 32
 class Owner:
     """What a program, and the programs of its subgraphs, know of the session that runs
     them: ``records``, the list its compiled and loaded kernels are reported to
-    (:mod:`onnxjit.jitstats`), charged while a signature is planned."""
+    (:mod:`onnxjit.jitstats`), charged while a signature is planned; ``placement_warned``,
+    whether the session has warned that a plan runs nodes off its device backend."""
 
     records: list[Any] | None = None
+    placement_warned: bool = False
 
 
 @dataclass
@@ -90,8 +93,12 @@ class Program:
         settings: Any = None,
         arena: bool = True,
         owner: Owner | None = None,
+        backend: Any = None,
     ):
         self.graph = graph
+        # the backend plans place nodes on first (None: the CPU); a node it cannot run runs
+        # on the CPU, with copies (subgraph bodies run on the CPU)
+        self.backend = backend
         # the session's onnxjit.config.SessionSettings (None: the defaults)
         self.settings = settings
         # whether plans place intermediate tensors in an arena (SessionOptions'
@@ -270,6 +277,8 @@ def _key(value: Any) -> Any:
         return (value.dtype, value.shape)
     if value is None:
         return None
+    if on_device(value):  # a tensor on the device
+        return ("device", np.dtype(value.dtype), tuple(value.shape))
     return value.__class__
 
 
@@ -280,8 +289,8 @@ def signature(values: Sequence[Any]) -> tuple:
 
 
 def describe_value(v: Any) -> str:
-    if isinstance(v, np.ndarray):
-        return f"{v.dtype}{list(v.shape)}"
+    if isinstance(v, np.ndarray) or on_device(v):
+        return f"{np.dtype(v.dtype)}{list(v.shape)}"
     if v is None:
         return "None"
     return type(v).__name__

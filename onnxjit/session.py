@@ -12,7 +12,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -20,12 +19,27 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-from onnxjit import check, compile_gc, config, ir, jitstats, limits, passes, registry, types
+from onnxjit import (
+    check,
+    compile_gc,
+    config,
+    device,
+    ir,
+    jitstats,
+    limits,
+    passes,
+    registry,
+    types,
+)
 from onnxjit import progress as progress_mod
+from onnxjit import providers as providers_mod
 from onnxjit.backends.cpu import threads as threads_mod
 from onnxjit.errors import InvalidInputError, UnsupportedOperatorError
+from onnxjit.iobinding import IOBinding
+from onnxjit.lowering import on_device
 from onnxjit.model import load_model
 from onnxjit.options import RunOptions, SessionOptions
+from onnxjit.ortvalue import OrtValue
 from onnxjit.passes.manager import PASS_NAMES
 from onnxjit.plan import Profiler
 from onnxjit.program import Program
@@ -33,8 +47,7 @@ from onnxjit.program import signature as program_signature
 
 log = logging.getLogger("onnxjit")
 
-CPU_PROVIDER = "CPUExecutionProvider"
-_KNOWN_PROVIDERS = (CPU_PROVIDER, "CUDAExecutionProvider")
+CPU_PROVIDER = providers_mod.CPU
 
 
 # Feeds remembered as checked (see InferenceSession._accept): a model fed many shapes checks
@@ -148,7 +161,10 @@ class InferenceSession:
         self._options = sess_options if sess_options is not None else SessionOptions()
         # Kernels compiled or loaded on this session's behalf (onnxjit.jitstats fills it).
         self._kernel_records: list[jitstats.KernelRecord] = []
-        self._providers = _choose_providers(providers, provider_options)
+        # Where the session runs (onnxjit.providers.DeviceChoice: provider, device_id,
+        # reason); the plan is placed from it.
+        self._device = providers_mod.choose(providers, provider_options)
+        self._providers = list(self._device.providers)
         self._lock = threading.Lock()
         self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
         previous = jitstats.charge_to(self._kernel_records)
@@ -196,6 +212,7 @@ class InferenceSession:
             write_optimized_model(self._model, self._options.optimized_model_filepath)
         self._program = Program(
             self._model.graph,
+            backend=self._device_backend(),
             settings=settings,
             arena=bool(
                 self._options.enable_mem_reuse
@@ -204,6 +221,8 @@ class InferenceSession:
             ),
         )
         self._program.owner.records = self._kernel_records
+        if self._program.backend is not None:
+            self.run = self._run_on_device  # type: ignore[method-assign]
         graph = self._model.graph
         inits = set(graph.initializers)
         self._inputs = [v for v in graph.inputs if v.name not in inits]
@@ -249,8 +268,25 @@ class InferenceSession:
             custom_metadata_map=dict(m.metadata),
         )
 
+    def _device_backend(self) -> Any:
+        """The backend plans place nodes on first: CUDA's where it is the provider in use,
+        else None (the CPU)."""
+        if not self._device.is_cuda:
+            return None
+        from onnxjit.backends import cuda
+
+        return cuda.backend(self._device.device_id)
+
     def get_providers(self) -> list[str]:
+        """The providers the session runs on, in order: ``["CUDAExecutionProvider",
+        "CPUExecutionProvider"]`` on a GPU (nodes without a CUDA kernel run on the CPU), else
+        ``["CPUExecutionProvider"]``."""
         return list(self._providers)
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        """Each provider in use -> its options as strings (``{"device_id": "0", ...}`` for
+        CUDA), as onnxruntime reports them."""
+        return {k: dict(v) for k, v in self._device.provider_options.items()}
 
     def get_session_options(self) -> SessionOptions:
         return self._options
@@ -290,6 +326,62 @@ class InferenceSession:
         else:
             outputs = self._run_checked(input_feed)
         return outputs if wanted is self._all_outputs else [outputs[i] for i in wanted]
+
+    def _run_on_device(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """:meth:`run` on the device backend's stream of the calling thread (it replaces
+        :meth:`run` on sessions whose plans use a device, so that CPU sessions pay nothing
+        for it)."""
+        backend = self._program.backend
+        return backend.running(self._device_run, output_names, input_feed, run_options, True)
+
+    def _device_run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: RunOptions | None,
+        to_host: bool,
+    ) -> list[Any]:
+        """A run of a device session (inside its backend's ``running``): the outputs that
+        the plan leaves on the device copied to the host where ``to_host``."""
+        outputs = InferenceSession.run(self, output_names, input_feed, run_options)
+        if not to_host:
+            return outputs
+        to_host_fn = self._program.backend.to_host
+        return [to_host_fn(o) if on_device(o) else o for o in outputs]
+
+    def io_binding(self) -> IOBinding:
+        """A new :class:`~onnxjit.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
+        return IOBinding(self)
+
+    def run_with_iobinding(
+        self, iobinding: IOBinding, run_options: RunOptions | None = None
+    ) -> None:
+        """Run with the inputs and outputs bound in ``iobinding``; read the outputs with its
+        ``get_outputs()`` or ``copy_outputs_to_cpu()``."""
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise ValueError("IOBinding must be used with the session that created it.")
+        names = iobinding._output_names()
+        backend = self._program.backend
+        if backend is None:
+            iobinding._place(self.run(names, iobinding._feed(), run_options))
+            return
+        # outputs the plan leaves on the device stay there for the binding to place
+        feed = iobinding._feed()
+        iobinding._place(backend.running(self._device_run, names, feed, run_options, False))
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, OrtValue],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        """:meth:`run` with OrtValue feeds; the outputs come back as CPU OrtValues."""
+        return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
 
     def _wanted(self, output_names: Sequence[str]) -> list[int]:
         if isinstance(output_names, str):
@@ -404,7 +496,11 @@ class InferenceSession:
                         "from the feed; add it to input_feed"
                     )
                 continue
-            ok, value = _convert_feed(input_feed[vi.name], vi, dim_values, problems)
+            raw = input_feed[vi.name]
+            if self._program.backend is not None and device.is_device_value(raw):
+                ok, value = _device_feed(raw, vi, dim_values, problems)
+            else:
+                ok, value = _convert_feed(raw, vi, dim_values, problems)
             if ok:
                 values[self._input_index[vi.name]] = value
         if problems:
@@ -531,6 +627,20 @@ class InferenceSession:
             feed[vi.name] = _zeros(vi, dims)
         return feed
 
+    def placement(self) -> list[dict[str, str]]:
+        """Where each step of the most recently used plan runs, in run order: one dict per
+        step with ``node`` (its name), ``op`` (its label), ``device`` (``"cuda"`` or
+        ``"cpu"``) and ``copy`` (``""`` for a node's own step; ``"to device"`` or
+        ``"to host"`` for a copy the plan added before the node it names). Empty before the
+        first run."""
+        plans = self._program.plans()  # least recently used first
+        if not plans:
+            return []
+        return [
+            {key: step[key] for key in ("node", "op", "device", "copy")}
+            for step in plans[-1].summary()["steps"]
+        ]
+
     def graph_nodes(self) -> list[GraphNode]:
         """The nodes that run, after the graph passes, in execution order.
 
@@ -585,39 +695,6 @@ def _session_event(name: str, profiler: Profiler, t0: int, t1: int) -> dict[str,
     }
 
 
-def _choose_providers(
-    providers: Sequence[Any] | None, provider_options: Sequence[dict] | None = None
-) -> list[str]:
-    if providers is None:
-        providers = [CPU_PROVIDER]
-    names = [p[0] if isinstance(p, tuple) else p for p in providers]
-    options = [p[1] if isinstance(p, tuple) else {} for p in providers]
-    if provider_options is not None:
-        if len(provider_options) != len(names):
-            raise ValueError(
-                f"provider_options has {len(provider_options)} entries for {len(names)} "
-                "providers; give one dict per provider"
-            )
-        options = [dict(a, **b) for a, b in zip(options, provider_options)]
-    for name, opts in zip(names, options):
-        if name not in _KNOWN_PROVIDERS:
-            raise ValueError(
-                f"unknown execution provider {name!r}; onnxjit knows {list(_KNOWN_PROVIDERS)}"
-            )
-        if opts:
-            raise UnsupportedOperatorError(
-                f"provider options {sorted(opts)} for {name} are not implemented by onnxjit "
-                "yet; pass the provider name alone"
-            )
-    if "CUDAExecutionProvider" in names:
-        warnings.warn(
-            "CUDAExecutionProvider is not available in this onnxjit build; running on the CPU",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return [CPU_PROVIDER]
-
-
 def _node_arg(v: ir.ValueInfo) -> NodeArg:
     shape = v.shape
     return NodeArg(v.name, _type_str(v), None if shape is None else list(shape))
@@ -632,6 +709,28 @@ def _shape_str(v: ir.ValueInfo) -> str:
     if shape is None:
         return "unknown"
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _device_feed(
+    raw: Any, vi: ir.ValueInfo, dim_values: dict[str, tuple[int, str]], problems: list[str]
+) -> tuple[bool, Any]:
+    """A tensor in device memory fed to a session on that device: used where it is, without
+    a copy, after the checks a host tensor takes; (False, None) on a problem."""
+    if vi.type is None or vi.type.WhichOneof("value") != "tensor_type":
+        problems.append(
+            f"input {vi.name!r} is {_type_str(vi)}; a device array can only feed a tensor input"
+        )
+        return False, None
+    arr = device.as_device_array(raw)
+    if not arr.is_c_contiguous():
+        problems.append(
+            f"input {vi.name!r}: the device array of shape {list(arr.shape)} is not "
+            "C-contiguous; pass a contiguous copy (cupy.ascontiguousarray, tensor.contiguous())"
+        )
+        return False, None
+    n = len(problems)
+    _check_tensor(vi, arr, dim_values, problems)
+    return len(problems) == n, arr
 
 
 def _convert_feed(
@@ -742,6 +841,10 @@ def _as_array(raw: Any, vi: ir.ValueInfo, problems: list[str]) -> np.ndarray | N
             arr = raw
         elif isinstance(raw, np.ndarray):
             arr = np.asarray(raw)  # matrix, masked array: their data, as onnxruntime reads it
+        elif device.is_tensor_object(raw):
+            # another library's tensor (DLPack, CUDA array interface) or an OrtValue: read in
+            # place on the host, copied from a device
+            arr = device.to_numpy(raw)
         else:
             arr = _from_python(raw, vi, problems)
             if arr is None:

@@ -13,6 +13,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The CUDA tests run numba-cuda's simulator unless told otherwise (NUMBA_ENABLE_CUDASIM=0 on a
+# machine with a GPU runs them there). Numba reads the setting when it is first imported, so
+# it is set here, before any test module imports onnxjit or numba.
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
 _CONFORMANCE_CLASSES = {
     "OnnxBackendNodeModelTest": "node",
     "OnnxBackendSimpleModelTest": "simple",

@@ -116,13 +116,26 @@ def test_construct_from_each_source(kind, tmp_path):
         np.testing.assert_allclose(g, w)
 
 
-def test_providers():
+def no_gpu(monkeypatch) -> None:
+    """Make CUDA unusable through onnxjit.providers' seam: whether this machine (or numba-cuda's
+    simulator, which tests/test_cuda_api.py turns on for the whole run) has a GPU must not
+    decide these tests."""
+    import onnxjit.providers
+
+    monkeypatch.setattr(
+        onnxjit.providers, "cuda_unavailable_reason", lambda device_id=0: "no GPU in this test"
+    )
+
+
+def test_providers(monkeypatch):
+    no_gpu(monkeypatch)
     model = overridable_model()
     assert onnxjit.InferenceSession(model).get_providers() == ["CPUExecutionProvider"]
     assert ort_session(model).get_providers() == ["CPUExecutionProvider"]
     sess = onnxjit.InferenceSession(model, providers=[("CPUExecutionProvider", {})])
     assert sess.get_providers() == ["CPUExecutionProvider"]
     assert onnxjit.get_available_providers() == ["CPUExecutionProvider"]
+    assert onnxjit.get_device() == ort.get_device() == "CPU"
 
 
 def test_unknown_provider():
@@ -130,8 +143,12 @@ def test_unknown_provider():
         onnxjit.InferenceSession(overridable_model(), providers=["TPUProvider"])
 
 
-def test_cuda_provider_falls_back_with_a_warning():
-    with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider is not available"):
+def test_cuda_provider_falls_back_with_a_warning(monkeypatch):
+    no_gpu(monkeypatch)
+    with pytest.warns(
+        RuntimeWarning,
+        match="CUDAExecutionProvider is not available: no GPU in this test; using CPUExecution",
+    ):
         sess = onnxjit.InferenceSession(
             overridable_model(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
         )

@@ -228,3 +228,69 @@ transpose_tiles, transpose_tiles_par = twins(
     (``xs[2] == 1``), ``l`` the one the output writes contiguously: copied in square tiles so
     that neither side strides through memory a cache line per element.""",
 )
+
+
+@njit
+def copy_strided(x, y, dims, xs, ys, xo, yo):
+    """A strided copy between flat arrays: for every index ``(i0, ..., i(r-1))`` below
+    ``dims``, ``y[yo + sum(i_d * ys[d])] = x[xo + sum(i_d * xs[d])]``.
+
+    ``x`` and ``y`` are 1-D arrays of one element type (callers pass unsigned views of the
+    element bits); ``dims``, ``xs`` and ``ys`` int64 arrays of one length r (0: one element),
+    element strides that may be negative (a Slice's negative steps) or zero (Expand's
+    broadcast axes); ``xo`` and ``yo`` the element offsets of index 0. Slice, Split parts,
+    Concat parts, Expand and Pad's kept part are such copies.
+    """
+    r = dims.shape[0]
+    if r == 0:
+        y[yo] = x[xo]
+        return
+    total = 1
+    for d in range(r):
+        total *= dims[d]
+    if total == 0:
+        return
+    n = dims[r - 1]
+    sx = xs[r - 1]
+    sy = ys[r - 1]
+    idx = np.zeros(r, np.int64)
+    xb = xo
+    yb = yo
+    for _ in range(total // n):
+        for i in range(n):
+            y[yb + i * sy] = x[xb + i * sx]
+        # the next row: an odometer over the outer axes, carrying into the one before
+        d = r - 2
+        while d >= 0:
+            idx[d] += 1
+            xb += xs[d]
+            yb += ys[d]
+            if idx[d] < dims[d]:
+                break
+            xb -= dims[d] * xs[d]
+            yb -= dims[d] * ys[d]
+            idx[d] = 0
+            d -= 1
+
+
+@njit
+def fill_outside(y, dims, lo, hi, value):
+    """``y`` (flat, C order over the shape ``dims``) set to ``value`` at every element with
+    some coordinate ``i_d`` outside ``[lo[d], hi[d])``; the elements inside are left as they
+    are. Pad's border: the kept part is copied in by :func:`copy_strided`. ``dims``, ``lo``,
+    ``hi`` int64 arrays of one length (0: ``y`` is one element, inside)."""
+    r = dims.shape[0]
+    total = 1
+    for d in range(r):
+        total *= dims[d]
+    for e in range(total):
+        rem = e
+        outside = False
+        for k in range(r):
+            d = r - 1 - k
+            i = rem % dims[d]
+            rem //= dims[d]
+            if i < lo[d] or i >= hi[d]:
+                outside = True
+        if outside:
+            y[e] = value

@@ -581,11 +581,18 @@ class _Emitter:
             return _np_call(_dtype_ctor(dt), a[0])
         if node.name == "where":
             return ast.IfExp(test=a[0], body=a[1], orelse=a[2])
-        fn = helper_name(node.name, node.args[0].dtype)
-        self.helpers.add(fn)
+        fn = self._helper_for(node.name, node.args[0].dtype)
         val = ast.Call(func=_name(fn), args=a, keywords=[])
         # Helpers return Numba's natural type (int64 for small ints); pin the node's dtype.
         return val if dt.kind == "b" else _np_call(_dtype_ctor(dt), val)
+
+    def _helper_for(self, family: str, dtype: np.dtype) -> str:
+        """The function a call of the scalar helper ``family`` on ``dtype`` renders as
+        (recorded for the module's imports); the GPU emitter resolves some families to
+        device forms instead."""
+        fn = helper_name(family, dtype)
+        self.helpers.add(fn)
+        return fn
 
     def streams_output(self) -> bool:
         """Whether the module gets ``kernel_stream``: one output, every operand of the full
@@ -943,11 +950,15 @@ class _Plan:
         "narrow",
         "stream",
         "one_stream",
+        "masks",
     )
 
-    def __init__(self, out_shape, sizes, size, entry, alloc, post, narrow):
+    def __init__(self, out_shape, sizes, size, entry, alloc, post, narrow, masks=None):
         self.out_shape = out_shape
         self.sizes = sizes
+        # per-input broadcast masks over the collapsed dims (see broadcast_layout): what a
+        # kernel for another target (cuda_kernel) is generated from
+        self.masks = masks
         self.size = size
         self.entry = entry
         self.alloc = alloc
@@ -1019,7 +1030,7 @@ def _plan(
         alloc = [e.dtype if dt is None else dt for e, dt in zip(exprs, out_dtypes)]
         post = [None] * len(exprs)
     narrow = any(loads) or any(dt in _NARROW_KIND for dt in alloc)
-    plan = _Plan(out_shape, sizes, size, entry, tuple(alloc), tuple(post), narrow)
+    plan = _Plan(out_shape, sizes, size, entry, tuple(alloc), tuple(post), narrow, masks)
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = plan
@@ -1261,3 +1272,257 @@ def _reduce_entry(exprs, masks, loads, stores, reduce) -> _Entry:
         entry = _Entry(mod, input_dtypes(exprs), str(modcache.path_for(src)), work_weight(exprs))
         _KERNELS[key] = entry
     return entry
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU target: the same expressions as one grid-stride CUDA kernel
+# ---------------------------------------------------------------------------------------------
+
+# Device forms of the helper families whose kernels/scalar.py helper cannot serve the GPU:
+# vecmath's branch-free polynomials (written for SIMD lanes, where a libm call stops
+# vectorisation; on the GPU libdevice's expf & co. are the fast path, and the polynomials call
+# further Numba functions that NVVM only compiles with a driver present) and the helpers built
+# on np.floor / np.fmod, which the CUDA target lacks. family -> (parameters, body); ``T(`` in a
+# body is the float type's constructor, and the ``_name`` functions come from the generated
+# module's preamble (_CUDA_PRELUDE): math's on the device (typed float there), numpy's under
+# the simulator, which runs the kernel as Python, where math.log(0) raises instead of giving
+# -inf. The semantics are those of the CPU helpers (NaN propagation, signs, ties to even).
+_CUDA_FORMS: dict[str, tuple[str, str]] = {
+    "exp": ("x", "return _exp(x)"),
+    "log": ("x", "return _log(x)"),
+    "log1p": ("x", "return _log1p(x)"),
+    "tanh": ("x", "return _tanh(x)"),
+    "erf": ("x", "return _erf(x)"),
+    "floor": ("x", "return _floor(x)"),
+    "ceil": ("x", "return _ceil(x)"),
+    "fmod": ("a, b", "return _fmod(a, b)"),
+    "sigmoid": (
+        "x",
+        "e = _exp(-abs(x))\nreturn T(1.0) / (T(1.0) + e) if x >= T(0.0) else e / (T(1.0) + e)",
+    ),
+    "gelu": ("x", "return T(0.5) * x * (T(1.0) + _erf(x * T(0.7071067811865476)))"),
+    "gelu_tanh": (
+        "x",
+        "u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x)\n"
+        "return T(0.5) * x * (T(1.0) + _tanh(u))",
+    ),
+    "softplus": ("x", "m = x if x > T(0.0) else T(0.0)\nreturn m + _log1p(_exp(-abs(x)))"),
+    "mish": (
+        "x",
+        "m = x if x > T(0.0) else T(0.0)\nreturn x * _tanh(m + _log1p(_exp(-abs(x))))",
+    ),
+    "elu": ("x, alpha", "return alpha * _expm1(x) if x < T(0.0) else x"),
+    "selu": (
+        "x, alpha, gamma",
+        "return gamma * (alpha * _expm1(x)) if x <= T(0.0) else gamma * x",
+    ),
+    "celu": ("x, alpha", "return alpha * _expm1(x / alpha) if x < T(0.0) else x"),
+    "mod": (
+        "a, b",
+        "r = _fmod(a, b)\n"
+        "if r != T(0.0):\n"
+        "    if (r < T(0.0)) != (b < T(0.0)):\n"
+        "        r = r + b\n"
+        "else:\n"
+        "    r = _copysign(T(0.0), b)\n"
+        "return r",
+    ),
+    "round": (
+        "x",
+        "r = _floor(x)\n"
+        "d = x - r\n"
+        "if d > T(0.5):\n"
+        "    r = r + T(1.0)\n"
+        "elif d == T(0.5) and _floor(r * T(0.5)) != r * T(0.5):\n"
+        "    r = r + T(1.0)\n"
+        "return _copysign(r, x)",
+    ),
+}
+
+# The math functions the device forms call, and how the generated module binds them.
+_CUDA_MATH = ("exp", "log", "log1p", "tanh", "expm1", "floor", "ceil", "fmod", "copysign")
+_CUDA_PRELUDE = f"""
+if config.ENABLE_CUDASIM:
+    # the simulator runs kernels as Python: numpy's functions keep the float type and give
+    # inf/NaN where math's raise
+    {", ".join("_" + f for f in _CUDA_MATH)} = (
+        {", ".join("np." + f for f in _CUDA_MATH)}
+    )
+    _erf = math.erf
+
+    def device(fn):
+        return fn
+
+else:
+    {", ".join("_" + f for f in _CUDA_MATH)} = (
+        {", ".join("math." + f for f in _CUDA_MATH)}
+    )
+    _erf = math.erf
+    # inlined into the kernel before typing: a device function of its own would need a
+    # driver to compile (numba-cuda asks the current device for its compute capability)
+    device = njit(inline="always")
+"""
+
+
+class _CudaEmitter(_Emitter):
+    """Builds the CUDA kernel module for one specialisation (no narrow types, no reduction).
+
+    ``kernel(y0.., x0.., n0..)`` walks the output's flat index ``t`` with a grid-stride loop;
+    the collapsed dims' indices are taken from ``t`` only where some input is broadcast in
+    part of them, and each input's offset is the row-major (Horner) index over the dims it is
+    present in (``t`` itself for an input of the full shape, 0 for one broadcast everywhere).
+    Constants, loads of inputs broadcast everywhere and the nodes depending only on them are
+    computed once per thread, before the loop. Operators render as the CPU emitter renders
+    them; helper calls resolve to the device forms of _CUDA_FORMS where there is one.
+    """
+
+    def __init__(self, exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]):
+        super().__init__(exprs, masks)
+        self.forms: dict[str, str] = {}
+
+    def _helper_for(self, family: str, dtype: np.dtype) -> str:
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f" or family not in _CUDA_FORMS:
+            return super()._helper_for(family, dtype)
+        name = f"{family}_f{dtype.itemsize * 8}_gpu"
+        if name not in self.forms:
+            params, body = _CUDA_FORMS[family]
+            text = body.replace("T(", f"np.{dtype.name}(")
+            indented = "\n".join("    " + line for line in text.splitlines())
+            self.forms[name] = f"@device\ndef {name}({params}):\n{indented}\n"
+        return name
+
+    def kernel(self) -> ast.FunctionDef:
+        r = self.rank
+        t = _name("t")
+        pre: list[ast.stmt] = []
+        body: list[ast.stmt] = []
+        level: dict[Expr, int] = {}
+        names: dict[Expr, str] = {}
+        partial = [k for k in range(self.n_in) if 0 < len(self._present(k)) < r]
+        if partial:
+            # dim indices from the flat index, innermost first
+            rem = "t"
+            for d in range(r - 1, 0, -1):
+                body.append(_assign(f"i{d}", ast.parse(f"{rem} % n{d}", mode="eval").body))
+                body.append(_assign("rem", ast.parse(f"{rem} // n{d}", mode="eval").body))
+                rem = "rem"
+            body.append(_assign("i0", _name(rem)))
+        for k in range(self.n_in):
+            present = self._present(k)
+            if not present:
+                idx: ast.expr = ast.Constant(0)
+            elif len(present) == r:
+                idx = t
+            else:
+                idx = _name(f"i{present[0]}")
+                for d in present[1:]:
+                    idx = ast.BinOp(
+                        left=ast.BinOp(left=idx, op=ast.Mult(), right=_name(f"n{d}")),
+                        op=ast.Add(),
+                        right=_name(f"i{d}"),
+                    )
+            load = ast.Subscript(value=_name(f"x{k}"), slice=idx, ctx=ast.Load())
+            (body if present else pre).append(_assign(f"v{k}", load))
+        n_tmp = n_const = 0
+        for node in walk(self.exprs):
+            if isinstance(node, Input):
+                level[node] = 1 if self._present(node.index) else 0
+                names[node] = f"v{node.index}"
+                continue
+            if isinstance(node, Const):
+                names[node] = f"c{n_const}"
+                n_const += 1
+                pre.append(_assign(names[node], _literal(node)))
+                level[node] = 0
+                continue
+            assert isinstance(node, Op)
+            lvl = max((level[a] for a in node.args), default=0)
+            names[node] = f"t{n_tmp}"
+            n_tmp += 1
+            value = self._render(node, [names[a] for a in node.args])
+            (body if lvl else pre).append(_assign(names[node], value))
+            level[node] = lvl
+        for j, e in enumerate(self.exprs):
+            target = ast.Subscript(value=_name(f"y{j}"), slice=t, ctx=ast.Store())
+            body.append(ast.Assign(targets=[target], value=_name(names[e]), lineno=0))
+        total: ast.expr = ast.Constant(1)
+        for d in range(r):
+            total = _name("n0") if d == 0 else ast.BinOp(total, ast.Mult(), _name(f"n{d}"))
+        grid = ast.parse("range(cuda.grid(1), total, cuda.gridsize(1))", mode="eval").body
+        loop = ast.For(target=_name("t", True), iter=grid, body=body, orelse=[], lineno=0)
+        params = (
+            [f"y{j}" for j in range(len(self.exprs))]
+            + [f"x{k}" for k in range(self.n_in)]
+            + [f"n{d}" for d in range(r)]
+        )
+        return ast.FunctionDef(
+            name="kernel",
+            args=ast.arguments(
+                posonlyargs=[],
+                args=[ast.arg(arg=p) for p in params],
+                kwonlyargs=[],
+                kw_defaults=[],
+                defaults=[],
+            ),
+            body=[_assign("total", total), *pre, loop],
+            decorator_list=[ast.parse("cuda.jit", mode="eval").body],
+            returns=None,
+            lineno=0,
+            **_TYPE_PARAMS,
+        )
+
+    def module(self) -> str:
+        fn = self.kernel()  # first: it records the helpers and forms to define
+        imports = "import math\n\nimport numpy as np\nfrom numba import config, cuda, njit\n"
+        if self.helpers:
+            imports += f"from onnxjit.kernels.scalar import {', '.join(sorted(self.helpers))}\n"
+        mod = ast.Module(body=[fn], type_ignores=[])
+        ast.fix_missing_locations(mod)
+        header = (
+            f'"""onnxjit generated CUDA elementwise kernel (scalar helpers {_SCALAR_HASH}).\n\n'
+            f"rank {self.rank}, broadcast masks {self.masks}\n"
+            + "\n".join(f"y{j} = {e!r}" for j, e in enumerate(self.exprs))
+            + '\n"""\n'
+        )
+        forms = "\n\n".join(self.forms[n] for n in sorted(self.forms))
+        return f"{header}{imports}{_CUDA_PRELUDE}\n\n{forms}\n\n{ast.unparse(mod)}\n"
+
+
+def generate_cuda_source(exprs: Sequence[Expr], masks: Sequence[Sequence[bool]]) -> str:
+    """Source of the CUDA kernel module for ``exprs`` with per-input broadcast ``masks`` (as
+    :func:`generate_source`; no narrow types). Its ``kernel(y0.., x0.., n0..)`` is a
+    ``@cuda.jit`` grid-stride kernel over the flat output: launch it with any grid."""
+    m = tuple(tuple(bool(b) for b in mk) for mk in masks)
+    return _CudaEmitter(tuple(exprs), m).module()
+
+
+# (exprs, masks) -> (the CUDA kernel, its source file); the kernel is a numba-cuda dispatcher,
+# compiled once per argument types, at its first launch.
+_CUDA_KERNELS: dict[tuple, tuple[Any, str]] = {}
+
+
+def _cuda_entry(exprs: Sequence[Expr], plan: _Plan) -> tuple[Any, str]:
+    if plan.narrow or plan.masks is None:
+        raise ValueError("the CUDA kernel takes no float16/bfloat16 (and needs a sized plan)")
+    key = (tuple(exprs), plan.masks)
+    entry = _CUDA_KERNELS.get(key)
+    if entry is None:
+        src = generate_cuda_source(exprs, plan.masks)
+        entry = (modcache.load(src).kernel, str(modcache.path_for(src)))
+        _CUDA_KERNELS[key] = entry
+    return entry
+
+
+def cuda_kernel(exprs: Sequence[Expr], plan: _Plan) -> Any:
+    """The ``@cuda.jit`` kernel computing ``exprs`` for ``plan`` (:func:`plan_for` of the same
+    expressions; not narrow): called as ``kernel[grid, block, stream](*outs_flat,
+    *inputs_flat, *plan.sizes)``. Generated modules are imported from a file named by their
+    source's hash (:mod:`onnxjit.codegen.modcache`), so one source is loaded, and each of its
+    signatures compiled, once per process."""
+    return _cuda_entry(exprs, plan)[0]
+
+
+def cuda_source_path(exprs: Sequence[Expr], plan: _Plan) -> str:
+    """The file holding the source of :func:`cuda_kernel`'s module for ``exprs``, ``plan``."""
+    return _cuda_entry(exprs, plan)[1]

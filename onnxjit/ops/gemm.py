@@ -277,12 +277,12 @@ def packed_weight(
     ``blas.pack_b``), shared by every plan that binds the same array (see :func:`_packed`)."""
     pack_b = _blas(backend, "pack_b")
     if not transposed:
-        return _packed(pack_b, b.reshape(-1), k, n)
+        return _packed(backend, pack_b, b.reshape(-1), k, n)
 
     def pack_b_t(w: np.ndarray, k: int, n: int) -> np.ndarray:
         return pack_b(np.ascontiguousarray(w.reshape(n, k).T).reshape(-1), k, n)
 
-    return _packed(pack_b_t, b.reshape(-1), k, n)
+    return _packed(backend, pack_b_t, b.reshape(-1), k, n)
 
 
 def packed_rows(backend: Any, a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:
@@ -290,25 +290,29 @@ def packed_rows(backend: Any, a: np.ndarray, m: int, k: int, constant: bool) -> 
     panels (the backend's ``blas.pack_a``: a convolution's weights); shared by every plan
     that binds the same array (:func:`_packed`) only when ``constant`` (an initializer): the
     values of any other array may change under the same identity."""
-    return packed_with(_blas(backend, "pack_a"), a, m, k, constant)
+    return packed_with(backend, _blas(backend, "pack_a"), a, m, k, constant)
 
 
-def packed_with(packer: Callable, w: np.ndarray, d0: int, d1: int, constant: bool) -> np.ndarray:
-    """``packer(w, d0, d1)``: a weight in the layout a kernel wants, shared (:func:`_packed`)
-    only when ``constant`` (as :func:`packed_rows`). ``packer`` is named uniquely (its name
-    is part of the key)."""
-    return _packed(packer, w, d0, d1) if constant else packer(w, d0, d1)
+def packed_with(
+    backend: Any, packer: Callable, w: np.ndarray, d0: int, d1: int, constant: bool
+) -> np.ndarray:
+    """``packer(w, d0, d1)``: a weight in the layout a kernel of ``backend`` wants, shared
+    (:func:`_packed`) only when ``constant`` (as :func:`packed_rows`). ``packer`` is named
+    uniquely within the backend (its name is part of the key)."""
+    return _packed(backend, packer, w, d0, d1) if constant else packer(w, d0, d1)
 
 
-def _packed(packer: Callable, w: np.ndarray, d0: int, d1: int) -> np.ndarray:
-    """``packer(w, d0, d1)``, computed once per weight and kept while the array that owns
-    its memory lives: every plan of a session (one per input signature) binds the same
-    initializer, and each would otherwise hold a packed copy of every weight of the model.
-    Keyed on identity: for constant weights only."""
+def _packed(backend: Any, packer: Callable, w: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """``packer(w, d0, d1)`` (one of ``backend``'s layouts), computed once per weight and
+    kept while the array that owns its memory lives: every plan of a session (one per input
+    signature) binds the same initializer, and each would otherwise hold a packed copy of
+    every weight of the model. Keyed on identity: for constant weights only; and on the
+    backend, whose packers share names but not layouts."""
     owner = w
     while isinstance(owner, np.ndarray) and owner.base is not None:
         owner = owner.base
-    key = (packer.__name__, id(owner), w.__array_interface__["data"][0], d0, d1, w.dtype.str)
+    data = w.__array_interface__["data"][0]
+    key = (backend.name, packer.__name__, id(owner), data, d0, d1, w.dtype.str)
     with _PACKED_LOCK:
         hit = _PACKED.get(key)
         if hit is not None and hit[0]() is owner:

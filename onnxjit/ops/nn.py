@@ -24,7 +24,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from onnxjit.backends import default as default_backend
-from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
+from onnxjit.lowering import (
+    TENSOR,
+    Bound,
+    In,
+    LowerContext,
+    Out,
+    lowers,
+    portable,
+    tensor,
+    writes,
+)
 from onnxjit.ops import gemm as blas
 from onnxjit.ops.fused_norm import layer_norm_rows, lower_layer_norm, rows_of, softmax_last
 from onnxjit.registry import NodeContext, onnx_op
@@ -622,16 +632,19 @@ def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
     return tuple(out) == ((H - 1) // s + 1, (W - 1) // s + 1)
 
 
+@portable
+def _call_with_residual(fn: Any, pos: int, head: tuple, tail: tuple, *a: Any) -> None:
+    """``fn(*a)`` with the epilogue tuple ``(*head, residual, *tail)`` inserted at ``pos``,
+    the residual being ``a``'s last element."""
+    fn(*a[:pos], (*head, a[-1], *tail), *a[pos:-1])
+
+
 def _with_residual(fn: Any, args: tuple, pos: int) -> tuple[Any, tuple]:
     """``(call, args')``: ``fn(*args)`` whose epilogue tuple ``args[pos]`` (its third element
-    the residual) takes the residual the call receives last (FusedConv's input 3, flat)."""
+    the residual) takes the residual the call receives last (FusedConv's input 3, flat).
+    The epilogue's other parts travel as arguments, where a device backend places them."""
     ep = args[pos]
-    head, tail = ep[:2], ep[3:]
-
-    def call(*a: Any) -> None:
-        fn(*a[:pos], (*head, a[-1], *tail), *a[pos:-1])
-
-    return call, (*args[:pos], *args[pos + 1 :], _R)
+    return _call_with_residual, (fn, pos, ep[:2], ep[3:], *args[:pos], *args[pos + 1 :], _R)
 
 
 class _ConvPlan:
@@ -686,11 +699,16 @@ class _ConvPlan:
         n_threads = backend.threads()
         w = np.ascontiguousarray(w, dtype)
         x_sp = tuple(x_shape[2:])
+        # A device backend has the general kernels only (the implicit GEMM, the depthwise
+        # loops, the stride-1 pointwise product): the CPU's specialised methods stage data
+        # through host-side numpy work (strided copies, tap buffers, packed panels).
+        device = backend.name != "cpu"
         if (
             group == 1
             and all(k == 1 for k in ks)
             and all(p == 0 for p in pb)
             and all((i - 1) // s + 1 == o for i, s, o in zip(x_sp, st, out))
+            and not (device and any(s != 1 for s in st))
         ):
             # 1x1 convolution: a strided view of the input is already the GEMM operand
             # (stride 1: the input itself; stride > 1: one strided copy), no im2col.
@@ -724,7 +742,9 @@ class _ConvPlan:
             self.mult = M // C
             name = "depthwise"
             wk = w.reshape(M, K)
-            if len(ks) <= 2 and s_out <= _DW_TILE_MAX and out[-1] <= _DW_TILE_MAX_OW:
+            if device:
+                pass  # the general loops, any geometry
+            elif len(ks) <= 2 and s_out <= _DW_TILE_MAX and out[-1] <= _DW_TILE_MAX_OW:
                 # small planes: channels across vector lanes, the weights of each block of
                 # lanes (taps + bias, lanes) repeated along an output row
                 lanes = _k(backend, "conv", "DW_LANES")
@@ -759,6 +779,7 @@ class _ConvPlan:
             and out[1] >= _WINO_MIN_OW
             and C >= _WINO_MIN_C
             and winograd
+            and not device
         ):
             self._plan_winograd(x_shape, w, pb, out, n_threads)
             return
@@ -768,11 +789,12 @@ class _ConvPlan:
             and all(v == 1 for v in dl)
             and all(v <= _TAPS_MAX_STRIDE for v in st)
             and out[1] >= _TAPS_MIN_OW
+            and not device
         ):
             # the micro-kernel reads the padded input (or its phase planes) in place
             self._plan_taps(x_shape, w, ks, st, pb, out, n_threads)
             return
-        if group == 1 and osz[2] >= _ROWS_MIN_OW:
+        if group == 1 and (device or osz[2] >= _ROWS_MIN_OW):
             # im2col by blocks of output rows, each multiplied while it is in cache
             self.kind = _ROWS
             kt = C * K
@@ -881,7 +903,7 @@ class _ConvPlan:
             return transform(wf.reshape(m, c, 3, 3), mr)
 
         w4 = np.ascontiguousarray(w)
-        up = blas.packed_with(wino_weights, w4.reshape(-1), M, C, self.constant_w)
+        up = blas.packed_with(self.backend, wino_weights, w4.reshape(-1), M, C, self.constant_w)
         self.wino_args = (up,)
         self.wino_tail = ((int(pb[0]), int(pb[1])), tm, tile_rows, min(C, _CONV_TK))
         sample = (

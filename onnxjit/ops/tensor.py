@@ -36,6 +36,7 @@ from onnxjit.lowering import (
     LowerContext,
     Out,
     lowers,
+    portable,
     returns,
     tensor,
     view,
@@ -1162,9 +1163,19 @@ def _lower_view(lc: LowerContext) -> Bound | None:
     return view(np.ndarray.reshape, In(0), out, out=tensor(x.dtype, out), name="tensor.reshape")
 
 
+@portable
 def _same(x: np.ndarray) -> np.ndarray:
     """The value itself (Identity, inference Dropout)."""
     return x
+
+
+def _any_reshape(x: Any, shape: tuple[int, ...]) -> Any:
+    """``x.reshape(shape)`` for any backend's array (``np.ndarray.reshape`` takes numpy's
+    only, and stays the CPU's call: it costs no Python frame)."""
+    return x.reshape(shape)
+
+
+portable(np.ndarray.reshape, _any_reshape)
 
 
 def _not_training(ratio: Any, training: Any) -> bool:
@@ -1271,6 +1282,102 @@ def _lower_transpose(lc: LowerContext) -> Bound | None:
     return writes(_transpose_into, In(0), p, Out(0), outs=[out], name="tensor.transpose")
 
 
+# -- device backends: data movement as strided copies ------------------------------------------
+# On a device backend (``lc.backend.name != "cpu"``) Slice, Split, Concat, Expand and Pad bind
+# the backend's ``tensor.copy_strided`` (and ``fill_outside`` for Pad's border) over unsigned
+# views of the element bits, the geometry worked out once as small int64 arrays (which stay on
+# the host: the launchers read them there). The CPU lowerings keep their numpy calls, which
+# the CPU twins do not beat. Several copies of one node go through a portable helper given the
+# kernel, so that the node is still one step on the device.
+
+
+def _copy_view(dtype: np.dtype) -> np.dtype | None:
+    """The unsigned view a copy kernel takes elements of ``dtype`` as (None: as they are),
+    so that one compiled copy serves every type of a width."""
+    u = np.dtype(_UINT[dtype.itemsize])
+    return None if dtype == u else u
+
+
+def _movable(dtype: np.dtype) -> bool:
+    """Whether a copy kernel moves elements of ``dtype`` (1, 2, 4 or 8 bytes, no objects)."""
+    return not dtype.hasobject and dtype.itemsize in _UINT
+
+
+def _c_strides(shape: Sequence[int]) -> list[int]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    return [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+
+
+def _copy_geometry(dims: Sequence[int], xs: Sequence[int], ys: Sequence[int]) -> tuple:
+    """``(dims, xs, ys)`` of a strided copy as int64 arrays, with axes of size 1 dropped and
+    neighbours that both sides step through as one merged (fewer axes: fewer divisions per
+    element on a device, one compiled kernel per rank)."""
+    if any(int(n) == 0 for n in dims):
+        merged = [(0, 0, 0)]
+    else:
+        merged = []
+        for n, sx, sy in zip(dims, xs, ys):
+            n, sx, sy = int(n), int(sx), int(sy)
+            if n == 1:
+                continue
+            if merged and merged[-1][1] == n * sx and merged[-1][2] == n * sy:
+                merged[-1] = (merged[-1][0] * n, sx, sy)
+            else:
+                merged.append((n, sx, sy))
+    cols = list(zip(*merged)) if merged else [(), (), ()]
+    return tuple(np.array(c, np.int64) for c in cols)
+
+
+def _slice_geometry(shape: Sequence[int], index: tuple[slice, ...]) -> tuple:
+    """``(dims, xs, ys, xo)`` copying ``x[index]`` (x C-contiguous of ``shape``) into a
+    C-contiguous array."""
+    strides = _c_strides(shape)
+    dims, xs, xo = [], [], 0
+    for d, (n, sl) in enumerate(zip(shape, index)):
+        start, stop, step = sl.indices(n)
+        dims.append(len(range(start, stop, step)))
+        xs.append(step * strides[d])
+        xo += start * strides[d] if dims[-1] else 0
+    return (*_copy_geometry(dims, xs, _c_strides(dims)), xo)
+
+
+@portable
+def _copy_parts(copy: Any, parts: tuple, x: Any, *ys: Any) -> None:
+    """``copy`` (a backend's ``tensor.copy_strided``) from ``x`` into each of ``ys``:
+    ``parts[j]`` is ``(dims, xs, ys, xo)`` of ``ys[j]`` (Split)."""
+    for (dims, sx, sy, xo), y in zip(parts, ys):
+        copy(x, y, dims, sx, sy, xo, 0)
+
+
+@portable
+def _concat_parts(copy: Any, parts: tuple, *xs: Any) -> None:
+    """``copy`` from each of ``xs[:-1]`` into ``xs[-1]``: ``parts[i]`` is
+    ``(dims, xs, ys, yo)`` of input i (Concat)."""
+    y = xs[-1]
+    for (dims, sx, sy, yo), x in zip(parts, xs):
+        copy(x, y, dims, sx, sy, 0, yo)
+
+
+@portable
+def _pad_into(fill: Any, copy: Any, border: tuple, kept: tuple, x: Any, y: Any) -> None:
+    """Pad: ``fill`` (``tensor.fill_outside``) writes ``border = (dims, lo, hi, value)``,
+    ``copy`` the kept part, ``kept = (dims, xs, ys, xo, yo)``."""
+    fill(y, *border)
+    copy(x, y, *kept)
+
+
+@portable
+def _gather_call(wrap: Any, kernel: Any, n: int, where: tuple, x3: Any, idx: Any, y3: Any):
+    """Gather on a device backend: the indices (int32 or int64, as they are: the device's
+    ``wrap_indices`` writes int64) wrapped and checked, then the rows gathered.
+    ``where = (lc, axis)`` names the node and axis in an error."""
+    wrapped, bad = wrap(idx.reshape(-1), n)
+    if bad >= 0:
+        host = idx if isinstance(idx, np.ndarray) else idx.copy_to_host()
+        raise _bad_index(where[0], host, int(bad), n, f"axis {where[1]}")
+    kernel(x3, wrapped, y3)
+
+
 def _concat_call(n: int, axis: int):
     """``call(x0, ..., x(n-1), y)`` concatenating into ``y`` along ``axis``."""
     concatenate = np.concatenate
@@ -1309,10 +1416,33 @@ def _lower_concat(lc: LowerContext) -> Bound | None:
     shape = list(first.shape)
     shape[a] = sum(s.shape[a] for s in specs)
     outs = [tensor(dtype, shape)]
+    if lc.backend.name != "cpu":
+        return _device_concat(lc, a, shape, outs)
     if len(specs) == 1:
         return writes(np.copyto, Out(0), In(0), outs=outs, name="tensor.concat")
     args = [In(i) for i in range(len(specs))]
     return writes(_concat_call(len(specs), a), *args, Out(0), outs=outs, name="tensor.concat")
+
+
+def _device_concat(lc: LowerContext, a: int, shape: list[int], outs: list) -> Bound | None:
+    """Concat on a device backend: each input a 2-D copy (outer rows of its axis-and-inner
+    block) into its columns of the output, one launch per input."""
+    dtype = outs[0].dtype
+    if not _movable(dtype):
+        return None
+    outer, inner = math.prod(shape[:a]), math.prod(shape[a + 1 :])
+    width = shape[a] * inner
+    parts, at = [], 0
+    for sp in lc.inputs:
+        cols = sp.shape[a] * inner
+        parts.append((*_copy_geometry((outer, cols), (cols, 1), (width, 1)), at))
+        at += cols
+    u = _copy_view(dtype)
+    args = [In(i, flat=True, view=u) for i in range(len(lc.inputs))]
+    return writes(
+        _concat_parts, lc.kernel("tensor", "copy_strided"), tuple(parts), *args,
+        Out(0, flat=True, view=u), outs=outs, name="tensor.concat",
+    )  # fmt: skip
 
 
 @lowers(split_1, split_2, split_13, split_18)
@@ -1341,6 +1471,16 @@ def _lower_split(lc: LowerContext) -> Bound | None:
         outs.append(tensor(x.dtype, shape))
     if len(index) == 1:  # the whole input
         return view(_same, In(0), out=outs[0], name="tensor.identity")
+    if lc.backend.name != "cpu":
+        if not _movable(x.dtype):
+            return None
+        u = _copy_view(x.dtype)
+        geometry = tuple(_slice_geometry(x.shape, sl) for sl in index)
+        return writes(
+            _copy_parts, lc.kernel("tensor", "copy_strided"), geometry, In(0, flat=True, view=u),
+            *[Out(j, flat=True, view=u) for j in range(len(index))], outs=outs,
+            name="tensor.split",
+        )  # fmt: skip
     parts = [Out(j) for j in range(len(index))]
     return writes(_parts_into(index), In(0), *parts, outs=outs, name="tensor.split")
 
@@ -1391,6 +1531,15 @@ def _lower_slice(lc: LowerContext) -> Bound | None:
     out = tensor(x.dtype, _sliced_shape(x.shape, index))
     if _whole(x.shape, index):
         return view(_same, In(0), out=out, name="tensor.identity")
+    if lc.backend.name != "cpu":
+        if not _movable(x.dtype):
+            return None
+        u = _copy_view(x.dtype)
+        dims, xs, ys, xo = _slice_geometry(x.shape, index)
+        return writes(
+            lc.kernel("tensor", "copy_strided"), In(0, flat=True, view=u),
+            Out(0, flat=True, view=u), dims, xs, ys, xo, 0, outs=[out], name="tensor.slice",
+        )  # fmt: skip
     return writes(_parts_into((index,)), In(0), Out(0), outs=[out], name="tensor.slice")
 
 
@@ -1416,6 +1565,20 @@ def _lower_expand(lc: LowerContext) -> Bound | None:
         return None
     if not _within_caps(lc, shape, x.dtype):
         return None
+    if lc.backend.name != "cpu":
+        if not _movable(x.dtype):
+            return None
+        # x's axes aligned with the output's last ones; a broadcast axis steps by 0
+        lead = len(shape) - x.ndim
+        in_strides = _c_strides(x.shape)
+        xs = [0] * lead + [0 if n == 1 else st for n, st in zip(x.shape, in_strides)]
+        dims, xs, ys = _copy_geometry(shape, xs, _c_strides(shape))
+        u = _copy_view(x.dtype)
+        return writes(
+            lc.kernel("tensor", "copy_strided"), In(0, flat=True, view=u),
+            Out(0, flat=True, view=u), dims, xs, ys, 0, 0, outs=[tensor(x.dtype, shape)],
+            name="tensor.expand",
+        )  # fmt: skip
     return writes(np.copyto, Out(0), In(0), outs=[tensor(x.dtype, shape)], name="tensor.expand")
 
 
@@ -1441,6 +1604,8 @@ def _lower_pad(lc: LowerContext) -> Bound | None:
         return None
     if not _within_caps(lc, shape, x.dtype):
         return None
+    if lc.backend.name != "cpu":
+        return _device_pad(lc, x, begin, end, shape, fill)
     dst, src = _pad_regions(x.shape, begin, end)
 
     def pad(x: np.ndarray, y: np.ndarray) -> None:
@@ -1448,6 +1613,37 @@ def _lower_pad(lc: LowerContext) -> Bound | None:
         y[dst] = x[src]
 
     return writes(pad, In(0), Out(0), outs=[tensor(x.dtype, shape)], name="tensor.pad")
+
+
+def _device_pad(
+    lc: LowerContext, x: Any, begin: list[int], end: list[int], shape: list[int], fill: Any
+) -> Bound | None:
+    """Pad in constant mode on a device backend: the border filled (``fill_outside``), then
+    the kept part of the input copied in (``copy_strided``)."""
+    if not _movable(x.dtype):
+        return None
+    r = x.ndim
+    # the kept part: where it starts in the input and in the output, and its extent (a crop
+    # wider than the input keeps nothing)
+    x0 = [max(-begin[d], 0) for d in range(r)]
+    y0 = [max(begin[d], 0) for d in range(r)]
+    kept = [max(x.shape[d] - x0[d] - max(-end[d], 0), 0) for d in range(r)]
+    xst, yst = _c_strides(x.shape), _c_strides(shape)
+    dims, xs, ys = _copy_geometry(kept, xst, yst)
+    xo = sum(a * st for a, st in zip(x0, xst)) if all(kept) else 0
+    yo = sum(a * st for a, st in zip(y0, yst)) if all(kept) else 0
+    u = np.dtype(_UINT[x.dtype.itemsize])
+    value = np.asarray(fill, x.dtype).view(u)[()]
+    border = (
+        np.array(shape, np.int64), np.array(y0, np.int64),
+        np.array([a + n for a, n in zip(y0, kept)], np.int64), value,
+    )  # fmt: skip
+    v = _copy_view(x.dtype)
+    return writes(
+        _pad_into, lc.kernel("tensor", "fill_outside"), lc.kernel("tensor", "copy_strided"),
+        border, (dims, xs, ys, xo, yo), In(0, flat=True, view=v), Out(0, flat=True, view=v),
+        outs=[tensor(x.dtype, shape)], name="tensor.pad",
+    )  # fmt: skip
 
 
 # A gather moves rows at copy speed: threads pay off only for outputs this many times larger
@@ -1493,6 +1689,11 @@ def _lower_gather(lc: LowerContext) -> Bound | None:
             raise _bad_index(err, idx, bad, n, f"axis {a}")
         kernel(x3, wrapped, y3)
 
+    fn: Any = gather
+    lead: tuple = ()
+    if lc.backend.name != "cpu":  # no astype of the indices: the device's wrap widens them
+        fn, lead = _gather_call, (wrap, kernel, n, (lc, a))
+
     data = lc.const(0)
     if data is not None:  # a table: its (outer, n, inner) view made once
         x3: Any = np.ascontiguousarray(data).reshape(outer, n, inner)
@@ -1500,4 +1701,4 @@ def _lower_gather(lc: LowerContext) -> Bound | None:
     else:
         x3 = In(0, view=as_, shape=(outer, n, inner))
     y3 = Out(0, view=as_, shape=(outer, count, inner))
-    return writes(gather, x3, In(1), y3, outs=[tensor(x.dtype, shape)], name="tensor.gather")
+    return writes(fn, *lead, x3, In(1), y3, outs=[tensor(x.dtype, shape)], name="tensor.gather")
