@@ -63,8 +63,7 @@ def table(before: dict[str, Any], after: dict[str, Any]) -> str:
         jit_b = f"{rb['jit_ns'] / 1e3:.1f} µs" if rb is not None else "-"
         jit_a = f"{ra['jit_ns'] / 1e3:.1f} µs" if ra is not None else "-"
         lines.append(
-            f"| {key[0]} | {key[1]} | {_ratio(rb)} | {_ratio(ra)} | {jit_b} | {jit_a} "
-            f"| {verdict} |"
+            f"| {key[0]} | {key[1]} | {_ratio(rb)} | {_ratio(ra)} | {jit_b} | {jit_a} | {verdict} |"
         )
     both = [k for k in b if k in a and b[k].get("kind") != "alternating"]
     if both:
