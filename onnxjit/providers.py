@@ -17,7 +17,6 @@ here calls it through this module, so tests (and tools) can replace it with
 from __future__ import annotations
 
 import importlib.util
-import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,8 +131,11 @@ class DeviceChoice:
 
 
 def simulator_enabled() -> bool:
-    """numba-cuda's simulator is on (read by numba when ``numba.cuda`` is first imported)."""
-    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    """numba-cuda's simulator is on (``NUMBA_ENABLE_CUDASIM``, which numba reads into its
+    config when it is first imported: onnxjit reads no environment outside onnxjit.config)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
 
 
 def cuda_unavailable_reason(device_id: int = 0) -> str | None:

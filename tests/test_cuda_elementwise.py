@@ -8,14 +8,12 @@ simulator compiles the generated kernels through NVVM (cuda.compile_ptx, no GPU 
 from __future__ import annotations
 
 import math  # noqa: E402
-import os
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import textwrap  # noqa: E402
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from cuda_compile import run_without_simulator  # noqa: E402
 
 try:
     from numba import cuda
@@ -315,14 +313,6 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
 
 def test_generated_kernels_compile_through_nvvm():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    n = int(proc.stdout.split("compiled")[-1])
+    out = run_without_simulator(["-c", _COMPILE_SCRIPT])
+    n = int(out.split("compiled")[-1])
     assert n == len(gen._CUDA_FORMS) + 6

@@ -12,13 +12,12 @@ CPU provider, with ``InferenceSession.placement()`` showing the node's step on "
 from __future__ import annotations
 
 import os
-import subprocess  # noqa: E402
-import sys
 import textwrap  # noqa: E402
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from cuda_compile import run_without_simulator  # noqa: E402
 
 try:
     from numba import cuda  # noqa: E402
@@ -223,16 +222,8 @@ _COMPILE = textwrap.dedent(
 
 
 def test_kernels_compile_through_nvvm():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE.format(root=ROOT)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "compiled 17" in proc.stdout, proc.stdout
+    out = run_without_simulator(["-c", _COMPILE.format(root=ROOT)])
+    assert "compiled 17" in out, out
 
 
 # -- sessions ------------------------------------------------------------------------------------

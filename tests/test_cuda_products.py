@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 
 # before numba.cuda is first imported: the simulator replaces the module in-process
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from cuda_compile import run_without_simulator
 
 try:
     from numba import cuda
@@ -444,15 +444,10 @@ def test_global_mean_matches_cpu(dtype, rows, size):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_kernels_compile_to_ptx(dtype):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), dtype],
-        env=env, cwd=root, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    compiled = set(proc.stdout.split())
-    assert compiled == set(_ptx_signatures(None, dtype)), proc.stdout
+    out = run_without_simulator([os.path.abspath(__file__), dtype], cwd=root)
+    compiled = set(out.split())
+    assert compiled == set(_ptx_signatures(None, dtype)), out
 
 
 def _ptx_signatures(types, dtype: str) -> dict:

@@ -8,13 +8,11 @@ same name called on the host arrays; a subprocess without the simulator compiles
 
 from __future__ import annotations
 
-import os
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import textwrap  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from cuda_compile import run_without_simulator  # noqa: E402
 
 try:
     from numba import cuda
@@ -324,13 +322,5 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
 
 def test_row_kernels_compile_through_nvvm():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-1] == "30"
+    out = run_without_simulator(["-c", _COMPILE_SCRIPT], timeout=600)
+    assert out.split()[-1] == "30"

@@ -9,12 +9,11 @@ the module through NVVM (``cuda.compile_ptx``) in a subprocess without the simul
 from __future__ import annotations
 
 import os
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import textwrap  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from cuda_compile import run_without_simulator  # noqa: E402
 
 try:
     from numba import cuda  # noqa: E402
@@ -346,13 +345,5 @@ _COMPILE = textwrap.dedent(
 
 
 def test_kernels_compile_through_nvvm():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE.format(root=ROOT)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "compiled 55" in proc.stdout, proc.stdout
+    out = run_without_simulator(["-c", _COMPILE.format(root=ROOT)])
+    assert "compiled 55" in out, out

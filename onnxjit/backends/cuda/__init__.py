@@ -220,9 +220,9 @@ _SIMULATOR_LOCK = threading.Lock()
 
 
 def _simulator_turn() -> Any:
-    from numba import config
+    from onnxjit.providers import simulator_enabled
 
-    return _SIMULATOR_LOCK if config.ENABLE_CUDASIM else contextlib.nullcontext()
+    return _SIMULATOR_LOCK if simulator_enabled() else contextlib.nullcontext()
 
 
 _BACKENDS: dict[int, CudaBackend] = {}
