@@ -340,8 +340,9 @@ def _warn_placement(plan: Plan) -> None:
     name = plan.program.backend.name.upper()
     warnings.warn(
         f"{len(cpu)} node(s) of this model run on the CPU, not on {name}: the {name} backend "
-        f"has no kernel for {', '.join(ops)}; the plan copies {copies} value(s) between the "
-        "devices. InferenceSession.placement() lists where each node runs and every copy",
+        f"cannot run {', '.join(ops)} (no kernel for them, or host work in their call); the "
+        f"plan copies {copies} value(s) between the devices. InferenceSession.placement() "
+        "lists where each node runs and every copy",
         RuntimeWarning,
         stacklevel=2,
     )

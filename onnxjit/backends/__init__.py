@@ -10,6 +10,7 @@ with its twins of the same names.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -66,6 +67,18 @@ class Backend(Protocol):
         kernel generated for them; ``positions[k]``: the node input that expression input k
         reads, by default k), or None where the backend cannot."""
         ...
+
+
+def find_kernel(backend: str, family: str, name: str) -> Any:
+    """``onnxjit.kernels.<backend>.<family>.<name>``; KeyError naming the backend, the family
+    and the name when there is none (the backends' :meth:`Backend.kernel`)."""
+    try:
+        module = importlib.import_module(f"onnxjit.kernels.{backend}.{family}")
+        return getattr(module, name)
+    except (ImportError, AttributeError):
+        raise KeyError(
+            f"the {backend.upper()} backend has no kernel {name!r} in family {family!r}"
+        ) from None
 
 
 def default() -> Backend:

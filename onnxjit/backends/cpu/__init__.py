@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
+from onnxjit.backends import find_kernel
 from onnxjit.kernels import _jit
 
 
@@ -21,14 +21,7 @@ class CpuBackend:
         key = (family, name)
         found = self._kernels.get(key)
         if found is None:
-            try:
-                module = importlib.import_module(f"onnxjit.kernels.cpu.{family}")
-                found = getattr(module, name)
-            except (ImportError, AttributeError):
-                raise KeyError(
-                    f"the CPU backend has no kernel {name!r} in family {family!r}"
-                ) from None
-            self._kernels[key] = found
+            found = self._kernels[key] = find_kernel("cpu", family, name)
         return found
 
     @property

@@ -13,7 +13,6 @@ numba-cuda is imported on first use, so that ``import onnxjit`` never needs it.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit import lowering
+from onnxjit.backends import find_kernel
 from onnxjit.lowering import Bound
 
 
@@ -46,15 +46,7 @@ class CudaBackend:
         key = (family, name)
         found = self._kernels.get(key)
         if found is None:
-            try:
-                module = importlib.import_module(f"onnxjit.kernels.cuda.{family}")
-                found = getattr(module, name)
-            except (ImportError, AttributeError):
-                raise KeyError(
-                    f"the CUDA backend has no kernel {name!r} in family {family!r}"
-                ) from None
-            self._kernels[key] = found
-            self._issue(found)
+            found = self._kernels[key] = self._issue(find_kernel("cuda", family, name))
         return found
 
     def _device_fn(self, fn: Any) -> Any:
