@@ -161,11 +161,10 @@ class CudaBackend:
     # -- memory -------------------------------------------------------------------------------
     def to_device(self, value: np.ndarray) -> Any:
         """A device copy of host array ``value``, queued on the run's stream."""
-        from numba import cuda
-
+        from onnxjit import device
         from onnxjit.kernels.cuda.runtime import stream
 
-        return cuda.to_device(np.ascontiguousarray(value), stream=stream())
+        return device.to_device(value, stream())
 
     def to_host(self, value: Any) -> np.ndarray:
         """A host copy of device array ``value`` (waits for the work queued before it)."""
