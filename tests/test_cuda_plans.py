@@ -148,3 +148,34 @@ def test_outputs_bound_to_the_device_stay_there():
         np.testing.assert_allclose(y.numpy(), _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-7)
     # the plan wrote the output on the device: no copy back to the host after its last node
     assert [p["copy"] for p in sess.placement() if p["copy"]] == []
+
+
+@pytest.mark.parametrize(
+    "op, axes, keepdims",
+    [
+        ("ReduceMean", [1], 1),
+        ("ReduceL2", [2], 0),
+        ("ReduceLogSumExp", [1, 2], 1),
+        ("ReduceMax", [0], 0),
+        ("ReduceSum", [-1], 1),
+        ("ReduceLogSum", [0, 1], 0),
+    ],
+)
+def test_reductions_run_on_the_device(op, axes, keepdims):
+    x = np.random.default_rng(3).uniform(0.1, 2.0, (2, 3, 5)).astype(np.float32)
+    rank = x.ndim if keepdims else x.ndim - len(axes)
+    model = _model(
+        [helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("y", F, [f"d{i}" for i in range(rank)])],
+        [numpy_helper.from_array(np.array(axes, np.int64), "axes")],
+        opset=18,
+    )
+    sess = _session(model)
+    want = _ort(model, {"x": x})[0]
+    for _ in range(2):  # the planning run, then the plan's
+        got = sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    places = [p for p in sess.placement() if not p["copy"]]
+    assert [(p["op"].split("-")[0], p["device"]) for p in places] == [(op, "cuda")], places

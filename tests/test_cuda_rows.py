@@ -282,6 +282,28 @@ def test_cumsum3(dtype, exclusive, reverse, shape):
     np.testing.assert_array_equal(got, want)  # small integers: exact in every type
 
 
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 300)])
+def test_reset(dtype, shape):
+    want = np.full(shape, -np.inf, dtype)
+    got = on_gpu(gpu_reduce.reset, rand(shape, dtype, 1), dtype(-np.inf))[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("how", ["CAST", "MEAN", "SQRT", "LOG"])
+def test_finish(dtype, how):
+    # negative sums and zero: the NaN and -inf a square root or logarithm gives there
+    acc = rand((3, 9), np.float64, 4, -3.0, 5.0)
+    acc[0, :3] = [0.0, -1.0, np.inf]
+    code = int(getattr(cpu_reduce, f"FINISH_{how}"))
+    want = np.zeros(acc.shape, dtype)
+    cpu_reduce.finish(acc.copy(), code, 7, want)
+    got = on_gpu(gpu_reduce.finish, acc, code, 7, np.zeros(acc.shape, dtype))[3]
+    np.testing.assert_allclose(got, want, **tol(dtype))
+
+
 _COMPILE_SCRIPT = textwrap.dedent(
     """
     import numpy as np
@@ -307,6 +329,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
             (red._reduce_rows, (A(dt, 3), i64, A(dt, 2))),
             (red._reduce_cols, (A(dt, 3), i64, A(f64, 2))),
             (red._reduce_cols, (A(dt, 3), i64, A(dt, 2))),
+            (red._reset_k, (A(dt, 2), dt)),
+            (red._finish_k, (A(f64, 2), i64, i64, A(dt, 2))),
         ]
         for k, sig in jobs:
             assert ".entry" in cuda.compile_ptx(k.py_func, sig, cc=(8, 0))[0]
@@ -323,4 +347,4 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
 def test_row_kernels_compile_through_nvvm():
     out = run_without_simulator(["-c", _COMPILE_SCRIPT], timeout=600)
-    assert out.split()[-1] == "30"
+    assert out.split()[-1] == "34"

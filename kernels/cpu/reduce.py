@@ -25,6 +25,30 @@ SUMSQ = 4
 L1 = 5
 LOGSUMEXP = 6
 
+# What :func:`finish` does after a reduction, shared with onnxjit.ops.reduce.
+FINISH_CAST = 0
+FINISH_MEAN = 1
+FINISH_SQRT = 2
+FINISH_LOG = 3
+
+
+def reset(acc, value):
+    """Fill accumulator ``acc`` with the identity ``value`` of the reduction about to run."""
+    acc.fill(value)
+
+
+def finish(acc, how, n, y):
+    """Write the reduction held in ``acc`` (float64) into ``y`` in y's type after step
+    ``how``: FINISH_CAST (none), FINISH_MEAN (divide by ``n``, the count reduced),
+    FINISH_SQRT or FINISH_LOG (``acc`` may be overwritten)."""
+    if how == FINISH_MEAN:
+        np.divide(acc, n, out=y, casting="unsafe")
+        return
+    if how in (FINISH_SQRT, FINISH_LOG):
+        with np.errstate(all="ignore"):
+            (np.sqrt if how == FINISH_SQRT else np.log)(acc, out=acc)
+    np.copyto(y, acc, casting="unsafe")
+
 
 @njit
 def _reduce_block(x, o, kind, out):

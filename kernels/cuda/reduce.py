@@ -29,6 +29,12 @@ SUMSQ = 4
 L1 = 5
 LOGSUMEXP = 6
 
+# What finish does after a reduction (the CPU twin's codes).
+FINISH_CAST = 0
+FINISH_MEAN = 1
+FINISH_SQRT = 2
+FINISH_LOG = 3
+
 #: Threads per block of the row kernels (a power of two: the shared-memory tree halves it).
 ROW_BLOCK = 128
 _TREE_STEPS = 7  # log2(ROW_BLOCK)
@@ -232,6 +238,46 @@ def reduce3(x, kind, out):
         _reduce_rows[min(outer, MAX_BLOCKS), ROW_BLOCK, stream()](x, kind, out)
     else:
         _reduce_cols[blocks(outer * inner), 256, stream()](x, kind, out)
+
+
+
+@cuda.jit
+def _reset_k(acc, value):
+    rows, cols = acc.shape
+    for t in range(cuda.grid(1), rows * cols, cuda.gridsize(1)):
+        r = t // cols
+        acc[r, t - r * cols] = value
+
+
+def reset(acc, value):
+    """Fill accumulator ``acc`` (2-D) with the identity ``value`` of the reduction about to
+    run; launched on the run's stream."""
+    if acc.size:
+        _reset_k[blocks(acc.size), 256, stream()](acc, value)
+
+
+@cuda.jit
+def _finish_k(acc, how, n, y):
+    rows, cols = acc.shape
+    for t in range(cuda.grid(1), rows * cols, cuda.gridsize(1)):
+        r = t // cols
+        c = t - r * cols
+        v = acc[r, c]
+        if how == FINISH_MEAN:
+            v = v / n
+        elif how == FINISH_SQRT:
+            v = math.sqrt(v) if v >= 0.0 else math.nan
+        elif how == FINISH_LOG:
+            v = _log0(v) if v >= 0.0 else math.nan
+        y[r, c] = v
+
+
+def finish(acc, how, n, y):
+    """Write the reduction held in ``acc`` (float64, 2-D) into ``y`` (same shape) in y's type
+    after step ``how``: FINISH_CAST, FINISH_MEAN (divide by ``n``), FINISH_SQRT or
+    FINISH_LOG, as the CPU twin (NaN for the square root or logarithm of a negative sum)."""
+    if acc.size:
+        _finish_k[blocks(acc.size), 256, stream()](acc, how, n, y)
 
 
 @cuda.jit

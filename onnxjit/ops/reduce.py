@@ -19,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
+from onnxjit.lowering import (
+    TENSOR,
+    Bound,
+    In,
+    LowerContext,
+    Out,
+    lowers,
+    portable,
+    tensor,
+    writes,
+)
 from onnxjit.registry import NodeContext, onnx_op
 
 _LOW_FLOATS = ("float16", "bfloat16")
@@ -221,49 +231,39 @@ def _lower_reduce(lc: LowerContext, name: str) -> Bound | None:
     start = acc_dtype.type(_identity(kind, acc_dtype))
     sample = (np.empty((1, 1, 1), x.dtype), code, np.empty((1, 1), acc_dtype))
     kernel = lc.backend.launcher("reduce", "reduce3", x.size if outer > 1 else 0, sample)
+    reset = lc.kernel("reduce", "reset")
     x3, y2 = In(0, shape=(outer, n, inner)), Out(0, shape=(outer, inner))
     outs = [tensor(x.dtype, shape)]
     if acc_dtype == x.dtype and post is None:  # max, min: the kernel writes the output
-
-        def reduce_into(x3: np.ndarray, y2: np.ndarray) -> None:
-            y2.fill(start)
-            kernel(x3, code, y2)
-
-        return writes(reduce_into, x3, y2, outs=outs, name="reduce.reduce3")
-    finish = _finish(post, n)
-
-    def reduce_acc(x3: np.ndarray, y2: np.ndarray, acc: np.ndarray) -> None:
-        acc.fill(start)
-        kernel(x3, code, acc)
-        finish(acc, y2)
-
+        return writes(_reduce_into, kernel, reset, code, start, x3, y2, outs=outs,
+                      name="reduce.reduce3")  # fmt: skip
+    finish = lc.kernel("reduce", "finish")
+    how = int(lc.kernel("reduce", f"FINISH_{(post or 'cast').upper()}"))
     outs.append(tensor(acc_dtype, (outer, inner)))  # the accumulator: a scratch output
-    return writes(reduce_acc, x3, y2, Out(1), outs=outs, name="reduce.reduce3")
+    return writes(_reduce_acc, kernel, reset, finish, code, start, how, n, x3, y2, Out(1),
+                  outs=outs, name="reduce.reduce3")  # fmt: skip
 
 
-def _finish(post: str | None, n: int) -> Any:
-    """``finish(acc, y)``: the step after the kernel as :func:`reduce_values` takes it (in
-    float64), written into ``y`` in its type."""
-    if post == "mean":
+# The steps of a bound reduction, written once for every backend: the kernels they call are
+# the backend's (passed in), so a device backend runs them on its arrays (``portable``).
+def _reduce_into(kernel: Any, reset: Any, code: int, start: Any, x3: Any, y2: Any) -> None:
+    """Max and min: the kernel folds ``x3`` straight into the output ``y2``."""
+    reset(y2, start)
+    kernel(x3, code, y2)
 
-        def mean(acc: np.ndarray, y: np.ndarray) -> None:
-            np.divide(acc, n, out=y, casting="unsafe")
 
-        return mean
-    if post in ("sqrt", "log"):
-        ufunc = np.sqrt if post == "sqrt" else np.log
+def _reduce_acc(
+    kernel: Any, reset: Any, finish: Any, code: int, start: Any, how: int, n: int,
+    x3: Any, y2: Any, acc: Any,
+) -> None:  # fmt: skip
+    """The others: fold into the float64 accumulator ``acc``, then finish into ``y2``."""
+    reset(acc, start)
+    kernel(x3, code, acc)
+    finish(acc, how, n, y2)
 
-        def apply(acc: np.ndarray, y: np.ndarray) -> None:
-            with np.errstate(all="ignore"):
-                ufunc(acc, out=acc)
-            np.copyto(y, acc, casting="unsafe")
 
-        return apply
-
-    def cast(acc: np.ndarray, y: np.ndarray) -> None:
-        np.copyto(y, acc, casting="unsafe")
-
-    return cast
+portable(_reduce_into)
+portable(_reduce_acc)
 
 
 def _make_reduce(op: str, name: str, axes_input_since: int) -> None:
