@@ -1,4 +1,4 @@
-"""Reduction, arg-reduction and scan kernels (CUDA) over the canonical ``(outer, n, inner)``
+"""Reduction, arg-reduction, scan and top-k kernels (CUDA) over the canonical ``(outer, n, inner)``
 view, with the names and arguments of their CPU twins in ``kernels/cpu/reduce.py``.
 
 Where the reduced elements are contiguous (``inner == 1``) one block of :data:`ROW_BLOCK`
@@ -346,3 +346,60 @@ def cumsum3(x, exclusive, reverse, out):
     if outer * inner == 0 or n == 0:
         return
     _cumsum_cols[blocks(outer * inner), 256, stream()](x, exclusive, reverse, out)
+
+
+@cuda.jit
+def _topk_cols(x, k, largest, values, indices):
+    # One thread per (o, i) line keeps the line's top k sorted in values/indices[o, :, i] by
+    # insertion, reading the line in index order. An element moves ahead of a kept one only
+    # when strictly better, so equal values keep index order (ties by lower index) and NaNs,
+    # which compare unequal to everything, keep index order among themselves. NaN counts as
+    # the largest value (first when largest, last otherwise), as the CPU twin's argsort.
+    outer, n, inner = x.shape
+    for t in range(cuda.grid(1), outer * inner, cuda.gridsize(1)):
+        o = t // inner
+        i = t - o * inner
+        kept = 0
+        for j in range(n):
+            v = x[o, j, i]
+            v_nan = v != v
+            if kept < k:
+                pos = kept
+                kept += 1
+            else:
+                u = values[o, k - 1, i]
+                u_nan = u != u
+                if largest:
+                    better = (v_nan and not u_nan) or v > u
+                else:
+                    better = (u_nan and not v_nan) or v < u
+                if not better:
+                    continue
+                pos = k - 1
+            # shift the kept elements that v beats one place down, then write v in the gap
+            while pos > 0:
+                u = values[o, pos - 1, i]
+                u_nan = u != u
+                if largest:
+                    better = (v_nan and not u_nan) or v > u
+                else:
+                    better = (u_nan and not v_nan) or v < u
+                if not better:
+                    break
+                values[o, pos, i] = u
+                indices[o, pos, i] = indices[o, pos - 1, i]
+                pos -= 1
+            values[o, pos, i] = v
+            indices[o, pos, i] = j
+
+
+def topk3(x, k, largest, values, indices):
+    """Top ``k`` along axis 1 of ``x`` (outer, n, inner), 0 <= k <= n, into ``values``
+    (outer, k, inner, x's type) and ``indices`` (outer, k, inner, int64): the largest first
+    (the smallest first unless ``largest``), ties by lower index, NaN ranked above every
+    number (first when ``largest``, last otherwise), exactly as the CPU twin. One thread per
+    (o, i) line inserts each element into the sorted top k (O(n k) work per line)."""
+    outer, n, inner = x.shape
+    if outer * inner == 0 or k == 0:
+        return
+    _topk_cols[blocks(outer * inner), 256, stream()](x, k, largest, values, indices)

@@ -471,3 +471,36 @@ def topk_10(ctx, x, k, *, axis):
 def topk_11(ctx, x, k, *, axis, largest, sorted):
     """Top ``k`` largest (or smallest) along ``axis``; always sorted, ties by lower index."""
     return _topk(ctx, x, _scalar_int(ctx, k, "K"), axis, largest)
+
+
+@lowers(topk_1, topk_10, topk_11)
+def _lower_topk(lc: LowerContext) -> Bound | None:
+    """TopK of a float32/float64/int32/int64 tensor with a constant k in [1, n] along an axis
+    in range: the kernel writing the plan's two outputs (values, int64 indices) through the
+    (outer, k, inner) split fixed once. The implementation always sorts, so ``sorted`` = 0
+    (any order allowed) gets the same sorted result. A k fed at run time, k out of range (the
+    implementation raises its error), k = 0, an empty input and other types run the
+    implementation."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype not in _ARG_TYPES or x.ndim == 0:
+        return None
+    # TopK-1 takes k as an attribute, TopK-10 and later as input 1
+    k = lc.const(1) if len(lc.inputs) > 1 else lc.attrs.get("k")
+    if k is None or np.size(k) != 1:
+        return None
+    k = int(np.asarray(k).reshape(-1)[0])
+    a = int(lc.attrs["axis"])
+    if not -x.ndim <= a < x.ndim:
+        return None
+    a += x.ndim if a < 0 else 0
+    outer, n, inner = math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1 :])
+    if not 0 < k <= n or outer * inner == 0:
+        return None
+    shape = list(x.shape)
+    shape[a] = k
+    largest = bool(lc.attrs.get("largest", 1))
+    return writes(
+        lc.kernel("reduce", "topk3"), In(0, shape=(outer, n, inner)), k, largest,
+        Out(0, shape=(outer, k, inner)), Out(1, shape=(outer, k, inner)),
+        outs=[tensor(x.dtype, shape), tensor(np.int64, shape)], name="reduce.topk3",
+    )  # fmt: skip
