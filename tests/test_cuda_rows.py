@@ -282,7 +282,6 @@ def test_cumsum3(dtype, exclusive, reverse, shape):
     np.testing.assert_array_equal(got, want)  # small integers: exact in every type
 
 
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 300)])
 def test_reset(dtype, shape):

@@ -240,7 +240,6 @@ def reduce3(x, kind, out):
         _reduce_cols[blocks(outer * inner), 256, stream()](x, kind, out)
 
 
-
 @cuda.jit
 def _reset_k(acc, value):
     rows, cols = acc.shape
