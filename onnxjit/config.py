@@ -34,6 +34,7 @@ NUM_THREADS_ENV = "ONNXJIT_NUM_THREADS"
 PARALLEL_THRESHOLD_ENV = "ONNXJIT_PARALLEL_THRESHOLD"
 VECTOR_WIDTH_ENV = "ONNXJIT_VECTOR_WIDTH"
 PROGRESS_ENV = "ONNXJIT_PROGRESS"
+CUDA_ALLOCATOR_ENV = "ONNXJIT_CUDA_ALLOCATOR"
 MAX_TENSOR_BYTES_ENV = "ONNXJIT_MAX_TENSOR_BYTES"
 MAX_RUN_BYTES_ENV = "ONNXJIT_MAX_RUN_BYTES"
 
@@ -87,6 +88,13 @@ KNOBS: tuple[Knob, ...] = (
         "LLVM's tuning for the CPU",
     ),
     Knob(
+        CUDA_ALLOCATOR_ENV,
+        None,
+        "caching",
+        "device memory of the CUDA provider: `caching` (freed blocks are reused, see "
+        "onnxjit.device.empty_cache) or `numba` (numba-cuda's own allocator)",
+    ),
+    Knob(
         PROGRESS_ENV,
         PROGRESS_KEY,
         "auto",
@@ -131,6 +139,7 @@ SESSION_KEYS: frozenset[str] = frozenset(k.key for k in KNOBS if k.key)
 
 _DEFAULT_THRESHOLD = 1 << 15
 _VECTOR_WIDTHS = ("auto", "native")
+_CUDA_ALLOCATORS = ("caching", "numba")
 _PROGRESS = {
     "auto": None,
     "on": True,
@@ -199,6 +208,7 @@ class Settings:
     vector_width: str  # "auto" or "native"
     limits: _limits.Limits
     progress: bool | None  # True: always, False: never, None: auto
+    cuda_allocator: str = "caching"  # or "numba"
 
 
 def _default_cache_dir(env: Mapping[str, str]) -> Path:
@@ -243,6 +253,9 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
     progress = None
     if (text := raw(PROGRESS_ENV)) is not None:
         progress = _progress(PROGRESS_ENV, text)
+    allocator = "caching"
+    if (text := raw(CUDA_ALLOCATOR_ENV)) is not None:
+        allocator = _choice(CUDA_ALLOCATOR_ENV, text, _CUDA_ALLOCATORS, "unset it or pick one")
     return Settings(
         cache_dir=cache_dir,
         num_threads=num_threads,
@@ -250,6 +263,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         vector_width=width,
         limits=_env_limits(env),
         progress=progress,
+        cuda_allocator=allocator,
     )
 
 

@@ -306,3 +306,24 @@ def _from_dlpack(obj: Any) -> Any:
     strides = None if view.strides is None else [s * dtype.itemsize for s in view.strides]
     with on_device(max(view.device_id, 0)):
         return from_pointer(view.ptr, view.shape, dtype, strides, owner=(obj, view))
+
+
+def empty_cache() -> int:
+    """Give the device memory blocks that onnxjit's caching allocator holds free back to
+    the driver (see ``ONNXJIT_CUDA_ALLOCATOR``); return how many bytes that released.
+    Blocks in use are untouched: they return to the cache when freed."""
+    from onnxjit.backends.cuda import memory
+
+    released = memory.CACHE.clear()
+    if released and not _simulated():
+        # numba frees dropped blocks in batches: free them now
+        _cuda().current_context().deallocations.clear()
+    return released
+
+
+def cache_stats() -> Any:
+    """The caching allocator's counts: ``hits`` (requests served by a cached block),
+    ``misses`` (served by the driver) and ``cached_bytes`` (held free now)."""
+    from onnxjit.backends.cuda import memory
+
+    return memory.CACHE.stats

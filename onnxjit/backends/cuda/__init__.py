@@ -223,5 +223,9 @@ def backend(device_id: int = 0) -> CudaBackend:
     """The CUDA backend of device ``device_id`` (one per device per process)."""
     found = _BACKENDS.get(device_id)
     if found is None:
+        from onnxjit.backends.cuda import memory
+        from onnxjit.config import SETTINGS
+
+        memory.install(SETTINGS.cuda_allocator)  # before the backend makes its context
         found = _BACKENDS[device_id] = CudaBackend(device_id)
     return found
