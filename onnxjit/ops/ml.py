@@ -39,6 +39,7 @@ from onnxjit.lowering import (
     Out,
     Spec,
     lowers,
+    portable,
     returns,
     tensor,
     writes,
@@ -1413,6 +1414,8 @@ def _lower_trees(lc: LowerContext, table: _TreeTable, ydtype: Any) -> Bound | No
     strings = classify and spec.labels.dtype == _OBJ
     lab_spec = Spec(TENSOR, _OBJ if strings else _I64, (n,))
     outs = [lab_spec, y_spec] if classify else [y_spec]
+    if be.name != "cpu":
+        return _lower_trees_device(lc, table, xin, outs)
     walk = _make_walk(be, ctx, table, x.dtype, width)
     if walk is None:
         fast = None
@@ -1480,6 +1483,129 @@ def _lower_trees(lc: LowerContext, table: _TreeTable, ydtype: Any) -> Bound | No
         return label_output(labels, idx), y
 
     return returns(classify_strings, xin, outs=outs, name=name)
+
+
+def _leaf_targets(table: _TreeTable, nt: int) -> tuple[np.ndarray, bool] | None:
+    """None where a walk from a root can take more steps than there are nodes (a cycle);
+    else bool [n_trees, nt], the targets the leaves of each tree (reachable from its
+    root) give, and whether each tree's leaves all give the same set (then every row gets a
+    weight for the same targets)."""
+    mode = table.mode
+    n = mode.shape[0]
+    is_leaf = mode == MODE_LEAF
+    # the targets of each leaf node
+    lens = np.where(is_leaf, table.aux1 - table.aux0, 0)
+    owner = np.repeat(np.arange(n), lens)
+    first = np.cumsum(lens) - lens
+    pos = table.aux0[owner] + (np.arange(owner.shape[0]) - first[owner])
+    gives = np.zeros((n, nt), dtype=bool)
+    gives[owner, table.w_target[pos]] = True
+    # the (tree, leaf) pairs reachable from the roots, level by level; the pairs of a level
+    # are deduplicated, so shared subtrees cost no more than the nodes they have
+    tree = np.arange(table.n_trees, dtype=np.int64)
+    node = table.roots.astype(np.int64)
+    pairs_t, pairs_n = [], []
+    for _ in range(n + 1):
+        if node.shape[0] == 0:
+            break
+        leaf = is_leaf[node]
+        pairs_t.append(tree[leaf])
+        pairs_n.append(node[leaf])
+        b = ~leaf
+        key = np.unique(
+            np.concatenate([tree[b] * n + table.tnode[node[b]], tree[b] * n + table.fnode[node[b]]])
+        )
+        tree, node = key // n, key % n
+    else:
+        return None  # a path longer than the table: a cycle
+    pt = np.concatenate(pairs_t) if pairs_t else np.zeros(0, np.int64)
+    pn = np.concatenate(pairs_n) if pairs_n else np.zeros(0, np.int64)
+    sets = np.zeros((table.n_trees, nt), dtype=bool)
+    sets[pt] = gives[pn]
+    return sets, bool(np.array_equal(sets[pt], gives[pn]))
+
+
+@portable
+def _trees_on_device(
+    walk: Any, finish: Any, x: Any, consts: tuple, agg: int, y: Any, labels: Any, out: Any,
+    has: Any, bad: Any, tmp: Any,
+) -> None:  # fmt: skip
+    """The device path of a tree-ensemble node: the general walk's sums into scratch ``out``,
+    then the finishing kernel into ``y`` (and ``labels``). ``consts``: the walk's table
+    arrays, then fin_i, fin_f, label_values and the labels of a regressor (unused)."""
+    tables, (fin_i, fin_f, label_values, no_labels) = consts[:12], consts[12:]
+    walk(x, *tables, agg, out, has, bad)
+    lab = labels if labels is not None else no_labels
+    finish(out.reshape(-1), x.shape[0], y, 0, lab, label_values, fin_i, fin_f, tmp)
+
+
+def _lower_trees_device(lc: LowerContext, table: _TreeTable, xin: In, outs: list[Spec]):
+    """The device bound call of a tree-ensemble node (non-CPU backends): the general walk
+    (``trees.general_walk``) and ``trees.finish_rows`` through :func:`_trees_on_device`,
+    or None (the node runs on the CPU) where the host path's conventions do not reduce to
+    that finishing: string labels, two-class classifiers, base values or masks that depend
+    on which leaves a row reached (see :func:`_leaf_targets`), non-float outputs, a table
+    whose walks could meet a cycle (the CPU path raises the error) or no targets.
+
+    The walk's count of rows that met a cycle is written to a scratch output nobody reads:
+    the table was checked for cycles here, so the count is always 0, and reading it would
+    cost the run a wait for the device."""
+    spec = table.spec
+    nt = spec.n_targets
+    ydtype = outs[-1].dtype
+    classify = spec.classifier
+    if nt == 0 or ydtype not in (_F32, _F64):
+        return None
+    if classify and (spec.labels.dtype != _I64 or nt == 2):
+        return None
+    found = _leaf_targets(table, nt)
+    if found is None:
+        return None
+    sets, uniform = found
+    # the targets every row gets a weight for, where that is the same for all rows
+    has = sets.any(axis=0) if uniform else None
+    base = spec.base if spec.base is not None and spec.base.shape[0] else None
+    mask = None
+    if not classify:
+        # _finish_regression
+        if base is not None:
+            if base.shape[0] == nt and nt > 1:
+                if has is None:
+                    return None
+                base = base * has
+            elif nt == 1:
+                base = base[:1]
+            else:
+                return None
+        post = spec.post if nt > 1 or spec.post == PT_PROBIT else PT_NONE
+        label_values = gtrees.NO_LABELS
+    else:
+        # _tree_classify with one score column or more than two
+        if base is not None and base.shape[0] != nt:
+            return None
+        if base is None:
+            if has is None:
+                return None
+            mask = has.astype(np.float64)
+        post = spec.post
+        label_values = spec.labels
+    average = spec.agg == AGG_AVERAGE and table.n_trees > 0
+    fin_i, fin_f = gtrees.finish_arrays(classify, average, post, table.n_trees, base, mask, nt)
+    consts = (*table.walk_arrays(), fin_i, fin_f, label_values, gtrees.NO_LABELS)
+    n = outs[-1].shape[0]
+    scratch = [
+        tensor(table.acc_dtype, (n, nt)),  # sums
+        tensor(np.uint8, (n, nt)),  # has
+        tensor(_I64, (1,)),  # rows that met a cycle (none: checked above)
+        tensor(_F64, (n, nt)),  # finishing scratch, a row per row
+    ]
+    k = len(outs)
+    refs = (Out(1), Out(0)) if classify else (Out(0), None)
+    return writes(
+        _trees_on_device, lc.kernel("trees", "general_walk"), lc.kernel("trees", "finish_rows"),
+        xin, consts, spec.agg, *refs, Out(k), Out(k + 1), Out(k + 2), Out(k + 3),
+        outs=[*outs, *scratch], name="trees.device",
+    )  # fmt: skip
 
 
 @lowers(tree_ensemble_regressor_1, tree_ensemble_regressor_3)
