@@ -73,6 +73,25 @@ def test_attention_rows(dtype, case, where_first, swap):
     np.testing.assert_allclose(got.copy_to_host(), want, rtol=TOL[dtype], atol=TOL[dtype])
 
 
+@pytest.mark.parametrize("where_first", [True, False])
+def test_attention_rows_one_column_masks_broadcast_along_the_row(where_first):
+    # a mask fed per run reaches the device kernel unwidened (one column); the CPU twin gets
+    # it widened to the row's length
+    nb, nh, sq, n = 2, 2, 3, 9
+    rng = np.random.default_rng(7)
+    s = rng.standard_normal((nb * nh * sq, n)).astype(np.float32)
+    mask = rng.standard_normal((nb, 1, sq, 1)).astype(np.float32)
+    cond = rng.random((1, nh, sq, 1)) < 0.5
+    tail = (np.float32(0.5), np.float32(-1e4), False, where_first, False)
+    want = s.copy()
+    wide = [np.ascontiguousarray(np.broadcast_to(a, a.shape[:3] + (n,))) for a in (mask, cond)]
+    cpu.attention_rows(want, nh, sq, *wide, True, True, *tail)
+    got = cuda.to_device(s)
+    gpu.attention_rows(got, nh, sq, cuda.to_device(mask), cuda.to_device(cond), True, True,
+                       *tail)  # fmt: skip
+    np.testing.assert_allclose(got.copy_to_host(), want, rtol=TOL[np.float32], atol=1e-7)
+
+
 @pytest.mark.parametrize("nan_zero", [False, True])
 def test_attention_rows_nan_rules(nan_zero):
     # row 0 fully masked by Where with -inf (NaN, or 0 with nan_zero); row 1 holds a NaN;

@@ -44,8 +44,8 @@ def _kernels(nbtype: Any) -> tuple[Any, Any, Any]:
         red = cuda.shared.array(RT, nbtype)
         tid = cuda.threadIdx.x
         n = s.shape[1]
-        mb, mh, mq = mask.shape[0], mask.shape[1], mask.shape[2]
-        cb, ch, cq = cond.shape[0], cond.shape[1], cond.shape[2]
+        mb, mh, mq, mk = mask.shape
+        cb, ch, cq, ck = cond.shape
         for r in range(cuda.blockIdx.x, s.shape[0], cuda.gridDim.x):
             b = r // (sq * nh)
             h = (r // sq) % nh
@@ -57,11 +57,13 @@ def _kernels(nbtype: Any) -> tuple[Any, Any, Any]:
             top = nbtype(-math.inf)
             for j in range(tid, n, RT):
                 x = s[r, j] * scale
-                if has_cond and where_first and cond[cbi, chi, cqi, j] == swap:
+                # a mask of one column serves every column (one fed per run is not widened)
+                mj, cj = j if mk > 1 else 0, j if ck > 1 else 0
+                if has_cond and where_first and cond[cbi, chi, cqi, cj] == swap:
                     x = fill
                 if has_mask:
-                    x = x + mask[mbi, mhi, mqi, j]
-                if has_cond and not where_first and cond[cbi, chi, cqi, j] == swap:
+                    x = x + mask[mbi, mhi, mqi, mj]
+                if has_cond and not where_first and cond[cbi, chi, cqi, cj] == swap:
                     x = fill
                 s[r, j] = x
                 if x > top:

@@ -32,7 +32,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
+from onnxjit.lowering import (
+    TENSOR,
+    Bound,
+    In,
+    LowerContext,
+    Out,
+    lowers,
+    portable,
+    tensor,
+    writes,
+)
 from onnxjit.ops.gemm import PARALLEL_MACS
 from onnxjit.registry import NodeContext, internal_op
 
@@ -49,7 +59,7 @@ def _dummy(dtype: np.dtype) -> np.ndarray:
 
 def _as_4d(a: np.ndarray, n: int) -> np.ndarray:
     """``a`` left-padded to rank 4 with its last dimension widened to ``n``, C-contiguous."""
-    a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+    a = _rank4(a)
     if a.shape[3] != n:
         a = np.broadcast_to(a, a.shape[:3] + (n,))
     return np.ascontiguousarray(a)
@@ -384,10 +394,32 @@ def _bind_heads(lc: LowerContext, operands, layouts, k_t, mask, cond, batch, siz
         return writes(kernel, nb * nh, q, qs, k, ks, k_t, v, vs, s, y, ys, nh, sq, d, dv, masks,
                       scale, opts, outs=outs, name="sdpa.heads")  # fmt: skip
 
-    def heads(qf, kf, vf, m, c, s2, yf):  # masks fed per run: widened every run
-        kernel(nb * nh, qf, qs, kf, ks, k_t, vf, vs, s2, yf, ys, nh, sq, d, dv,
-               _masks(m, c, sk, dtype), scale, opts)  # fmt: skip
-
     m = In(3) if mask is not None else None
     c = In(4) if cond is not None else None
-    return writes(heads, q, k, v, m, c, s, y, outs=outs, name="sdpa.heads")
+    return writes(_heads_fed_masks, kernel, nb * nh, q, qs, k, ks, k_t, v, vs, s, y, ys, nh,
+                  sq, d, dv, m, c, sk, dtype, scale, opts, outs=outs,
+                  name="sdpa.heads")  # fmt: skip
+
+
+def _heads_fed_masks(kernel, n_heads, q, qs, k, ks, k_t, v, vs, s, y, ys, nh, sq, d, dv, m, c,
+                     sk, dtype, scale, opts) -> None:  # fmt: skip
+    """The heads kernel with masks fed per run, brought to the kernel's form every run: on
+    the host :func:`_masks`; on a device (``m``/``c`` device arrays), only padded to rank 4,
+    since the device kernel reads a mask of one column as broadcast along the row."""
+    if (m is None or isinstance(m, np.ndarray)) and (c is None or isinstance(c, np.ndarray)):
+        masks = _masks(m, c, sk, dtype)
+    else:
+        masks = (
+            _dummy(dtype) if m is None else _rank4(m),
+            _dummy(np.dtype(np.bool_)) if c is None else _rank4(c),
+            m is not None,
+            c is not None,
+        )
+    kernel(n_heads, q, qs, k, ks, k_t, v, vs, s, y, ys, nh, sq, d, dv, masks, scale, opts)
+
+
+def _rank4(a):
+    return a.reshape((1,) * (4 - a.ndim) + tuple(a.shape))
+
+
+portable(_heads_fed_masks)
