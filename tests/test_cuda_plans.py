@@ -179,3 +179,28 @@ def test_reductions_run_on_the_device(op, axes, keepdims):
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
     places = [p for p in sess.placement() if not p["copy"]]
     assert [(p["op"].split("-")[0], p["device"]) for p in places] == [(op, "cuda")], places
+
+
+@pytest.mark.parametrize("group, m, strides", [(2, 8, [1, 1]), (3, 9, [2, 1])])
+def test_grouped_convolutions_run_on_the_device(group, m, strides):
+    rng = np.random.default_rng(group)
+    x = rng.standard_normal((1, 6, 5, 7)).astype(np.float32)
+    w = rng.standard_normal((m, 6 // group, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    model = _model(
+        [
+            helper.make_node(
+                "Conv", ["x", "w", "b"], ["c"], group=group, pads=[1, 0, 1, 2], strides=strides
+            ),  # fmt: skip
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("y", F, ["n", "m", "h", "w"])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    sess = _session(model)
+    want = _ort(model, {"x": x})[0]
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    places = [p for p in sess.placement() if not p["copy"]]
+    assert places and all(p["device"] == "cuda" for p in places), places

@@ -248,6 +248,49 @@ def test_conv_rows_matches_cpu(dtype, xs, M, ks, st, dl, pb, pe):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "xs, M, G, ks, st",
+    [
+        ((2, 4, 1, 5, 6), 6, 2, (1, 3, 3), (1, 1, 1)),
+        ((1, 6, 1, 4, 7), 9, 3, (1, 2, 3), (1, 2, 1)),  # 3 rows a group: tiles straddle groups
+        ((1, 8, 1, 3, 3), 40, 4, (1, 1, 1), (1, 1, 1)),  # 10 rows a group, pointwise
+    ],
+)
+def test_grouped_conv_rows_matches_the_cpu_twin_per_group(dtype, xs, M, G, ks, st):
+    # the CPU twin takes one group: the oracle runs it on each group's channels and weights
+    rng = np.random.default_rng(M + G)
+    t = np.dtype(dtype).type
+    N, C = xs[:2]
+    cg, mg = C // G, M // G
+    dl, pb, pe = (1, 1, 1), (0, 1, 0), (0, 0, 1)
+    out = _out(xs[2:], ks, st, dl, pb, pe)
+    kt = cg * int(np.prod(ks))
+    x = rng.standard_normal(xs).astype(dtype)
+    w2 = rng.standard_normal((M, kt)).astype(dtype)
+    bias = rng.standard_normal(M).astype(dtype)
+    geo = _geo(ks, st, dl, pb)
+    want = np.empty((N, M, *out), dtype)
+    for g in range(G):
+        wg = np.ascontiguousarray(w2[g * mg : (g + 1) * mg])
+        part = np.empty((N, mg, *out), dtype)
+        ep = (np.ascontiguousarray(bias[g * mg : (g + 1) * mg]), True, _dummy_res(dtype), False,
+              epilogue.ACT_RELU, t(0), t(0))  # fmt: skip
+        xg = np.ascontiguousarray(x[:, g * cg : (g + 1) * cg])
+        cpu_conv.conv_rows(xg, wg, cpu_blas.pack_a(wg.reshape(-1), mg, kt), *geo, part, ep, mg,
+                           1, kt)  # fmt: skip
+        want[:, g * mg : (g + 1) * mg] = part
+    y = _dev(np.full((N, M, *out), np.nan, dtype))
+    dep = (_dev(bias), True, _dev(_dummy_res(dtype)), False, epilogue.ACT_RELU, t(0), t(0))
+    wpd = _dev(blas.pack_a(w2.reshape(-1), M, kt))
+    conv.conv_rows(_dev(x), _dev(w2), wpd, *(_dev(g) for g in geo), y, dep, 8, 2, 16)
+    np.testing.assert_allclose(y.copy_to_host(), want, **_tol(dtype))
+
+
+def _dummy_res(dtype):
+    return np.zeros(1, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("xs, M, ks, st, dl, pb, pe", CONV_CASES[:4])
 def test_im2col_and_gather_match_cpu(dtype, xs, M, ks, st, dl, pb, pe):
     rng = np.random.default_rng(3)
@@ -472,7 +515,7 @@ def _ptx_signatures(types, dtype: str) -> dict:
                              v, i64, v, b1, i64, *ep)),
         (epilogue._rows_kernel, (a2, ft, v, b1, i64, *ep)),
         (epilogue._planes_kernel, (a3, v, b1, a3, b1, i64, *ep)),
-        (conv._conv_gemm_kernel, (a5, v, *g4, v, i64, i64, i64, i64, v, b1, v, b1, i64, *ep)),
+        (conv._conv_gemm_kernel, (a5, v, *g4, v, i64, i64, i64, i64, i64, v, b1, v, b1, i64, *ep)),
         (conv._im2col_kernel, (a5, i64, i64, *g4, i1, a3)),
         (conv._gather_kernel, (a5, i64, i64, types.uint32[:, ::1], a3)),
         (conv._gather_kernel, (a5, i64, i64, i64[:, ::1], a3)),

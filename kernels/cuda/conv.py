@@ -49,11 +49,12 @@ DW_LANES = 1
 
 
 @device_fn
-def _col_block(b_s, x, n, C, D, H, W, k, st, dl, pb, OH, OW, S, col0, k0, kt, tid, t):
-    """Stage ``b_s[p, j] = col[k0 + p, col0 + j]`` of image ``n``'s unfolded input: row ``r =
-    ((c * KD + kd) * KH + kh) * KW + kw`` of ``col`` holds, at column ``s = (od * OH + oh) *
-    OW + ow``, ``x[n, c, od * sd + kd * dd - pd, ...]`` (zero in the padding). Consecutive
-    threads take consecutive columns (consecutive output positions: neighbouring inputs)."""
+def _col_block(b_s, x, n, c0, D, H, W, k, st, dl, pb, OH, OW, S, col0, k0, kt, tid, t):
+    """Stage ``b_s[p, j] = col[k0 + p, col0 + j]`` of image ``n``'s unfolded input from the
+    channels from ``c0`` on (its group's): row ``r = ((c * KD + kd) * KH + kh) * KW + kw`` of
+    ``col`` holds, at column ``s = (od * OH + oh) * OW + ow``, ``x[n, c0 + c, od * sd + kd *
+    dd - pd, ...]`` (zero in the padding). Consecutive threads take consecutive columns
+    (consecutive output positions: neighbouring inputs)."""
     KD, KH, KW = k[0], k[1], k[2]
     for e in range(tid, TK * TN, THREADS):
         p = e // TN
@@ -76,17 +77,20 @@ def _col_block(b_s, x, n, C, D, H, W, k, st, dl, pb, OH, OW, S, col0, k0, kt, ti
             h = oh * st[1] + kh * dl[1] - pb[1]
             w = ow * st[2] + kw * dl[2] - pb[2]
             if d >= 0 and d < D and h >= 0 and h < H and w >= 0 and w < W:
-                v = x[n, c, d, h, w]
+                v = x[n, c0 + c, d, h, w]
         b_s[p, j] = v
 
 
 @cuda.jit
-def _conv_gemm_kernel(x, wf, k, st, dl, pb, yf, M, OH, OW, S, bias, has_bias, res, has_res, act,
-                      p0, p1):  # fmt: skip
-    # image n: yf[(n * M + i) * S + s] = sum_r wf[i * kt + r] * col[n][r, s]
+def _conv_gemm_kernel(x, wf, k, st, dl, pb, yf, M, G, OH, OW, S, bias, has_bias, res, has_res,
+                      act, p0, p1):  # fmt: skip
+    # image n: yf[(n * M + i) * S + s] = sum_r wf[i * kt + r] * col[n][r, s], col unfolding
+    # the C / G channels of output channel i's group; a tile of rows stays in one group
     t = yf.dtype.type
     N, C, D, H, W = x.shape
-    kt = C * k[0] * k[1] * k[2]
+    cg = C // G
+    mg = M // G
+    kt = cg * k[0] * k[1] * k[2]
     a_s = cuda.shared.array((TK, TM_PAD), yf.dtype)
     b_s = cuda.shared.array((TK, TN_PAD), yf.dtype)
     acc = cuda.local.array((RM, RN), yf.dtype)
@@ -95,11 +99,13 @@ def _conv_gemm_kernel(x, wf, k, st, dl, pb, yf, M, OH, OW, S, bias, has_bias, re
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
     tid = ty * TX + tx
-    gm = (M + TM - 1) // TM
+    gmg = (mg + TM - 1) // TM  # row tiles per group
     gn = (S + TN - 1) // TN
     for n in range(cuda.blockIdx.z, N, cuda.gridDim.z):
-        for bi in range(cuda.blockIdx.y, gm, cuda.gridDim.y):
-            row0 = bi * TM
+        for bi in range(cuda.blockIdx.y, G * gmg, cuda.gridDim.y):
+            g = bi // gmg
+            row0 = g * mg + (bi - g * gmg) * TM
+            row_end = g * mg + mg
             for bj in range(cuda.blockIdx.x, gn, cuda.gridDim.x):
                 col0 = bj * TN
                 for r in range(RM):
@@ -107,14 +113,14 @@ def _conv_gemm_kernel(x, wf, k, st, dl, pb, yf, M, OH, OW, S, bias, has_bias, re
                         acc[r, cc] = t(0)
                 for k0 in range(0, kt, TK):
                     load_tile(a_s, TM, wf, 0, kt, 1, True, row0, k0, M, kt, tid, t)
-                    _col_block(b_s, x, n, C, D, H, W, k, st, dl, pb, OH, OW, S, col0, k0, kt,
-                               tid, t)  # fmt: skip
+                    _col_block(b_s, x, n, g * cg, D, H, W, k, st, dl, pb, OH, OW, S, col0, k0,
+                               kt, tid, t)  # fmt: skip
                     cuda.syncthreads()
                     mac_tile(a_s, b_s, acc, af, bf, ty, tx)
                     cuda.syncthreads()
                 for r in range(RM):
                     i = row0 + ty + TY * r
-                    if i >= M:
+                    if i >= row_end:  # the next group's row (or past M): computed, not kept
                         continue
                     bv = bias[i] if has_bias else t(0)
                     for cc in range(RN):
@@ -127,25 +133,28 @@ def _conv_gemm_kernel(x, wf, k, st, dl, pb, yf, M, OH, OW, S, bias, has_bias, re
 
 
 def conv_rows(x, w2, wp, k, st, dl, pb, y, ep, tm, rpb, tk):
-    """Convolution (group 1) of ``x`` (N, C, D, H, W) with ``w2`` (M, C*KD*KH*KW) into ``y``
-    (N, M, OD, OH, OW), plus ``ep = (bias, has_bias, res, has_res, act, p0, p1)``: ``y =
-    act(conv + bias[m] + res)`` with ``res`` flat like ``y`` (device arrays of one type,
-    float32/float64; ``k``, ``st``, ``dl``, ``pb`` int64 (3,)). Any stride, dilation and
-    padding: one implicit GEMM per image, the im2col blocks gathered into shared memory.
-    ``wp`` (the CPU's packed weights), ``tm``, ``rpb``, ``tk`` (its host tiles) are not read.
-    Writes ``y`` only."""
+    """Convolution of ``x`` (N, C, D, H, W) with ``w2`` (M, C/G*KD*KH*KW) into ``y`` (N, M,
+    OD, OH, OW), plus ``ep = (bias, has_bias, res, has_res, act, p0, p1)``: ``y = act(conv +
+    bias[m] + res)`` with ``res`` flat like ``y`` (device arrays of one type, float32/float64;
+    ``k``, ``st``, ``dl``, ``pb`` int64 (3,)). Any stride, dilation and padding: one implicit
+    GEMM per image, the im2col blocks gathered into shared memory. The groups G follow from
+    the weights' width (``C * K / w2.shape[1]``): output channel m reads input channels ``m //
+    (M/G) * C/G`` onward (the CPU twin serves G = 1 only). ``wp`` (the CPU's packed weights),
+    ``tm``, ``rpb``, ``tk`` (its host tiles) are not read. Writes ``y`` only."""
     if y.size == 0:
         return
     bias, has_bias, res, has_res, act, p0, p1 = ep
     N, M = y.shape[0], y.shape[1]
     S = y.shape[2] * y.shape[3] * y.shape[4]
-    grid = grid_for((S + TN - 1) // TN, (M + TM - 1) // TM, N)
+    taps = int(k[0]) * int(k[1]) * int(k[2])
+    G = x.shape[1] * taps // w2.shape[1]
+    grid = grid_for((S + TN - 1) // TN, G * ((M // G + TM - 1) // TM), N)
     # flat views (a kernel cannot reshape): the weights as the GEMM's A, the output as C
     wf = w2.reshape(w2.size)
     yf = y.reshape(y.size)
     _conv_gemm_kernel[grid, (TX, TY), stream()](
-        x, wf, k, st, dl, pb, yf, M, y.shape[3], y.shape[4], S, bias, has_bias, res, has_res,
-        act, p0, p1,
+        x, wf, k, st, dl, pb, yf, M, G, y.shape[3], y.shape[4], S, bias, has_bias, res,
+        has_res, act, p0, p1,
     )  # fmt: skip
 
 

@@ -794,10 +794,11 @@ class _ConvPlan:
             # the micro-kernel reads the padded input (or its phase planes) in place
             self._plan_taps(x_shape, w, ks, st, pb, out, n_threads)
             return
-        if group == 1 and (device or osz[2] >= _ROWS_MIN_OW):
-            # im2col by blocks of output rows, each multiplied while it is in cache
+        if device or (group == 1 and osz[2] >= _ROWS_MIN_OW):
+            # im2col by blocks of output rows, each multiplied while it is in cache (on a
+            # device: the implicit GEMM, which also takes groups)
             self.kind = _ROWS
-            kt = C * K
+            kt = cg * K
             rpb = _rows_plan(N, int(osz[0] * osz[1]), int(osz[2]), n_threads)
             w2 = np.ascontiguousarray(w.reshape(M, kt))
             wp = blas.packed_rows(backend, w2.reshape(-1), M, kt, constant_w)
