@@ -102,12 +102,16 @@ def test_flops_cnns_match_the_graph():
     assert flops == _graph_flops(model)
     model, flops = cnn.mobilenet_v2(1, 32, classes=10, width=0.5)
     assert flops == _graph_flops(model)
+    model, flops = cnn.resnet50(1, 32, classes=10)
+    assert flops == _graph_flops(model)
 
 
 def test_full_size_flops_are_the_published_figures():
     # ResNet-18 is 1.82 GMAC at 224x224, MobileNetV2 (width 1) 300 MMAC.
     assert cnn.resnet18(1, 224)[1] == pytest.approx(2 * 1.82e9, rel=0.01)
     assert cnn.mobilenet_v2(1, 224)[1] == pytest.approx(2 * 0.30e9, rel=0.01)
+    # ResNet-50 (v1.5) is 4.09 GMAC at 224x224
+    assert cnn.resnet50(1, 224)[1] == pytest.approx(2 * 4.09e9, rel=0.01)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,6 +228,13 @@ def test_resnet18_matches_onnxruntime():
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("BatchNormalization") == ops.count("Conv") == 20
     _check(model, [cnn.image_feeds(2, 32)], rtol=1e-4, atol=1e-3)
+
+
+def test_resnet50_matches_onnxruntime():
+    model, _ = cnn.resnet50(1, 32, classes=10)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("BatchNormalization") == ops.count("Conv") == 53
+    _check(model, [cnn.image_feeds(1, 32)], rtol=1e-4, atol=1e-3)
 
 
 def test_mobilenet_v2_matches_onnxruntime():

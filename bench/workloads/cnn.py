@@ -125,6 +125,38 @@ def resnet18(
     return _finish(g, y, batch, size, classes, f"resnet18_b{batch}_{size}"), net.flops
 
 
+def resnet50(
+    batch: int = 1, size: int = 224, classes: int = 1000, seed: int = 0
+) -> tuple[onnx.ModelProto, int]:
+    """A ResNet-50 (v1.5: the stride in the bottleneck's 3x3) with separate BatchNormalization
+    nodes, input and output as :func:`resnet18`. Stages of 3, 4, 6, 3 bottleneck blocks (Conv
+    1x1 + BN + Relu, Conv 3x3 + BN + Relu, Conv 1x1 + BN, residual Add, Relu) of widths 64,
+    128, 256, 512 expanded 4x; the first block of each stage projects the shortcut with Conv
+    1x1 + BN. Returns ``(model, flops)``."""
+    g = GraphBuilder(CNN_OPSET, seed)
+    net = _ConvNet(g, batch)
+    x, hw = net.conv_bn("input", (size, size), 3, 64, 7, 2, "conv1")
+    x = g.op("Relu", x)
+    x = g.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    hw = ((hw[0] + 2 - 3) // 2 + 1, (hw[1] + 2 - 3) // 2 + 1)
+    c = 64
+    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=1):
+        for block in range(blocks):
+            stride = 2 if (stage > 1 and block == 0) else 1
+            p = f"layer{stage}.{block}"
+            y, hw2 = net.conv_bn(x, hw, c, width, 1, 1, f"{p}.conv1")
+            y, hw2 = net.conv_bn(g.op("Relu", y), hw2, width, width, 3, stride, f"{p}.conv2")
+            y, hw2 = net.conv_bn(g.op("Relu", y), hw2, width, 4 * width, 1, 1, f"{p}.conv3")
+            if block == 0:
+                shortcut, _ = net.conv_bn(x, hw, c, 4 * width, 1, stride, f"{p}.downsample")
+            else:
+                shortcut = x
+            x = g.op("Relu", g.op("Add", y, shortcut))
+            c, hw = 4 * width, hw2
+    y = net.head(x, c, classes)
+    return _finish(g, y, batch, size, classes, f"resnet50_b{batch}_{size}"), net.flops
+
+
 MOBILENET_V2_BLOCKS = [
     # expansion t, output channels c, repeats n, first stride s (the paper's table 2)
     (1, 16, 1, 1),
