@@ -111,13 +111,13 @@ def _onnxjit(model: bytes, providers: list[str]) -> Any:
         return onnxjit.InferenceSession(model, providers=providers)
 
 
-def _bound_run(sess: Any, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
-    """A run with the feeds already on the device and the outputs left there."""
-    import onnxjit
-
+def _bound_run(sess: Any, feeds: dict[str, np.ndarray], engine: Any) -> Callable[[], Any]:
+    """A run of ``sess`` with the feeds already on the device and the outputs left there
+    (``engine``: the ``onnxjit`` or ``onnxruntime`` module, whose binding calls are the
+    same)."""
     binding = sess.io_binding()
     for name, value in feeds.items():
-        binding.bind_ortvalue_input(name, onnxjit.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
+        binding.bind_ortvalue_input(name, engine.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
     for out in sess.get_outputs():
         binding.bind_output(out.name, "cuda")
     return lambda: sess.run_with_iobinding(binding)
@@ -125,6 +125,8 @@ def _bound_run(sess: Any, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
 
 def measure(case: GpuCase, seconds: float, min_runs: int, warmup: int) -> Row:
     import onnxruntime as ort
+
+    import onnxjit
 
     row = Row(case.name)
     model = case.model.SerializeToString()
@@ -139,12 +141,12 @@ def measure(case: GpuCase, seconds: float, min_runs: int, warmup: int) -> Row:
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol, err_msg=case.name)
     engines.append(("onnxjit cuda", lambda: lambda: gpu.run(None, case.feeds)))
-    engines.append(("onnxjit cuda bound", lambda: _bound_run(gpu, case.feeds)))
+    engines.append(("onnxjit cuda bound", lambda: _bound_run(gpu, case.feeds, onnxjit)))
     engines.append(("onnxjit cpu", lambda: lambda: cpu.run(None, case.feeds)))
     label = "onnxruntime cuda" if ort_gpu else "onnxruntime cpu"
     engines.append((label, lambda: lambda: ort_sess.run(None, case.feeds)))
     if ort_gpu:
-        engines.append(("onnxruntime cuda bound", lambda: _ort_bound(ort_sess, case.feeds)))
+        engines.append(("onnxruntime cuda bound", lambda: _bound_run(ort_sess, case.feeds, ort)))
     for engine, make in engines:
         try:
             row.times[engine] = time_runs(make(), seconds, min_runs, warmup)
@@ -154,17 +156,6 @@ def measure(case: GpuCase, seconds: float, min_runs: int, warmup: int) -> Row:
     if off:
         row.times["on the CPU"] = ", ".join(sorted(set(off)))
     return row
-
-
-def _ort_bound(sess: Any, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
-    import onnxruntime as ort
-
-    binding = sess.io_binding()
-    for name, value in feeds.items():
-        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
-    for out in sess.get_outputs():
-        binding.bind_output(out.name, "cuda")
-    return lambda: sess.run_with_iobinding(binding)
 
 
 def device_name() -> str:

@@ -67,6 +67,14 @@ class _ConvNet:
         y = g.op("BatchNormalization", y, scale, bias, mean, var, epsilon=1e-5, momentum=0.9)
         return y, (h, w_)
 
+    def resnet_stem(self, size: int) -> tuple[str, tuple[int, int]]:
+        """ResNet's stem on the input image: Conv 7x7/2 + BN + Relu, MaxPool 3x3/2 pad 1."""
+        g = self.g
+        x, hw = self.conv_bn("input", (size, size), 3, 64, 7, 2, "conv1")
+        x = g.op("Relu", x)
+        x = g.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        return x, ((hw[0] + 2 - 3) // 2 + 1, (hw[1] + 2 - 3) // 2 + 1)
+
     def relu6(self, x: str) -> str:
         """Clip(x, 0, 6), as torch exports ReLU6 from opset 11 on."""
         g = self.g
@@ -103,10 +111,7 @@ def resnet18(
     """
     g = GraphBuilder(CNN_OPSET, seed)
     net = _ConvNet(g, batch)
-    x, hw = net.conv_bn("input", (size, size), 3, 64, 7, 2, "conv1")
-    x = g.op("Relu", x)
-    x = g.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    hw = ((hw[0] + 2 - 3) // 2 + 1, (hw[1] + 2 - 3) // 2 + 1)
+    x, hw = net.resnet_stem(size)
     c = 64
     for stage, c_out in enumerate([64, 128, 256, 512], start=1):
         for block in range(2):
@@ -135,10 +140,7 @@ def resnet50(
     1x1 + BN. Returns ``(model, flops)``."""
     g = GraphBuilder(CNN_OPSET, seed)
     net = _ConvNet(g, batch)
-    x, hw = net.conv_bn("input", (size, size), 3, 64, 7, 2, "conv1")
-    x = g.op("Relu", x)
-    x = g.op("MaxPool", x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    hw = ((hw[0] + 2 - 3) // 2 + 1, (hw[1] + 2 - 3) // 2 + 1)
+    x, hw = net.resnet_stem(size)
     c = 64
     for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=1):
         for block in range(blocks):

@@ -347,6 +347,16 @@ def cumsum3(x, exclusive, reverse, out):
     _cumsum_cols[blocks(outer * inner), 256, stream()](x, exclusive, reverse, out)
 
 
+@device
+def _beats(v, v_nan, u, largest):
+    """Whether ``v`` (NaN: ``v_nan``) ranks strictly before the kept ``u``: NaN ranks as the
+    largest value, and a tie keeps the element met first (the lower index)."""
+    u_nan = u != u
+    if largest:
+        return (v_nan and not u_nan) or v > u
+    return (u_nan and not v_nan) or v < u
+
+
 @cuda.jit
 def _topk_cols(x, k, largest, values, indices):
     # One thread per (o, i) line keeps the line's top k sorted in values/indices[o, :, i] by
@@ -366,24 +376,13 @@ def _topk_cols(x, k, largest, values, indices):
                 pos = kept
                 kept += 1
             else:
-                u = values[o, k - 1, i]
-                u_nan = u != u
-                if largest:
-                    better = (v_nan and not u_nan) or v > u
-                else:
-                    better = (u_nan and not v_nan) or v < u
-                if not better:
+                if not _beats(v, v_nan, values[o, k - 1, i], largest):
                     continue
                 pos = k - 1
             # shift the kept elements that v beats one place down, then write v in the gap
             while pos > 0:
                 u = values[o, pos - 1, i]
-                u_nan = u != u
-                if largest:
-                    better = (v_nan and not u_nan) or v > u
-                else:
-                    better = (u_nan and not v_nan) or v < u
-                if not better:
+                if not _beats(v, v_nan, u, largest):
                     break
                 values[o, pos, i] = u
                 indices[o, pos, i] = indices[o, pos - 1, i]
