@@ -204,3 +204,37 @@ def test_grouped_convolutions_run_on_the_device(group, m, strides):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
     places = [p for p in sess.placement() if not p["copy"]]
     assert places and all(p["device"] == "cuda" for p in places), places
+
+
+def test_float16_elementwise_runs_on_the_device():
+    # a float16 model's elementwise chain, and Casts into and out of float16
+    h = TensorProto.FLOAT16
+    model = _model(
+        [
+            helper.make_node("Cast", ["x"], ["x16"], to=h),
+            helper.make_node("Mul", ["x16", "x16"], ["sq"]),
+            helper.make_node("Erf", ["sq"], ["e"]),
+            helper.make_node("Add", ["e", "b"], ["y16"]),
+            helper.make_node("Cast", ["y16"], ["y"], to=F),
+        ],
+        [helper.make_tensor_value_info("x", F, [3, 5]), helper.make_tensor_value_info("b", h, [5])],
+        [
+            helper.make_tensor_value_info("y", F, [3, 5]),
+            helper.make_tensor_value_info("y16", h, [3, 5]),
+        ],
+    )
+    rng = np.random.default_rng(5)
+    feed = {
+        "x": rng.uniform(-2, 2, (3, 5)).astype(np.float32),
+        "b": rng.uniform(-1, 1, 5).astype(np.float16),
+    }
+    sess = _session(model)
+    want = _ort(model, feed)
+    for _ in range(2):
+        got = sess.run(None, feed)
+        assert got[1].dtype == np.float16
+        # float16 rounding of the intermediate values: one float16 ulp
+        np.testing.assert_allclose(got[0], want[0], rtol=2e-3, atol=1e-3)
+        np.testing.assert_allclose(got[1], want[1], rtol=2e-3, atol=1e-3)
+    places = [p for p in sess.placement() if not p["copy"]]
+    assert places and all(p["device"] == "cuda" for p in places), places

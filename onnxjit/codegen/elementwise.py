@@ -1365,7 +1365,7 @@ else:
 
 
 class _CudaEmitter(_Emitter):
-    """Builds the CUDA kernel module for one specialisation (no narrow types, no reduction).
+    """Builds the CUDA kernel module for one specialisation (no bfloat16, no reduction).
 
     ``kernel(y0.., x0.., n0..)`` walks the output's flat index ``t`` with a grid-stride loop;
     the collapsed dims' indices are taken from ``t`` only where some input is broadcast in
@@ -1374,10 +1374,23 @@ class _CudaEmitter(_Emitter):
     Constants, loads of inputs broadcast everywhere and the nodes depending only on them are
     computed once per thread, before the loop. Operators render as the CPU emitter renders
     them; helper calls resolve to the device forms of _CUDA_FORMS where there is one.
+
+    float16 (``loads[k]`` / ``stores[j]`` of ``"f16"``) is the device's own type: elements are
+    widened with ``np.float32`` on load and narrowed with ``np.float16`` on store, which the
+    GPU does in one conversion instruction rounding to nearest even, as the CPU's bit-level
+    helpers do.
     """
 
-    def __init__(self, exprs: tuple[Expr, ...], masks: tuple[tuple[bool, ...], ...]):
-        super().__init__(exprs, masks)
+    def __init__(
+        self,
+        exprs: tuple[Expr, ...],
+        masks: tuple[tuple[bool, ...], ...],
+        loads: tuple[str, ...] = (),
+        stores: tuple[str, ...] = (),
+    ):
+        if "bf16" in loads or "bf16" in stores:
+            raise ValueError("the CUDA kernel takes no bfloat16 (numba has no such type)")
+        super().__init__(exprs, masks, loads, stores)
         self.forms: dict[str, str] = {}
 
     def _helper_for(self, family: str, dtype: np.dtype) -> str:
@@ -1423,6 +1436,8 @@ class _CudaEmitter(_Emitter):
                         right=_name(f"i{d}"),
                     )
             load = ast.Subscript(value=_name(f"x{k}"), slice=idx, ctx=ast.Load())
+            if self.loads[k]:
+                load = _np_call("float32", load)
             (body if present else pre).append(_assign(f"v{k}", load))
         n_tmp = n_const = 0
         for node in walk(self.exprs):
@@ -1445,7 +1460,10 @@ class _CudaEmitter(_Emitter):
             level[node] = lvl
         for j, e in enumerate(self.exprs):
             target = ast.Subscript(value=_name(f"y{j}"), slice=t, ctx=ast.Store())
-            body.append(ast.Assign(targets=[target], value=_name(names[e]), lineno=0))
+            value: ast.expr = _name(names[e])
+            if self.stores[j]:
+                value = _np_call("float16", value)
+            body.append(ast.Assign(targets=[target], value=value, lineno=0))
         total: ast.expr = ast.Constant(1)
         for d in range(r):
             total = _name("n0") if d == 0 else ast.BinOp(total, ast.Mult(), _name(f"n{d}"))
@@ -1489,12 +1507,18 @@ class _CudaEmitter(_Emitter):
         return f"{header}{imports}{_CUDA_PRELUDE}\n\n{forms}\n\n{ast.unparse(mod)}\n"
 
 
-def generate_cuda_source(exprs: Sequence[Expr], masks: Sequence[Sequence[bool]]) -> str:
-    """Source of the CUDA kernel module for ``exprs`` with per-input broadcast ``masks`` (as
-    :func:`generate_source`; no narrow types). Its ``kernel(y0.., x0.., n0..)`` is a
-    ``@cuda.jit`` grid-stride kernel over the flat output: launch it with any grid."""
+def generate_cuda_source(
+    exprs: Sequence[Expr],
+    masks: Sequence[Sequence[bool]],
+    loads: Sequence[str] = (),
+    stores: Sequence[str] = (),
+) -> str:
+    """Source of the CUDA kernel module for ``exprs`` with per-input broadcast ``masks`` and
+    float16 ``loads`` / ``stores`` (as :func:`generate_source`; no bfloat16). Its
+    ``kernel(y0.., x0.., n0..)`` is a ``@cuda.jit`` grid-stride kernel over the flat output:
+    launch it with any grid."""
     m = tuple(tuple(bool(b) for b in mk) for mk in masks)
-    return _CudaEmitter(tuple(exprs), m).module()
+    return _CudaEmitter(tuple(exprs), m, tuple(loads), tuple(stores)).module()
 
 
 # (exprs, masks) -> (the CUDA kernel, its source file); the kernel is a numba-cuda dispatcher,
@@ -1502,27 +1526,41 @@ def generate_cuda_source(exprs: Sequence[Expr], masks: Sequence[Sequence[bool]])
 _CUDA_KERNELS: dict[tuple, tuple[Any, str]] = {}
 
 
-def _cuda_entry(exprs: Sequence[Expr], plan: _Plan) -> tuple[Any, str]:
-    if plan.narrow or plan.masks is None:
-        raise ValueError("the CUDA kernel takes no float16/bfloat16 (and needs a sized plan)")
-    key = (tuple(exprs), plan.masks)
+def _cuda_entry(exprs: Sequence[Expr], plan: _Plan, in_dtypes: Sequence[Any]) -> tuple[Any, str]:
+    if plan.masks is None:
+        raise ValueError("the CUDA kernel needs a sized plan")
+    loads, stores = narrow_kinds(exprs, plan, in_dtypes)
+    key = (tuple(exprs), plan.masks, loads, stores)
     entry = _CUDA_KERNELS.get(key)
     if entry is None:
-        src = generate_cuda_source(exprs, plan.masks)
+        src = generate_cuda_source(exprs, plan.masks, loads, stores)
         entry = (modcache.load(src).kernel, str(modcache.path_for(src)))
         _CUDA_KERNELS[key] = entry
     return entry
 
 
-def cuda_kernel(exprs: Sequence[Expr], plan: _Plan) -> Any:
+def narrow_kinds(
+    exprs: Sequence[Expr], plan: _Plan, in_dtypes: Sequence[Any]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The narrow storage (``"f16"``, ``"bf16"`` or ``""``) of each input, of dtype
+    ``in_dtypes[k]``, and of each output of ``plan`` computing ``exprs``."""
+    loads = tuple(_NARROW_KIND.get(np.dtype(dt), "") for dt in in_dtypes)
+    stores = tuple(
+        _NARROW_KIND.get(a, "") if a != e.dtype else "" for e, a in zip(exprs, plan.alloc)
+    )
+    return loads, stores
+
+
+def cuda_kernel(exprs: Sequence[Expr], plan: _Plan, in_dtypes: Sequence[Any]) -> Any:
     """The ``@cuda.jit`` kernel computing ``exprs`` for ``plan`` (:func:`plan_for` of the same
-    expressions; not narrow): called as ``kernel[grid, block, stream](*outs_flat,
-    *inputs_flat, *plan.sizes)``. Generated modules are imported from a file named by their
-    source's hash (:mod:`onnxjit.codegen.modcache`), so one source is loaded, and each of its
-    signatures compiled, once per process."""
-    return _cuda_entry(exprs, plan)[0]
+    expressions) over inputs of ``in_dtypes`` (float16 read and written as such; no
+    bfloat16): called as ``kernel[grid, block, stream](*outs_flat, *inputs_flat,
+    *plan.sizes)``. Generated modules are imported from a file named by their source's hash
+    (:mod:`onnxjit.codegen.modcache`), so one source is loaded, and each of its signatures
+    compiled, once per process."""
+    return _cuda_entry(exprs, plan, in_dtypes)[0]
 
 
-def cuda_source_path(exprs: Sequence[Expr], plan: _Plan) -> str:
-    """The file holding the source of :func:`cuda_kernel`'s module for ``exprs``, ``plan``."""
-    return _cuda_entry(exprs, plan)[1]
+def cuda_source_path(exprs: Sequence[Expr], plan: _Plan, in_dtypes: Sequence[Any]) -> str:
+    """The file holding the source of :func:`cuda_kernel`'s module for these arguments."""
+    return _cuda_entry(exprs, plan, in_dtypes)[1]

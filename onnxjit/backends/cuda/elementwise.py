@@ -7,9 +7,10 @@ masks) is the CPU generator's :func:`onnxjit.codegen.elementwise.plan_for`; the 
 grid-stride ``@cuda.jit`` kernel :func:`onnxjit.codegen.elementwise.cuda_kernel` generates from
 the same expressions, launched on the run's stream (:mod:`onnxjit.kernels.cuda.runtime`).
 
-Not served (None, so the node takes the CPU path the plan decides): float16/bfloat16 inputs or
-outputs (the CPU kernels' uint16-bits path is not ported yet) and outputs of a stored type
-the kernel cannot write itself (the CPU plan's ``post`` conversions).
+float16 inputs and outputs are the device's float16 arrays, computed in float32 as on the CPU.
+Not served (None, so the node takes the CPU path the plan decides): bfloat16 (numba has no
+such type) and outputs of a stored type the kernel cannot write itself (the CPU plan's
+``post`` conversions).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def bind(
 ) -> Bound | None:
     """A call computing ``exprs`` over broadcast tensors of specs ``inputs`` into outputs of
     ``out_dtypes`` (see :func:`onnxjit.codegen.elementwise.apply_many`) on the GPU, or None
-    where the kernel cannot (float16/bfloat16, an output type it cannot store itself).
+    where the kernel cannot (bfloat16, an output type it cannot store itself).
 
     ``Input(k)`` reads the node's input ``positions[k]`` (by default k), or where
     ``positions[k]`` is an array, that array (a constant operand), copied to the device once
@@ -46,7 +47,10 @@ def bind(
     if positions is None:
         positions = range(len(inputs))
     plan = gen.plan_for(exprs, inputs, out_dtypes)
-    if plan.narrow or any(p is not None for p in plan.post):
+    in_dtypes = [s.dtype for s in inputs]
+    if any(p is not None for p in plan.post) or "bf16" in sum(
+        gen.narrow_kinds(exprs, plan, in_dtypes), ()
+    ):
         return None
     outs = tuple(tensor(dt, plan.out_shape) for dt in plan.alloc)
     if not plan.size:
@@ -55,7 +59,7 @@ def bind(
 
     from onnxjit.kernels.cuda import runtime
 
-    kernel = gen.cuda_kernel(exprs, plan)
+    kernel = gen.cuda_kernel(exprs, plan, in_dtypes)
     args = (
         *(Out(j, flat=True) for j in range(len(plan.alloc))),
         *(
@@ -69,7 +73,7 @@ def bind(
     def launch(*a: Any) -> None:
         kernel[grid, block, runtime.stream()](*a)
 
-    name = f"cuda elementwise {gen.cuda_source_path(exprs, plan)}"
+    name = f"cuda elementwise {gen.cuda_source_path(exprs, plan, in_dtypes)}"
     candidates: tuple[int, ...] = ()
     if len(exprs) == 1:
         candidates = tuple(
