@@ -12,7 +12,10 @@ import time as _time
 
 _import_t0 = _time.perf_counter()
 
+import logging as _logging
+import operator as _operator
 from pathlib import Path as _Path
+from typing import Any as _Any
 
 from onnxjit._source_checkout import register_checkout_kernels as _register_checkout_kernels
 
@@ -40,6 +43,7 @@ from onnxjit.errors import (
 )
 from onnxjit.iobinding import IOBinding
 from onnxjit.jitstats import compile_count, compile_seconds
+from onnxjit.ops.misc import set_seed
 from onnxjit.options import (
     ExecutionMode,
     ExecutionOrder,
@@ -69,6 +73,71 @@ def get_device() -> str:
     return "GPU" if "CUDAExecutionProvider" in get_available_providers() else "CPU"
 
 
+def get_all_providers() -> list[str]:
+    """The execution providers onnxjit implements, in default priority order (onnxruntime's
+    function lists those its build knows): ``["CUDAExecutionProvider",
+    "CPUExecutionProvider"]``. :func:`get_available_providers` says which can run here."""
+    from onnxjit.providers import IMPLEMENTED
+
+    return list(IMPLEMENTED)
+
+
+def get_version_string() -> str:
+    """onnxjit's version (``__version__``), as onnxruntime's function returns its own."""
+    return __version__
+
+
+def get_build_info() -> str:
+    """A one-line description of this build (onnxruntime's function of the same name)."""
+    import numba
+
+    return f"onnxjit {__version__}, numba {numba.__version__}"
+
+
+# onnxruntime's logging severities -> the levels of the "onnxjit" logger.
+_SEVERITY_LEVELS = (
+    _logging.DEBUG,  # 0: verbose
+    _logging.INFO,  # 1: info
+    _logging.WARNING,  # 2: warning
+    _logging.ERROR,  # 3: error
+    _logging.CRITICAL,  # 4: fatal
+)
+_logger_verbosity = 0
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """Set the level of the ``"onnxjit"`` logger from onnxruntime's severity (0 verbose, 1
+    info, 2 warning, 3 error, 4 fatal). Anything but an integer raises ``TypeError``, an
+    integer outside 0..4 ``RuntimeError``, as in onnxruntime. Python warnings
+    (``RuntimeWarning``) are not affected: filter them with :mod:`warnings`."""
+    value = _operator.index(severity)
+    if not 0 <= value <= 4:
+        raise RuntimeError(
+            f"Invalid logging severity {value}. 0:Verbose, 1:Info, 2:Warning, 3:Error, 4:Fatal"
+        )
+    _logging.getLogger("onnxjit").setLevel(_SEVERITY_LEVELS[value])
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    """Accept onnxruntime's verbose-log level (any integer; ``TypeError`` otherwise). onnxjit
+    has no levels below DEBUG, so the value is stored and has no other effect."""
+    global _logger_verbosity
+    _logger_verbosity = _operator.index(verbosity)
+
+
+def disable_telemetry_events() -> None:
+    """Does nothing: onnxjit sends no telemetry (onnxruntime's switch, for code calling it)."""
+
+
+def enable_telemetry_events() -> None:
+    """Does nothing: onnxjit sends no telemetry (onnxruntime's switch, for code calling it)."""
+
+
+def preload_dlls(*args: _Any, **kwargs: _Any) -> None:
+    """Does nothing: onnxjit loads no CUDA or cuDNN libraries of its own up front
+    (onnxruntime's call, for code written for its GPU packages)."""
+
+
 __all__ = [
     "InferenceSession",
     "IOBinding",
@@ -87,6 +156,15 @@ __all__ = [
     "SemVer",
     "get_available_providers",
     "get_device",
+    "get_all_providers",
+    "get_version_string",
+    "get_build_info",
+    "set_seed",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "preload_dlls",
     "OnnxJitError",
     "ModelLoadError",
     "ExternalDataError",

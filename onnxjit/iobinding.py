@@ -127,9 +127,11 @@ class IOBinding:
     def get_outputs_as_ortvaluevector(self) -> list[OrtValue]:
         return list(self._results)
 
-    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
-        """The outputs of the last run as numpy arrays (device outputs copied to the host)."""
-        return [v.numpy() for v in self._results]
+    def copy_outputs_to_cpu(self) -> list[Any]:
+        """The outputs of the last run as numpy arrays (device outputs copied to the host);
+        outputs that are not tensors as ``run()`` returns them (lists, dicts, None), as in
+        onnxruntime."""
+        return [v.numpy() if v.is_tensor() else v._data for v in self._results]
 
     def clear_binding_outputs(self) -> None:
         self._outputs.clear()
@@ -137,7 +139,9 @@ class IOBinding:
 
     # -- the run ---------------------------------------------------------------------------------
     def _feed(self) -> dict[str, Any]:
-        return dict(self._inputs)
+        return {
+            k: v._feed_value() if isinstance(v, OrtValue) else v for k, v in self._inputs.items()
+        }
 
     def _output_names(self) -> list[str]:
         if not self._outputs:
@@ -150,8 +154,17 @@ class IOBinding:
         """Put each output of a run where it was bound (``values`` in bound order: numpy or
         device arrays)."""
         results = []
+        declared = {v.name: v for v in self._session._outputs}
         for (name, out), value in zip(self._outputs.items(), values):
-            if out.target is not None:
+            if value is None or isinstance(value, (list, tuple, dict)):
+                wrapped = OrtValue._wrap(value, declared[name].type)
+                if out.target is not None:
+                    raise InvalidInputError(
+                        f"output {name!r} is a {wrapped.data_type()}, which cannot be written "
+                        "into a bound buffer; bind it with bind_output(name) alone"
+                    )
+                results.append(wrapped)
+            elif out.target is not None:
                 _copy_into(name, out.target, value)
                 results.append(out.target)
             elif out.device_type == "cpu":

@@ -12,7 +12,18 @@ import warnings
 from typing import Any
 
 from onnxjit import config as _config
-from onnxjit.errors import UnsupportedOperatorError
+from onnxjit.errors import OnnxJitError, UnsupportedOperatorError
+
+
+class ConfigEntryNotFoundError(OnnxJitError, RuntimeError, KeyError):
+    """A session or run config entry that was never set was read.
+
+    onnxruntime raises ``RuntimeError`` here; it is also a ``KeyError``, as onnxjit raised
+    before, so either ``except`` clause catches it.
+    """
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -186,8 +197,13 @@ class SessionOptions(_StrictFields):
         self._config[str(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
+        """The value stored for ``key``; :class:`ConfigEntryNotFoundError` (a
+        ``RuntimeError``, as onnxruntime raises, and a ``KeyError``) when it is not set."""
         if key not in self._config:
-            raise KeyError(f"session config entry {key!r} is not set")
+            raise ConfigEntryNotFoundError(
+                f"SessionOptions does not have configuration with key: {key} (session config "
+                f"entry {key!r} is not set; set it with add_session_config_entry)"
+            )
         return self._config[key]
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
@@ -323,6 +339,11 @@ class RunOptions(_StrictFields):
         )
 
     def get_run_config_entry(self, key: str) -> str:
+        """The value stored for ``key``; :class:`ConfigEntryNotFoundError` (a
+        ``RuntimeError``, as onnxruntime raises, and a ``KeyError``) when it is not set."""
         if key not in self._config:
-            raise KeyError(f"run config entry {key!r} is not set")
+            raise ConfigEntryNotFoundError(
+                f"RunOptions does not have configuration with key: {key} (run config entry "
+                f"{key!r} is not set; set it with add_run_config_entry)"
+            )
         return self._config[key]

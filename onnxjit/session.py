@@ -10,9 +10,12 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -159,6 +162,10 @@ class InferenceSession:
                 "onnxjit.SessionOptions() (same field names as onnxruntime's)"
             )
         self._options = sess_options if sess_options is not None else SessionOptions()
+        # What set_providers() builds the session again from.
+        self._source = path_or_bytes
+        self._disabled_optimizers = disabled_optimizers
+        self._base_dir = base_dir
         # Kernels compiled or loaded on this session's behalf (onnxjit.jitstats fills it).
         self._kernel_records: list[jitstats.KernelRecord] = []
         # Where the session runs (onnxjit.providers.DeviceChoice: provider, device_id,
@@ -167,6 +174,7 @@ class InferenceSession:
         self._providers = list(self._device.providers)
         self._lock = threading.Lock()
         self._profiler: Profiler | None = Profiler() if self._options.enable_profiling else None
+        self._profiling_start_ns = time.time_ns() if self._profiler is not None else 0
         previous = jitstats.charge_to(self._kernel_records)
         try:
             self._build(path_or_bytes, disabled_optimizers, base_dir)
@@ -291,6 +299,41 @@ class InferenceSession:
     def get_session_options(self) -> SessionOptions:
         return self._options
 
+    def set_providers(
+        self,
+        providers: Sequence[str | tuple[str, dict]] | None = None,
+        provider_options: Sequence[dict] | None = None,
+    ) -> None:
+        """Build the session again for ``providers`` (read as the constructor reads them:
+        ``None`` is the constructor's default), as onnxruntime re-creates its session: the
+        model is loaded again from the path, bytes or ModelProto it was created from, with
+        the same SessionOptions, and planned for the new provider (kernels already compiled
+        in this process are reused). On an error (an unknown provider, nothing listed that
+        can run here) the session is left as it was and usable; onnxruntime's is not. Not
+        to be called while other threads run the session."""
+        fresh = InferenceSession(
+            self._source,
+            self._options,
+            providers,
+            provider_options,
+            self._disabled_optimizers,
+            self._base_dir,
+        )
+        state = dict(fresh.__dict__)
+        state.pop("run", None)  # a device session's run, bound to ``fresh``
+        self.__dict__.clear()
+        self.__dict__.update(state)
+        if self._program.backend is not None:
+            self.run = self._run_on_device  # type: ignore[method-assign]
+
+    def disable_fallback(self) -> None:
+        """Does nothing: onnxjit has no provider fallback to disable (onnxruntime's switch,
+        for code that calls it)."""
+
+    def enable_fallback(self) -> None:
+        """Does nothing: a failed run raises; onnxjit does not re-create the session on
+        another provider (onnxruntime's switch, for code that calls it)."""
+
     # -- running -----------------------------------------------------------------------------
     def run(
         self,
@@ -354,6 +397,58 @@ class InferenceSession:
         to_host_fn = self._program.backend.to_host
         return [to_host_fn(o) if on_device(o) else o for o in outputs]
 
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Callable[[list[Any], Any, str], Any],
+        user_data: Any,
+        run_options: RunOptions | None = None,
+    ) -> None:
+        """Start :meth:`run` on a thread of onnxjit's and return at once (onnxruntime's
+        ``run_async``).
+
+        When the run ends, ``callback(outputs, user_data, err)`` is called on that thread:
+        ``outputs`` the list :meth:`run` returns and ``err`` ``""``, or on failure ``[]`` and
+        the error's message. As in onnxruntime, a feed that lacks a required input raises
+        :class:`~onnxjit.errors.InvalidInputError` (a ``ValueError``) here, before anything
+        starts; every other problem reaches the callback. The feed dict is copied, its
+        arrays are not: leave them unchanged until the callback. An exception raised by the
+        callback is printed to stderr and dropped. Runs started together run concurrently,
+        as calls of :meth:`run` from several threads do.
+        """
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, found {type(callback).__name__}")
+        if not isinstance(input_feed, Mapping):
+            raise InvalidInputError(
+                f"input_feed must be a dict of input name -> array, found "
+                f"{type(input_feed).__name__}"
+            )
+        missing = [
+            v.name
+            for v in self._inputs
+            if v.name not in input_feed and not _type_str(v).startswith("optional")
+        ]
+        if missing:
+            raise InvalidInputError(
+                f"Required inputs ({missing}) are missing from input feed "
+                f"({list(input_feed)}); add them to input_feed"
+            )
+        feed = dict(input_feed)
+        names = output_names
+        if names is not None and not isinstance(names, str):
+            names = list(names)
+
+        def job() -> None:
+            try:
+                outputs = self.run(names, feed, run_options)
+            except Exception as e:
+                _deliver(callback, [], user_data, str(e) or type(e).__name__)
+            else:
+                _deliver(callback, outputs, user_data, "")
+
+        _async_pool().submit(job)
+
     def io_binding(self) -> IOBinding:
         """A new :class:`~onnxjit.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
         return IOBinding(self)
@@ -380,8 +475,18 @@ class InferenceSession:
         input_dict_ort_values: Mapping[str, OrtValue],
         run_options: RunOptions | None = None,
     ) -> list[OrtValue]:
-        """:meth:`run` with OrtValue feeds; the outputs come back as CPU OrtValues."""
-        return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
+        """:meth:`run` with OrtValue feeds (numpy arrays are accepted too); the outputs come
+        back as CPU OrtValues: tensors, or sequences, maps and value-less optionals typed as
+        the model declares them (see :class:`~onnxjit.OrtValue`)."""
+        if not isinstance(input_dict_ort_values, Mapping):
+            return self.run(output_names, input_dict_ort_values, run_options)  # its error
+        feed = {
+            k: v._feed_value() if isinstance(v, OrtValue) else v
+            for k, v in input_dict_ort_values.items()
+        }
+        outputs = self.run(output_names, feed, run_options)
+        wanted = self._all_outputs if not output_names else self._wanted(output_names)
+        return [OrtValue._wrap(v, self._outputs[i].type) for i, v in zip(wanted, outputs)]
 
     def _wanted(self, output_names: Sequence[str]) -> list[int]:
         if isinstance(output_names, str):
@@ -508,6 +613,12 @@ class InferenceSession:
         return values
 
     # -- profiling / statistics --------------------------------------------------------------
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started, in nanoseconds since the epoch (``time.time_ns()``, the
+        clock onnxruntime's value follows); the trace's timestamps count from it. 0 when the
+        session was created without ``enable_profiling``, as in onnxruntime."""
+        return self._profiling_start_ns
+
     def end_profiling(self) -> str:
         """Write the collected per-node timings as Chrome-trace JSON; return the file name."""
         if self._profiler is None:
@@ -659,6 +770,34 @@ class InferenceSession:
             )
             for n in self._model.graph.nodes
         ]
+
+
+_ASYNC_POOL: ThreadPoolExecutor | None = None
+_ASYNC_POOL_LOCK = threading.Lock()
+
+
+def _async_pool() -> ThreadPoolExecutor:
+    """The threads :meth:`InferenceSession.run_async` runs on (made at first use)."""
+    global _ASYNC_POOL
+    with _ASYNC_POOL_LOCK:
+        if _ASYNC_POOL is None:
+            _ASYNC_POOL = ThreadPoolExecutor(
+                max_workers=max(2, min(8, os.cpu_count() or 1)),
+                thread_name_prefix="onnxjit-run_async",
+            )
+        return _ASYNC_POOL
+
+
+def _deliver(callback: Callable[..., Any], outputs: list[Any], user_data: Any, err: str) -> None:
+    """Call a run_async callback; what it raises is printed, as onnxruntime does."""
+    try:
+        callback(outputs, user_data, err)
+    except Exception:
+        print(
+            "Exception ignored in: 'onnxjit.InferenceSession.run_async callback'",
+            file=sys.stderr,
+        )
+        traceback.print_exc()
 
 
 def _zeros(vi: ir.ValueInfo, dims: list[int]) -> Any:

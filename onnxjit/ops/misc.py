@@ -23,15 +23,22 @@ Random numbers: every node owns a ``numpy.random.Generator`` (PCG64 through
 ``numpy.random.default_rng``) created on its first run and advanced by every later run, as
 onnxruntime does, so two runs of one session give different samples. With a ``seed`` attribute
 the generator is ``default_rng(int(seed))`` for an integral seed (the float's 64-bit pattern
-otherwise), so two sessions of one seeded model produce the same sequence of outputs; without
-a seed it is seeded once from the operating system's entropy. Values are not those of
-onnxruntime or of the reference evaluator, which use other generators.
+otherwise), so two sessions of one seeded model produce the same sequence of outputs. Without
+a seed attribute the generator comes from :func:`set_seed` (``onnxjit.set_seed``, onnxruntime's
+function of the same name): once it has been called, a node's generator is created (again)
+at the node's first run after each call, from the seed and the node's name and operator, so
+that every session run after ``set_seed(n)`` draws the same sequence (and two unseeded nodes
+of one model draw different ones); before any call it is seeded once from the operating
+system's entropy. Values are not those of onnxruntime or of the reference evaluator, which use
+other generators.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
+import zlib
 from typing import Any
 
 import numpy as np
@@ -446,25 +453,66 @@ def nll_loss(ctx, input, target, weight=None, *, ignore_index=None, reduction):
 
 
 class _NodeRng:
-    """A generator per node (keyed by its NodeContext), created on first use."""
+    """A generator per node (keyed by its NodeContext), created on first use.
+
+    A node with a ``seed`` attribute keeps its generator for the life of its session; one
+    without takes the seed of the latest :func:`set_seed` and is re-created after each call.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._gens: dict[int, tuple[weakref.ref, np.random.Generator, threading.Lock]] = {}
+        self._gens: dict[int, tuple[weakref.ref, np.random.Generator, threading.Lock, int]] = {}
+        self.global_seed: int | None = None  # set by set_seed
+        self.epoch = 0  # set_seed calls so far
 
     def get(self, ctx: NodeContext, seed: float | None):
         key = id(ctx)
         with self._lock:
             entry = self._gens.get(key)
-            if entry is None or entry[0]() is not ctx:
-                gen = np.random.default_rng(_seed_value(seed))
+            epoch = self.epoch if seed is None else 0
+            if entry is None or entry[0]() is not ctx or entry[3] != epoch:
+                if seed is not None:
+                    gen = np.random.default_rng(_seed_value(seed))
+                elif self.global_seed is not None:
+                    node = zlib.crc32(f"{ctx.name}\0{ctx.label}".encode())
+                    gen = np.random.default_rng([self.global_seed, node])
+                else:
+                    gen = np.random.default_rng()
                 ref = weakref.ref(ctx, lambda _r, k=key: self._gens.pop(k, None))
-                entry = (ref, gen, threading.Lock())
+                entry = (ref, gen, threading.Lock(), epoch)
                 self._gens[key] = entry
         return entry[1], entry[2]
 
+    def set_seed(self, seed: int | None) -> None:
+        """Seed unseeded nodes from ``seed`` (None: operating-system entropy, as before any
+        :func:`set_seed`; for tests), re-creating their generators at their next run."""
+        with self._lock:
+            self.global_seed = seed
+            self.epoch += 1
+
 
 _RNGS = _NodeRng()
+
+
+def set_seed(seed: int) -> None:
+    """Seed the random operators that have no ``seed`` attribute (RandomNormal, RandomUniform,
+    their ``Like`` forms, Bernoulli, Multinomial), in every session (onnxruntime's
+    ``set_seed``).
+
+    After ``set_seed(n)`` each such node draws, from its next run on, the sequence fixed by
+    ``n`` and the node (its name and operator): two sessions of one model run after the same
+    call give the same samples, a different ``n`` gives different ones, and calling it again
+    with ``n`` restarts the sequence. Nodes with a ``seed`` attribute keep their own
+    generator. ``seed`` is any integer (taken modulo 2**64); anything else raises
+    ``TypeError``, as in onnxruntime.
+    """
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        raise TypeError(
+            f"set_seed() takes an integer, found {type(seed).__name__} {seed!r}"
+        ) from None
+    _RNGS.set_seed(value & ((1 << 64) - 1))
 
 
 def _seed_value(seed: float | None) -> int | None:
