@@ -39,6 +39,7 @@ from onnxjit.errors import (
     ModelLoadError,
     OnnxJitError,
     ResourceLimitError,
+    RunTerminatedError,
     UnsupportedOperatorError,
 )
 from onnxjit.iobinding import IOBinding
@@ -174,5 +175,6 @@ __all__ = [
     "InvalidArgumentError",
     "ExecutionError",
     "ResourceLimitError",
+    "RunTerminatedError",
     "__version__",
 ]

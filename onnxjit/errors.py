@@ -50,6 +50,11 @@ class ExecutionError(OnnxJitError, RuntimeError):
     """A node failed while running; the message names the node and operator."""
 
 
+class RunTerminatedError(OnnxJitError, RuntimeError):
+    """A run stopped because its ``RunOptions.terminate`` was set (see onnxjit.interrupt);
+    the session stays usable."""
+
+
 class ResourceLimitError(OnnxJitError, MemoryError):
     """A tensor or a run would allocate more than the configured cap (see onnxjit.limits).
 

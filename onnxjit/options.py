@@ -300,7 +300,9 @@ class SessionOptions(_StrictFields):
 class RunOptions(_StrictFields):
     """Options for one ``run()`` call (onnxruntime's names).
 
-    ``terminate = True`` makes ``run()`` refuse to start; the log fields are accepted.
+    ``terminate = True`` makes ``run()`` refuse to start, and set from another thread while
+    a run goes stops it with RunTerminatedError at its next subgraph iteration (Loop, Scan,
+    If: see onnxjit.interrupt); the session stays usable. The log fields are accepted.
     """
 
     only_execute_path_to_fetches = _NotImplementedField(False, "pruning per call")

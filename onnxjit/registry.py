@@ -37,7 +37,7 @@ from typing import Any
 import onnx
 import onnx.defs
 
-from onnxjit import ir
+from onnxjit import interrupt, ir
 from onnxjit.errors import InvalidArgumentError, UnsupportedOperatorError
 
 DEFAULT_DOMAIN = ""
@@ -220,7 +220,9 @@ class NodeContext:
 
     def run_subgraph(self, subgraph: Any, inputs: list[Any]) -> list[Any]:
         """Run a graph attribute (bound as a :class:`onnxjit.program.Subgraph`) on positional
-        inputs: its program, with a plan per signature like the main graph's."""
+        inputs: its program, with a plan per signature like the main graph's. A run told to
+        stop (``RunOptions.terminate``) raises RunTerminatedError here instead."""
+        interrupt.check()
         return subgraph.program.run_subgraph(inputs, self.outer)
 
     def error(self, message: str) -> InvalidArgumentError:

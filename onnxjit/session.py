@@ -27,6 +27,7 @@ from onnxjit import (
     compile_gc,
     config,
     device,
+    interrupt,
     ir,
     jitstats,
     limits,
@@ -356,6 +357,7 @@ class InferenceSession:
             raise InvalidInputError(
                 "run() was called with RunOptions.terminate = True; clear it to run"
             )
+        interrupt.begin(run_options)
         if not output_names:
             wanted = self._all_outputs
         else:
