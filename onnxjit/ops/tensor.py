@@ -11,7 +11,9 @@ Lowerings (end of the module) bind what a plan runs every step: Reshape, Squeeze
 Flatten with constant shapes and axes are views of their input; a Transpose moving the last
 axis is the tiled kernel writing into the plan's buffer; Slice, Split, Concat, Expand and Pad
 with constant sizes copy into the plan's buffers; Gather calls its kernel with the axis split
-fixed (indices checked every run).
+fixed (indices checked every run); GatherElements, ScatterElements, GatherND, ScatterND and
+OneHot call theirs over views fixed once (scatters copy the data into the output, or write over
+its buffer where it dies), on the CPU and on a device backend alike.
 
 Index-taking operators validate their indices: a negative index wraps once; an index out of
 range raises an error naming the index and the valid range.
@@ -1702,3 +1704,354 @@ def _lower_gather(lc: LowerContext) -> Bound | None:
         x3 = In(0, view=as_, shape=(outer, n, inner))
     y3 = Out(0, view=as_, shape=(outer, count, inner))
     return writes(fn, *lead, x3, In(1), y3, outs=[tensor(x.dtype, shape)], name="tensor.gather")
+
+
+# -- GatherElements, ScatterElements, GatherND, ScatterND, OneHot -------------------------------
+# Their lowerings share one design with Gather's: the views, geometry and kernel fixed once,
+# and one module-level portable call that the CPU backend runs with its kernels (which return
+# the first bad index position, an int) and the CUDA backend with its launchers (which return
+# an IndexFlag: a device flag whose read synchronises the run's stream). On the device the flag
+# is read every run, as Gather's, unless the indices are constants of the plan: those are
+# checked once here (a bad one leaves the node to the implementation, which raises its error),
+# and the call then never waits for the flag.
+_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+# Element types a scatter reduction runs on as they are (the implementation reduces booleans as
+# uint8 and float16/bfloat16 in float32, converting back once: those stay with it).
+_REDUCIBLE = frozenset(
+    np.dtype(t)
+    for t in (
+        np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+        np.float32, np.float64,
+    )
+)  # fmt: skip
+
+
+def _index_error(where: tuple, idx: Any, bad: Any) -> Exception:
+    """The implementation's error for the bad index at flat position ``bad`` of ``idx`` (the
+    node's indices as fed, host or device). ``where = (lc, sizes, what)``: the size of the
+    axis that position indexes is ``sizes[bad % len(sizes)]``."""
+    lc, sizes, what = where
+    host = idx if isinstance(idx, np.ndarray) else idx.copy_to_host()
+    pos = int(bad)
+    return _bad_index(lc, host, pos, int(sizes[pos % len(sizes)]), what)
+
+
+def _indices_valid(value: Any, sizes: Sequence[int]) -> bool:
+    """Whether constant indices ``value`` are all in range: its last axis cycles through the
+    axes of ``sizes`` (one size: every entry indexes that axis)."""
+    v = np.asarray(value).reshape(-1, len(sizes)) if len(sizes) else np.zeros((0, 0), np.int64)
+    n = np.asarray(sizes, np.int64)
+    return bool(((v >= -n) & (v < n)).all())
+
+
+def _check_every_run(lc: LowerContext, i: int, sizes: Sequence[int]) -> bool | None:
+    """Whether the bound call must read the kernel's bad-index result at every run: always on
+    the CPU (an int, free), on a device unless input ``i`` is a constant checked here. None:
+    constant indices out of range (the implementation raises its error)."""
+    value = lc.const(i)
+    if value is None:
+        return True
+    if not _indices_valid(value, sizes):
+        return None
+    return lc.backend.name == "cpu"
+
+
+def _indices(idx: Any, shape: tuple[int, ...], widen: bool) -> Any:
+    """``idx`` reshaped for a kernel; int32 widened on the CPU, whose kernels take int64 (the
+    device kernels read int32 as it is: no extra pass, no allocation)."""
+    i = idx.reshape(shape)
+    return i.astype(np.int64) if widen else i
+
+
+def _copy_whole(x: np.ndarray, y: np.ndarray, dims: Any, xs: Any, ys: Any, xo: int, yo: int):
+    """``y[:] = x`` for flat host arrays, in ``tensor.copy_strided``'s signature (a scatter's
+    copy of its data on the CPU: numpy's memcpy)."""
+    np.copyto(y, x)
+
+
+@portable
+def _gather_elements_call(
+    kernel: Any, where: tuple, shape: tuple, widen: bool, check: bool, x3: Any, idx: Any, y3: Any
+) -> None:
+    """GatherElements: ``kernel`` (``tensor.gather_elements``) over the (outer, n, inner) views;
+    a bad index raises the implementation's error where ``check``."""
+    bad = kernel(x3, _indices(idx, shape, widen), y3)
+    if check and bad >= 0:
+        raise _index_error(where, idx, bad)
+
+
+@portable
+def _scatter_elements_call(
+    copy: Any, scatter: Any, dims: Any, steps: Any, red: int, where: tuple, shape: tuple,
+    widen: bool, check: bool, xf: Any, yf: Any, idx: Any, u3: Any, y3: Any,
+) -> None:  # fmt: skip
+    """ScatterElements: the data copied into the output (``copy``, ``tensor.copy_strided``'s
+    signature, over the flat bits; None when the output is the data's own buffer), then
+    ``scatter`` (``tensor.scatter_elements``) with reduction code ``red`` in place."""
+    if copy is not None:
+        copy(xf, yf, dims, steps, steps, 0, 0)
+    bad = scatter(y3, _indices(idx, shape, widen), u3, red)
+    if check and bad >= 0:
+        raise _index_error(where, idx, bad)
+
+
+@portable
+def _gather_nd_call(
+    kernel: Any, where: tuple, shape: tuple, dims: Any, widen: bool, check: bool,
+    x3: Any, idx: Any, y3: Any,
+) -> None:  # fmt: skip
+    """GatherND: ``kernel`` (``tensor.gather_nd``) over the (B, M, S) views, ``dims`` the host
+    sizes of the indexed axes."""
+    bad = kernel(x3, _indices(idx, shape, widen), dims, y3)
+    if check and bad >= 0:
+        raise _index_error(where, idx, bad)
+
+
+@portable
+def _scatter_nd_call(
+    copy: Any, scatter: Any, dims: Any, steps: Any, red: int, where: tuple, shape: tuple,
+    axes: Any, widen: bool, check: bool, xf: Any, yf: Any, idx: Any, u2: Any, y2: Any,
+) -> None:  # fmt: skip
+    """ScatterND: the data copied as for :func:`_scatter_elements_call`, then ``scatter``
+    (``tensor.scatter_nd``, ``axes`` the host sizes of the indexed axes) in place."""
+    if copy is not None:
+        copy(xf, yf, dims, steps, steps, 0, 0)
+    bad = scatter(y2, _indices(idx, shape, widen), axes, u2, red)
+    if check and bad >= 0:
+        raise _index_error(where, idx, bad)
+
+
+def _axis_op(lc: LowerContext, data: int) -> tuple | None:
+    """``(x, ind, a, outer, n, m, inner)`` of an axis op (GatherElements, ScatterElements)
+    whose int32/int64 indices span data outside the axis; None for the other cases (indices
+    reaching a part of data: the implementation takes them)."""
+    if not (_tensor_input(lc, data) and _tensor_input(lc, data + 1)):
+        return None
+    x, ind = lc.inputs[data], lc.inputs[data + 1]
+    if x.ndim == 0 or ind.ndim != x.ndim or not _movable(x.dtype):
+        return None
+    if ind.dtype not in _INDEX_TYPES:
+        return None
+    a = int(lc.attrs.get("axis", 0) or 0)
+    if not -x.ndim <= a < x.ndim:
+        return None
+    a += x.ndim if a < 0 else 0
+    if any(ind.shape[d] != x.shape[d] for d in range(x.ndim) if d != a):
+        return None
+    outer, inner = math.prod(x.shape[:a]), math.prod(x.shape[a + 1 :])
+    return x, ind, a, outer, x.shape[a], ind.shape[a], inner
+
+
+@lowers(gather_elements_11)
+def _lower_gather_elements(lc: LowerContext) -> Bound | None:
+    """GatherElements of data by int32/int64 indices of data's shape outside the axis: the
+    (outer, n, inner) views and the kernel fixed once, the indices checked every run (on a
+    device: once, when they are constants)."""
+    found = _axis_op(lc, 0)
+    if found is None:
+        return None
+    x, ind, a, outer, n, m, inner = found
+    check = _check_every_run(lc, 1, (n,))
+    if check is None:
+        return None
+    u = _copy_view(x.dtype)
+    widen = lc.backend.name == "cpu" and ind.dtype != np.int64
+    return writes(
+        _gather_elements_call, lc.kernel("tensor", "gather_elements"), (lc, (n,), f"axis {a}"),
+        (outer, m, inner), widen, check, In(0, view=u, shape=(outer, n, inner)), In(1),
+        Out(0, view=u, shape=(outer, m, inner)), outs=[tensor(x.dtype, ind.shape)],
+        name="tensor.gather_elements",
+    )  # fmt: skip
+
+
+def _scatter_copy(lc: LowerContext, size: int) -> tuple:
+    """``(copy, dims, steps)``: the scatter's copy of its data into the output (flat, ``size``
+    elements) on this backend, its geometry as small host arrays."""
+    if lc.backend.name == "cpu":
+        copy = _copy_whole
+    else:
+        copy = lc.kernel("tensor", "copy_strided")
+    return copy, np.array([size], np.int64), np.array([1], np.int64)
+
+
+def _scatter_bound(lc: LowerContext, fn: Any, copy: Any, lead: tuple, tail: tuple,
+                   x: Any, name: str) -> Bound:  # fmt: skip
+    """``writes(fn, copy, *lead, *tail)`` for a scatter, whose output may take the data's
+    buffer where the data dies at the node (then no copy)."""
+    outs = [tensor(x.dtype, x.shape)]
+
+    def with_inplace(i: int) -> Bound | None:
+        if i != 0:
+            return None
+        return writes(fn, None, *lead, *tail, outs=outs, name=name + ".inplace")
+
+    return writes(fn, copy, *lead, *tail, outs=outs, name=name, inplace=(0,),
+                  with_inplace=with_inplace)  # fmt: skip
+
+
+def _scatter_reduction(lc: LowerContext, x: Any, upd: Any) -> tuple | None:
+    """``(code, view)``: the reduction's kernel code and the view the scatter takes data and
+    updates as (their bits for a plain write), or None where the lowering leaves it."""
+    if upd is None or upd.kind != TENSOR or upd.dtype != x.dtype:
+        return None
+    reduction = lc.attrs.get("reduction", "none") or "none"
+    if reduction not in _REDUCTIONS:
+        return None
+    if reduction != "none" and x.dtype not in _REDUCIBLE:
+        return None
+    code = int(lc.kernel("tensor", f"RED_{reduction.upper()}"))
+    return code, _copy_view(x.dtype) if reduction == "none" else None
+
+
+@lowers(scatter_elements_11, scatter_elements_16)
+def _lower_scatter_elements(lc: LowerContext) -> Bound | None:
+    """Scatter and ScatterElements (reduction none, add, mul, max, min) with int32/int64
+    indices of data's shape outside the axis: the data copied into the output (or the output
+    taking its buffer), then the scatter kernel in place; indices checked as GatherElements'."""
+    found = _axis_op(lc, 0)
+    if found is None or not _tensor_input(lc, 2):
+        return None
+    x, ind, a, outer, n, m, inner = found
+    upd = lc.inputs[2]
+    red = _scatter_reduction(lc, x, upd)
+    if red is None or upd.shape != ind.shape:
+        return None
+    code, v = red
+    check = _check_every_run(lc, 1, (n,))
+    if check is None:
+        return None
+    copy, dims, steps = _scatter_copy(lc, x.size)
+    u = _copy_view(x.dtype)
+    widen = lc.backend.name == "cpu" and ind.dtype != np.int64
+    lead = (
+        lc.kernel("tensor", "scatter_elements"), dims, steps, code, (lc, (n,), f"axis {a}"),
+        (outer, m, inner), widen, check,
+    )  # fmt: skip
+    tail = (
+        In(0, flat=True, view=u), Out(0, flat=True, view=u), In(1),
+        In(2, view=v, shape=(outer, m, inner)), Out(0, view=v, shape=(outer, n, inner)),
+    )  # fmt: skip
+    return _scatter_bound(lc, _scatter_elements_call, copy, lead, tail, x, "tensor.scatter")
+
+
+def _nd_geometry(x: Any, ind: Any, b: int) -> tuple | None:
+    """``(k, nb, m, s, nn)`` of an ND op (batch axes ``b``), or None where the shapes do not
+    fit (the implementation raises its error)."""
+    if ind.ndim < 1:
+        return None
+    k = ind.shape[-1]
+    if b < 0 or b >= min(x.ndim, ind.ndim) or b + k > x.ndim or x.shape[:b] != ind.shape[:b]:
+        return None
+    nb, m = math.prod(x.shape[:b]), math.prod(x.shape[b : b + k])
+    return k, nb, m, math.prod(x.shape[b + k :]), math.prod(ind.shape[b:-1])
+
+
+@lowers(gather_nd_11, gather_nd_12)
+def _lower_gather_nd(lc: LowerContext) -> Bound | None:
+    """GatherND (with batch axes) by int32/int64 indices: the (B, M, S) views, the indexed
+    axes' sizes and the kernel fixed once; indices checked as GatherElements'."""
+    if not (_tensor_input(lc, 0) and _tensor_input(lc, 1)):
+        return None
+    x, ind = lc.inputs[0], lc.inputs[1]
+    if not _movable(x.dtype) or ind.dtype not in _INDEX_TYPES:
+        return None
+    b = int(lc.attrs.get("batch_dims", 0) or 0)
+    geo = _nd_geometry(x, ind, b)
+    if geo is None:
+        return None
+    k, nb, m, s, nn = geo
+    sizes = x.shape[b : b + k]
+    check = _check_every_run(lc, 1, sizes)
+    if check is None:
+        return None
+    u = _copy_view(x.dtype)
+    widen = lc.backend.name == "cpu" and ind.dtype != np.int64
+    shape = ind.shape[:-1] + x.shape[b + k :]
+    return writes(
+        _gather_nd_call, lc.kernel("tensor", "gather_nd"), (lc, sizes or (1,), "an indexed axis"),
+        (nb, nn, k), np.array(sizes, np.int64), widen, check, In(0, view=u, shape=(nb, m, s)),
+        In(1), Out(0, view=u, shape=(nb, nn, s)), outs=[tensor(x.dtype, shape)],
+        name="tensor.gather_nd",
+    )  # fmt: skip
+
+
+@lowers(scatter_nd_11, scatter_nd_16)
+def _lower_scatter_nd(lc: LowerContext) -> Bound | None:
+    """ScatterND (reduction none, add, mul, max, min) with int32/int64 indices: the data
+    copied into the output (or the output taking its buffer), then the scatter kernel in
+    place over the (M, S) view; indices checked as GatherElements'."""
+    if not all(_tensor_input(lc, i) for i in range(3)):
+        return None
+    x, ind, upd = lc.inputs[0], lc.inputs[1], lc.inputs[2]
+    if not _movable(x.dtype) or ind.dtype not in _INDEX_TYPES:
+        return None
+    geo = _nd_geometry(x, ind, 0)
+    red = _scatter_reduction(lc, x, upd)
+    if geo is None or red is None:
+        return None
+    k, _, m, s, nn = geo
+    if upd.shape != ind.shape[:-1] + x.shape[k:]:
+        return None
+    code, v = red
+    sizes = x.shape[:k]
+    check = _check_every_run(lc, 1, sizes)
+    if check is None:
+        return None
+    copy, dims, steps = _scatter_copy(lc, x.size)
+    u = _copy_view(x.dtype)
+    widen = lc.backend.name == "cpu" and ind.dtype != np.int64
+    where = (lc, sizes or (1,), "an indexed axis")
+    lead = (
+        lc.kernel("tensor", "scatter_nd"), dims, steps, code, where, (nn, k),
+        np.array(sizes, np.int64), widen, check,
+    )  # fmt: skip
+    tail = (
+        In(0, flat=True, view=u), Out(0, flat=True, view=u), In(1),
+        In(2, view=v, shape=(nn, s)), Out(0, view=v, shape=(m, s)),
+    )  # fmt: skip
+    return _scatter_bound(lc, _scatter_nd_call, copy, lead, tail, x, "tensor.scatter_nd")
+
+
+def _one_hot_wide(kernel: Any):
+    """OneHot on the CPU with int32 indices: ``kernel`` takes int64 ones."""
+
+    def one_hot(idx: np.ndarray, depth: int, off: Any, on: Any, out: np.ndarray) -> None:
+        kernel(idx.astype(np.int64), depth, off, on, out)
+
+    return one_hot
+
+
+@lowers(one_hot_9)
+def _lower_one_hot(lc: LowerContext) -> Bound | None:
+    """OneHot of int32/int64 indices with a constant depth and constant values: the kernel
+    writing the plan's buffer, the off/on values' bits worked out once (an index outside
+    [-depth, depth) leaves its column off: nothing to check)."""
+    if not _tensor_input(lc, 0) or not (lc.is_const(1) and lc.is_const(2)):
+        return None
+    ind = lc.inputs[0]
+    depth, values = lc.const(1), lc.const(2)
+    if depth is None or values is None or ind.dtype not in _INDEX_TYPES:
+        return None
+    vals = np.ascontiguousarray(values).reshape(-1)
+    if np.size(depth) != 1 or vals.size != 2 or not _movable(vals.dtype):
+        return None
+    d = int(np.asarray(depth).reshape(-1)[0])
+    r = ind.ndim + 1
+    a = int(lc.attrs.get("axis", -1))
+    if d < 1 or not -r <= a < r:
+        return None
+    a += r if a < 0 else 0
+    shape = ind.shape[:a] + (d,) + ind.shape[a:]
+    if not _within_caps(lc, shape, vals.dtype):
+        return None
+    outer, inner = math.prod(ind.shape[:a]), math.prod(ind.shape[a:])
+    off, on = vals.view(_UINT[vals.dtype.itemsize])  # the values' bits, as the output's view
+    u = _copy_view(vals.dtype)
+    kernel = lc.kernel("tensor", "one_hot")
+    if lc.backend.name == "cpu" and ind.dtype != np.int64:
+        kernel = _one_hot_wide(kernel)
+    return writes(
+        kernel, In(0, shape=(outer, inner)), d, off, on, Out(0, view=u, shape=(outer, d, inner)),
+        outs=[tensor(vals.dtype, shape)], name="tensor.one_hot",
+    )  # fmt: skip
