@@ -312,7 +312,7 @@ def empty_cache() -> int:
     """Give the device memory blocks that onnxjit's caching allocator holds free back to
     the driver (see ``ONNXJIT_CUDA_ALLOCATOR``); return how many bytes that released.
     Blocks in use are untouched: they return to the cache when freed."""
-    from onnxjit.backends.cuda import memory
+    from onnxjit.kernels.cuda import memory
 
     released = memory.CACHE.clear()
     if released and not _simulated():
@@ -324,6 +324,6 @@ def empty_cache() -> int:
 def cache_stats() -> Any:
     """The caching allocator's counts: ``hits`` (requests served by a cached block),
     ``misses`` (served by the driver) and ``cached_bytes`` (held free now)."""
-    from onnxjit.backends.cuda import memory
+    from onnxjit.kernels.cuda import memory
 
     return memory.CACHE.stats

@@ -1,10 +1,9 @@
 """The CUDA backend's caching allocator: block reuse by stream and size, release on demand.
 
-Oracle: the contract written in onnxjit.backends.cuda.memory (a freed block of a size goes to
+Oracle: the contract written in onnxjit.kernels.cuda.memory (a freed block of a size goes to
 the next request of that rounded size on the same stream, never to another stream); the
-allocations are counted by the test's own allocator. The numba-cuda plug-in itself needs a
-GPU (the simulator allocates host memory, outside any memory manager): bench/NOTES.md lists
-the device check.
+allocations are counted by the test's own allocator. Serving numba arrays from cached blocks
+needs a GPU (the simulator's arrays are host memory): bench/NOTES.md lists the device check.
 """
 
 from __future__ import annotations
@@ -15,11 +14,12 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 import threading  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from onnxjit import config  # noqa: E402
-from onnxjit.backends.cuda import memory  # noqa: E402
 from onnxjit.errors import ConfigurationError  # noqa: E402
+from onnxjit.kernels.cuda import memory  # noqa: E402
 
 
 class Driver:
@@ -136,6 +136,12 @@ def test_the_allocator_setting_is_validated():
         config.read_settings({"ONNXJIT_CUDA_ALLOCATOR": "pool"})
 
 
-def test_the_simulator_keeps_its_own_memory():
-    # the simulator's arrays are host memory: no memory manager to replace
-    assert memory.install("caching") is False
+def test_the_simulator_allocates_as_numba_does():
+    # the simulator's arrays are host memory: empty() gives numba's, and caches nothing
+    assert not memory.caching()
+    before = (memory.CACHE.stats.hits, memory.CACHE.stats.misses)
+    a = memory.empty((3, 4), "float32")
+    assert a.shape == (3, 4) and a.dtype == "float32"
+    a.copy_to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+    np.testing.assert_array_equal(a.copy_to_host(), np.arange(12).reshape(3, 4))
+    assert (memory.CACHE.stats.hits, memory.CACHE.stats.misses) == before

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, int64
 
+from . import memory
 from .runtime import BLOCK, blocks, stream
 
 # Reduction codes shared with the host side: the CPU twin's values (the lowering reads them
@@ -114,7 +115,7 @@ def _flag_init(flag):
 def _new_flag() -> Any:
     """A fresh one-element flag set to ``_NO_BAD`` on the stream (no host copy)."""
     s = stream()
-    flag = cuda.device_array(1, np.int64, stream=s)
+    flag = memory.empty(1, np.int64, s)
     _flag_init[1, 1, s](flag)
     return flag
 
@@ -150,7 +151,7 @@ def wrap_indices(idx, n):
     """
     s = stream()
     m = idx.shape[0]
-    out = cuda.device_array(m, np.int64, stream=s)
+    out = memory.empty(m, np.int64, s)
     flag = _new_flag()
     if m:
         _wrap_k[blocks(m), BLOCK, s](idx, int64(n), out, flag)

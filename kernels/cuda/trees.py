@@ -26,6 +26,7 @@ from numba import config, cuda, njit
 
 from ..cpu import ml as _cpu_ml
 from ..cpu import trees as _cpu
+from . import memory
 from .runtime import BLOCK, blocks, stream
 
 
@@ -122,7 +123,7 @@ def predict_serial(
     """:func:`general_walk` with a fresh counter: fills ``out``/``has`` as there and returns
     the count of rows whose walk met a cycle as a 1-element int64 *device* array (the CPU
     twin returns an int; reading it here would wait for the device)."""
-    bad = cuda.device_array(1, np.int64, stream=stream())
+    bad = memory.empty(1, np.int64, stream())
     _clear_k[1, 1, stream()](bad)
     _launch_walk(
         (x, roots, mode, feat, thr, tnode, fnode, miss, aux0, aux1, members, w_target, w_value,
@@ -156,7 +157,7 @@ def finish_rows(acc, m, y, r, labels, label_values, fin_i, fin_f, tmp):
         return
     c = y.shape[1]
     if tmp.shape[0] < m or tmp.shape[1] < c:
-        tmp = cuda.device_array((m, c), np.float64, stream=stream())
+        tmp = memory.empty((m, c), np.float64, stream())
     _finish_k[blocks(m), BLOCK, stream()](
         acc, m, y, r, _dev(labels), _dev(label_values), _dev(fin_i), _dev(fin_f), tmp
     )

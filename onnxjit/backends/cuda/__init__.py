@@ -173,12 +173,12 @@ class CudaBackend:
         return value.copy_to_host(stream=stream())
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
-        """An uninitialised device array."""
-        from numba import cuda
-
+        """An uninitialised device array, from the caching allocator
+        (:mod:`onnxjit.kernels.cuda.memory`)."""
+        from onnxjit.kernels.cuda import memory
         from onnxjit.kernels.cuda.runtime import stream
 
-        return cuda.device_array(tuple(shape), np.dtype(dtype), stream=stream())
+        return memory.empty(shape, dtype, stream())
 
 
 #: Integer arrays of at most this many elements among a bound call's arguments stay on the
@@ -223,9 +223,9 @@ def backend(device_id: int = 0) -> CudaBackend:
     """The CUDA backend of device ``device_id`` (one per device per process)."""
     found = _BACKENDS.get(device_id)
     if found is None:
-        from onnxjit.backends.cuda import memory
         from onnxjit.config import SETTINGS
+        from onnxjit.kernels.cuda import memory
 
-        memory.install(SETTINGS.cuda_allocator)  # before the backend makes its context
+        memory.configure(SETTINGS.cuda_allocator)
         found = _BACKENDS[device_id] = CudaBackend(device_id)
     return found
