@@ -72,6 +72,10 @@ WORKLOADS: dict[str, CaseFactory] = {
     "G2": _lazy("classic_ml", "cases"),
     "O1": _lazy("overhead", "cases"),
     "D1": _lazy("dynamic", "cases"),
+    "R1": _lazy("real", "cases_r1"),
+    "R2": _lazy("real", "cases_r2"),
+    "R3": _lazy("real", "cases_r3"),
+    "R4": _lazy("real", "cases_r4"),
 }
 
 
