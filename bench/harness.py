@@ -40,6 +40,7 @@ import math
 import random
 import statistics
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -457,6 +458,15 @@ class Result:
 MIN_BLOCK_RUNS = 3
 
 
+def _describe(exc: BaseException) -> str:
+    """A case's error for the report: the exception's first line and where it was raised
+    (the innermost frame: an error from inside a library names its line there)."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {first}{where}"
+
+
 def runs_per_block(t_jit_ns: float, t_ort_ns: float, block_ms: float) -> int:
     """Runs in each engine's block: as many as take ``block_ms`` at the slower engine's time
     per run, at least :data:`MIN_BLOCK_RUNS`. The same count for both engines: with blocks of
@@ -500,7 +510,7 @@ def measure_case(
         got = jit.run(None, case.feeds)
         res.extra["jit_first_run_s"] = time.perf_counter() - t0
     except Exception as exc:  # report and go on with the next case
-        res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        res.error = _describe(exc)
         res.flags.append("error")
         return res
     why = compare_outputs(got, want, case.rtol, case.atol)
@@ -628,7 +638,7 @@ def measure_alternating(
             jit, ort_sess = sessions
         outs = {k: (jit.run(None, f), ort_sess.run(None, f)) for k, f in shapes.items()}
     except Exception as exc:  # report and go on with the next case
-        res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        res.error = _describe(exc)
         res.flags.append("error")
         return res
     for k, (got, want) in outs.items():

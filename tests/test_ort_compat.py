@@ -327,7 +327,10 @@ def test_run_async_callback_exception_is_printed_and_dropped(capfd):
     assert catch.wait()[2] == ""
     deadline = time.monotonic() + 10
     err = ""
-    while "boom in callback" not in err and time.monotonic() < deadline:
+    # the other thread prints the header, then the traceback: read until both are in
+    while not ("boom in callback" in err and "run_async callback" in err) and (
+        time.monotonic() < deadline
+    ):
         err += capfd.readouterr().err
         time.sleep(0.05)
     assert "boom in callback" in err and "run_async callback" in err
