@@ -103,7 +103,6 @@ _SEVERITY_LEVELS = (
     _logging.ERROR,  # 3: error
     _logging.CRITICAL,  # 4: fatal
 )
-_logger_verbosity = 0
 
 
 def set_default_logger_severity(severity: int) -> None:
@@ -121,9 +120,8 @@ def set_default_logger_severity(severity: int) -> None:
 
 def set_default_logger_verbosity(verbosity: int) -> None:
     """Accept onnxruntime's verbose-log level (any integer; ``TypeError`` otherwise). onnxjit
-    has no levels below DEBUG, so the value is stored and has no other effect."""
-    global _logger_verbosity
-    _logger_verbosity = _operator.index(verbosity)
+    has no levels below DEBUG, so the value has no effect."""
+    _operator.index(verbosity)
 
 
 def disable_telemetry_events() -> None:

@@ -426,11 +426,8 @@ class InferenceSession:
                 f"input_feed must be a dict of input name -> array, found "
                 f"{type(input_feed).__name__}"
             )
-        missing = [
-            v.name
-            for v in self._inputs
-            if v.name not in input_feed and not _type_str(v).startswith("optional")
-        ]
+        # the inputs run() reports missing: those without an initializer to stand in
+        missing = [v.name for v in self._inputs if v.name not in input_feed]
         if missing:
             raise InvalidInputError(
                 f"Required inputs ({missing}) are missing from input feed "
