@@ -10,8 +10,12 @@ into the repository.
 * R1 (transformer prefill): transformers encoders BERT, DistilBERT, RoBERTa (BERT-base width:
   768 wide, 12 heads, FFN 3072, **2 layers** to keep export and run times down; vocabulary
   8192), exported once each with dynamic batch and sequence axes (as optimum does) and run at
-  batch 1 and 8, sequence 16 and 128; ViT (768 wide, 12 heads, 2 layers, patch 16, dynamic
-  batch) at 64 and 96 px, batch 1 and 8; decoder prefill of GPT-2 (768 wide, 12 heads, 2
+  batch 1 and 8, sequence 16 and 128; the T5 encoder and the Whisper encoder (t5-small /
+  whisper-base widths: 512 wide, 8 heads, FFN 2048, 2 layers; Whisper's input length is fixed
+  by its configuration, so one export per sequence length) at the same shapes; CLIP's text
+  tower (512 wide, causal mask) at sequence 16 and 77; ViT (768 wide, 12 heads, 2 layers,
+  patch 16, dynamic batch) at 64 and 96 px and CLIP's vision tower (ViT-B width) at 96 and
+  224 px, batch 1 and 8; decoder prefill of GPT-2 (768 wide, 12 heads, 2
   layers) and a LLaMA-style model (512 wide, 8 query heads and 2 key/value heads: grouped-query
   attention, rotary embeddings, RMSNorm, SiLU-gated MLP 1376, 2 layers), exported with
   ``use_cache=True`` the way optimum's ``decoder_model.onnx`` is (inputs ``input_ids``,
@@ -58,6 +62,8 @@ from bench.workloads.transformer import _cache_dir  # noqa: E402
 
 VOCAB = 8192
 LAYERS = 2
+WHISPER_MELS = 80
+CLIP_TEXT_MAX = 77  # CLIP's text tower takes at most 77 tokens
 OPSET = 17
 """TorchScript exporter opset (LayerNormalization exists; optimum's default for these models is
 14-17). The dynamo exporter writes opset 18."""
@@ -181,14 +187,66 @@ def _encoder_module(kind: str) -> Any:
     if kind == "vit":
         cfg = tf.ViTConfig(image_size=96, patch_size=16, num_channels=3, **common)
         return _seeded(lambda: tf.ViTModel(cfg, add_pooling_layer=False))
+    # t5-small / CLIP-B / whisper-base widths: 512 wide, 8 heads, FFN 2048 (CLIP's vision tower
+    # is 768 wide as in ViT-B)
+    small = dict(num_hidden_layers=LAYERS, num_attention_heads=8, intermediate_size=2048)
+    if kind == "t5":
+        cfg = tf.T5Config(
+            vocab_size=VOCAB,
+            d_model=512,
+            d_kv=64,
+            d_ff=2048,
+            num_layers=LAYERS,
+            num_heads=8,
+            feed_forward_proj="relu",
+        )
+        return _seeded(lambda: tf.T5EncoderModel(cfg))
+    if kind == "clip_text":
+        cfg = tf.CLIPTextConfig(
+            vocab_size=VOCAB, hidden_size=512, max_position_embeddings=CLIP_TEXT_MAX, **small
+        )
+        return _seeded(lambda: tf.CLIPTextModel(cfg))
+    if kind == "clip_vision":
+        cfg = tf.CLIPVisionConfig(image_size=96, patch_size=16, **common)
+        return _seeded(lambda: tf.CLIPVisionModel(cfg))
+    if kind.startswith("whisper"):  # "whisper<tokens>": the encoder's input length is fixed
+        tokens = int(kind[len("whisper") :])
+        cfg = tf.WhisperConfig(
+            vocab_size=VOCAB,
+            d_model=512,
+            encoder_layers=LAYERS,
+            encoder_attention_heads=8,
+            encoder_ffn_dim=2048,
+            decoder_layers=1,
+            num_mel_bins=WHISPER_MELS,
+            max_source_positions=tokens,
+            pad_token_id=0,
+            bos_token_id=0,
+            eos_token_id=0,
+            decoder_start_token_id=0,
+        )
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+        return _seeded(lambda: WhisperEncoder(cfg))
     raise ValueError(f"unknown encoder {kind!r}")
 
 
-def _last_hidden(model: Any, image: bool = False) -> Any:
+def _last_hidden(model: Any, image: bool = False, audio: bool = False) -> Any:
     """Wraps a transformers encoder so that it returns ``last_hidden_state`` only (explicit
     argument names, which the dynamo exporter's ``dynamic_shapes`` follow)."""
     import torch
 
+    if audio:
+
+        class Audio(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_features: Any) -> Any:
+                return self.model(input_features=input_features).last_hidden_state
+
+        return Audio().eval()
     if image:
 
         class Image(torch.nn.Module):
@@ -215,13 +273,25 @@ def _last_hidden(model: Any, image: bool = False) -> Any:
 
 def encoder_model(kind: str, exporter: str = "torchscript") -> onnx.ModelProto:
     """A transformers encoder exported with dynamic batch and sequence (ViT: batch, height and
-    width) axes; ``kind`` is "bert", "roberta", "distilbert" or "vit"."""
+    width) axes; ``kind`` is "bert", "roberta", "distilbert", "t5" (encoder), "clip_text", "vit",
+    "clip_vision" or "whisper<tokens>" (the Whisper encoder, whose input length is fixed at twice
+    its token count: batch axis only)."""
 
     def build() -> onnx.ModelProto:
         import torch
 
         model = _encoder_module(kind)
-        if kind == "vit":
+        if kind.startswith("whisper"):
+            x = torch.from_numpy(whisper_feeds(int(kind[7:]), 2)["input_features"])
+            return _export(
+                _last_hidden(model, audio=True),
+                (x,),
+                ["input_features"],
+                ["last_hidden_state"],
+                {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}},
+                exporter,
+            )
+        if kind in ("vit", "clip_vision"):
             x = torch.from_numpy(vit_feeds(96, 2)["pixel_values"])
             return _export(
                 _last_hidden(model, image=True),
@@ -257,6 +327,14 @@ def text_feeds(batch: int, seq: int, seed: int = 1) -> dict[str, np.ndarray]:
     mask = np.ones((batch, seq), np.int64)
     mask[1::2, seq - seq // 4 :] = 0
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def whisper_feeds(tokens: int, batch: int, seed: int = 1) -> dict[str, np.ndarray]:
+    """Random log-mel features [batch, mels, 2 x tokens] (the encoder's stride-2 convolution
+    halves the frames)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, WHISPER_MELS, 2 * tokens)).astype(np.float32)
+    return {"input_features": x}
 
 
 def vit_feeds(px: int, batch: int, seed: int = 1) -> dict[str, np.ndarray]:
@@ -414,6 +492,7 @@ def decode_feeds(kind: str, batch: int, past: int, seed: int = 2) -> dict[str, n
 BATCHES = (1, 8)
 SEQS = (16, 128)
 PIXELS = (64, 96)
+CLIP_PIXELS = (96, 224)
 PASTS = (32, 128)
 
 
@@ -435,8 +514,9 @@ def export_failures() -> list[str]:
 
 
 def cases_r1(quick: bool) -> list[Case]:
-    """R1: encoders (BERT, DistilBERT, RoBERTa at batch 1/8 x sequence 16/128; ViT at batch 1/8 x
-    64/96 px) and decoder prefill (GPT-2, LLaMA-style, batch 1/8 x sequence 16/128), TorchScript
+    """R1: encoders (BERT, DistilBERT, RoBERTa, the T5 and Whisper encoders at batch 1/8 x sequence
+    16/128; CLIP's text tower at sequence 16/77; ViT at batch 1/8 x 64/96 px, CLIP's vision tower
+    at 96/224 px) and decoder prefill (GPT-2, LLaMA-style, batch 1/8 x sequence 16/128), TorchScript
     exporter; BERT and the LLaMA-style prefill from the dynamo exporter at batch 1, sequence 128.
 
     quick: BERT and the LLaMA-style prefill at batch 1, sequence 16.
@@ -449,10 +529,23 @@ def cases_r1(quick: bool) -> list[Case]:
         for b, s in grid:
             out.append(Case("R1", f"{kind}/b{b}/s{s}", model, text_feeds(b, s), **TOL_F32))
     if not quick:
-        model = encoder_model("vit")
-        for b in BATCHES:
-            for px in PIXELS:
-                out.append(Case("R1", f"vit/b{b}/{px}px", model, vit_feeds(px, b), **TOL_F32))
+        model = encoder_model("t5")
+        for b, s in grid:
+            out.append(Case("R1", f"t5_encoder/b{b}/s{s}", model, text_feeds(b, s), **TOL_F32))
+        model = encoder_model("clip_text")
+        for b, s in [(b, s) for b in BATCHES for s in (16, CLIP_TEXT_MAX)]:
+            out.append(Case("R1", f"clip_text/b{b}/s{s}", model, text_feeds(b, s), **TOL_F32))
+        for s in SEQS:
+            model = encoder_model(f"whisper{s}")
+            for b in BATCHES:
+                f = whisper_feeds(s, b)
+                out.append(Case("R1", f"whisper_encoder/b{b}/s{s}", model, f, **TOL_F32))
+        for kind in ("vit", "clip_vision"):
+            model = encoder_model(kind)
+            for b in BATCHES:
+                for px in PIXELS if kind == "vit" else CLIP_PIXELS:
+                    f = vit_feeds(px, b)
+                    out.append(Case("R1", f"{kind}/b{b}/{px}px", model, f, **TOL_F32))
     for kind in ["llama"] if quick else list(DECODERS):
         model = decoder_model(kind, with_past=False)
         for b, s in grid:
