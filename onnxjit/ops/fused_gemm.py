@@ -1,4 +1,4 @@
-"""``FusedGemm``: a GEMM with its epilogue (bias + activation) fused in.
+"""``FusedGemm``: a GEMM with its epilogue (bias, residual, activation) fused in.
 
 Created by ``onnxjit.passes.patterns_gemm.fuse_gemm_epilogue`` from MatMul/Gemm + bias Add +
 activation. The weight arrives pre-arranged at rewrite time as a C-contiguous (K, N) matrix of
@@ -21,6 +21,7 @@ import numpy as np
 from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
 from onnxjit.ops.gemm import (
     Epilogue,
+    apply_epilogue,
     bound_product,
     epilogue_args,
     matmul_into,
@@ -80,6 +81,7 @@ def fused_gemm(
     a: np.ndarray,
     w: np.ndarray,
     bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
     *,
     trans_a: int = 0,
     alpha: float = 1.0,
@@ -87,12 +89,14 @@ def fused_gemm(
     activation_params: list[float] | None = None,
     out_rank: int = 0,
 ) -> np.ndarray:
-    """``act(alpha * op(A) @ W + bias)``.
+    """``act(alpha * op(A) @ W + bias + residual)``.
 
     ``W`` is (K, N) in the compute dtype; ``bias`` (N,) or absent. Without ``trans_a``, ``A`` is
     (..., K) (MatMul with a 2-D weight: leading dims flattened into the GEMM's rows; a 1-D ``A``
     gives an (N,) result); with ``trans_a`` it is 2-D (K, M) as in Gemm. ``out_rank`` prepends
     size-1 dims up to that rank (a bias Add of higher rank than the product broadcasts so).
+    ``residual`` (of A's type) is added as ONNX's Add would: the result has the broadcast
+    shape of the product and the residual (in the epilogue when that is the product's shape).
     """
     dtype = a.dtype
     cd = compute_dtype(dtype)
@@ -112,17 +116,36 @@ def fused_gemm(
         a2 = ac.reshape(-1, ac.shape[-1])
     if a2.shape[1] != K:
         raise ctx.error(f"inner dimensions differ: A {a.shape} and the weight ({K}, {N})")
+    shape = lead + (N,)
+    if len(shape) < out_rank:
+        shape = (1,) * (out_rank - len(shape)) + shape
     y = np.empty((a2.shape[0], N), cd)
+    res = None
+    if residual is not None:
+        try:
+            full = np.broadcast_shapes(shape, residual.shape)
+        except ValueError:
+            raise ctx.error(
+                f"the residual of shape {residual.shape} does not broadcast with the product's "
+                f"shape {shape}"
+            ) from None
+        if full == shape:
+            res = np.ascontiguousarray(np.broadcast_to(residual, shape), cd).reshape(y.shape)
     if y.size:
         backend = ctx.backend
         code, p0, p1 = activation_args(ctx, activation, activation_params, cd, backend)
         mode = backend.kernel("blas", "BIAS_COL")
-        ep = Epilogue(bias=bias, bias_mode=mode, act=code, p0=p0, p1=p1)
+        widens = residual is not None and res is None
+        ep = Epilogue(bias=bias, bias_mode=mode, residual=res)
+        if not widens:
+            ep = ep._replace(act=code, p0=p0, p1=p1)
         matmul_into(a2, w, y, alpha=alpha, epilogue=ep, backend=backend)
-    shape = lead + (N,)
-    if len(shape) < out_rank:
-        shape = (1,) * (out_rank - len(shape)) + shape
     y = y.reshape(shape)
+    if residual is not None and res is None:  # the residual widens the result: Add's broadcast
+        y = np.add(y, residual.astype(cd, copy=False))
+        if y.size and y.ndim >= 2:
+            code, p0, p1 = activation_args(ctx, activation, activation_params, cd)
+            apply_epilogue(ctx.backend, y, Epilogue(act=code, p0=p0, p1=p1))
     return y if cd == dtype else y.astype(dtype)
 
 
@@ -150,20 +173,27 @@ def _lower_fused_gemm(lc: LowerContext) -> Bound | None:
         if not bias.const or bias.kind != TENSOR or bias.shape != (N,) or bias.dtype != cd:
             return None  # the implementation (a bias the plan does not hold)
         b = np.ascontiguousarray(bias.value)
+    residual = lc.inputs[3] if len(lc.inputs) > 3 else None
+    shape = a.shape[:-1] + (N,)
+    rank = lc.attrs["out_rank"] or 0
+    if len(shape) < rank:
+        shape = (1,) * (rank - len(shape)) + shape
+    if residual is not None and (
+        residual.kind != TENSOR or residual.shape != shape or residual.dtype != a.dtype
+        or cd != a.dtype
+    ):  # fmt: skip
+        return None  # the implementation: a residual that broadcasts, or a float16 one
     backend = lc.backend
     code, p0, p1 = activation_args(
         lc.ctx, lc.attrs["activation"], lc.attrs["activation_params"], cd, backend
     )
     mode = backend.kernel("blas", "BIAS_COL")
     ep = epilogue_args(backend, Epilogue(bias=b, bias_mode=mode, act=code, p0=p0, p1=p1), cd)
-    shape = a.shape[:-1] + (N,)
-    rank = lc.attrs["out_rank"] or 0
-    if len(shape) < rank:
-        shape = (1,) * (rank - len(shape)) + shape
     M, alpha = a.size // K, lc.attrs["alpha"]
     if cd == a.dtype:
         weight = np.ascontiguousarray(w.value) if w.const else In(1, flat=True)
-        return bound_product(backend, a, weight, M, N, K, shape, alpha, ep)
+        res = None if residual is None else In(3, flat=True)
+        return bound_product(backend, a, weight, M, N, K, shape, alpha, ep, residual=res)
     packed = packed_weight(backend, np.ascontiguousarray(w.value), K, N)
     b_packed = backend.kernel("blas", "B_PACKED")
     fn, args = product(

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from onnxjit.backends import default as default_backend
-from onnxjit.lowering import Bound, In, Out, Spec, tensor, writes
+from onnxjit.lowering import Bound, In, Out, Spec, portable, tensor, writes
 
 _BLAS_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -214,7 +214,7 @@ def matmul_into(
                     out.fill(0)
                 else:
                     out *= dtype.type(beta)
-                _apply_epilogue(backend, out, epilogue)
+                apply_epilogue(backend, out, epilogue)
                 return
             sa = m * k if lead_a == lead and lead else 0
             sb = k * n if lead_b == lead and lead else 0
@@ -232,7 +232,27 @@ def matmul_into(
     if beta != 0.0:
         y = y + out * out.dtype.type(beta)
     out[...] = y
-    _apply_epilogue(backend, out, epilogue)
+    apply_epilogue(backend, out, epilogue)
+
+
+@portable
+def call_with_residual(fn: Any, pos: int, head: tuple, tail: tuple, *a: Any) -> None:
+    """``fn(*a)`` with the epilogue tuple ``(*head, residual, *tail)`` inserted at ``pos``,
+    the residual being ``a``'s last element."""
+    fn(*a[:pos], (*head, a[-1], *tail), *a[pos:-1])
+
+
+def with_residual(fn: Any, args: tuple, pos: int, residual: In) -> tuple[Any, tuple]:
+    """``(call, args')``: ``fn(*args)`` whose epilogue tuple ``args[pos]`` (see
+    :func:`epilogue_args`) takes as its residual the plan's buffer ``residual`` (a reference
+    the plan resolves at every run, which it cannot do inside a tuple). The epilogue's other
+    parts travel as arguments, where a device backend places them."""
+    ep = args[pos]
+    return call_with_residual, (fn, pos, ep[:2], ep[3:], *args[:pos], *args[pos + 1 :], residual)
+
+
+# where :func:`product`'s argument tuple holds the epilogue
+_EP_POS = 13
 
 
 def bound_product(
@@ -246,22 +266,30 @@ def bound_product(
     alpha: float = 1.0,
     ep: tuple | None = None,
     packed: bool = False,
+    residual: In | None = None,
 ) -> Bound:
     """The bound call writing ``alpha * A @ B`` (plus the epilogue ``ep``) into output 0 of
     shape ``out_shape``: input 0 (spec ``a``, float32/float64, read as ``m x k`` rows), by
     ``b``, a ``k x n`` weight constant for the plan (row-major, packed here into the
     micro-kernel's panels once per weight, see :func:`packed_weight`; ``packed``: already
-    so), or the reference to an input holding one (read as stored at every run)."""
+    so), or the reference to an input holding one (read as stored at every run). A
+    ``residual`` (a flat reference to an input of the output's size and type) is added in
+    the epilogue; the output never shares its buffer."""
     dtype = a.dtype
     if isinstance(b, np.ndarray):
         bb = b if packed else packed_weight(backend, b, k, n)
         tb = _blas(backend, "B_PACKED")
     else:
         bb, tb = b, 0
+    if residual is not None:
+        ep = epilogue_args(backend, _NO_EPILOGUE, dtype) if ep is None else ep
+        ep = (*ep[:3], True, *ep[4:])
     fn, args = product(
         backend, 1, m, n, k, In(0, flat=True), 0, 0, bb, tb, 0, Out(0, flat=True), dtype,
         alpha, 0.0, ep,
     )  # fmt: skip
+    if residual is not None:
+        fn, args = with_residual(fn, args, _EP_POS, residual)
     return writes(fn, *args, outs=[tensor(dtype, out_shape)], name="blas.gemm_ks")
 
 
@@ -373,8 +401,9 @@ def small_blocks_in_place() -> bool:
     return _small_blocks
 
 
-def _apply_epilogue(backend: Any, out: np.ndarray, ep: Epilogue) -> None:
-    """The epilogue with numpy and the row kernel, for products not computed in tiles."""
+def apply_epilogue(backend: Any, out: np.ndarray, ep: Epilogue) -> None:
+    """The epilogue ``ep`` on ``out`` (C-contiguous, at least 2-D) with numpy and the row
+    kernel, for products not computed in tiles."""
     if ep is _NO_EPILOGUE:
         return
     m, n = out.shape[-2:]

@@ -31,7 +31,6 @@ from onnxjit.lowering import (
     LowerContext,
     Out,
     lowers,
-    portable,
     tensor,
     writes,
 )
@@ -632,21 +631,6 @@ def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
     return tuple(out) == ((H - 1) // s + 1, (W - 1) // s + 1)
 
 
-@portable
-def _call_with_residual(fn: Any, pos: int, head: tuple, tail: tuple, *a: Any) -> None:
-    """``fn(*a)`` with the epilogue tuple ``(*head, residual, *tail)`` inserted at ``pos``,
-    the residual being ``a``'s last element."""
-    fn(*a[:pos], (*head, a[-1], *tail), *a[pos:-1])
-
-
-def _with_residual(fn: Any, args: tuple, pos: int) -> tuple[Any, tuple]:
-    """``(call, args')``: ``fn(*args)`` whose epilogue tuple ``args[pos]`` (its third element
-    the residual) takes the residual the call receives last (FusedConv's input 3, flat).
-    The epilogue's other parts travel as arguments, where a device backend places them."""
-    ep = args[pos]
-    return _call_with_residual, (fn, pos, ep[:2], ep[3:], *args[:pos], *args[pos + 1 :], _R)
-
-
 class _ConvPlan:
     """A convolution of one input shape with one weight and epilogue, every decision made
     once: the method (1x1 GEMM, depthwise kernel, Winograd, implicit GEMM, im2col by runs or
@@ -1057,7 +1041,7 @@ class _ConvPlan:
         if not self.has_res:
             return self.fn, self.args
         if self.ep_pos is not None:
-            return _with_residual(self.fn, self.args, self.ep_pos)
+            return blas.with_residual(self.fn, self.args, self.ep_pos, _R)
         return self.fn, (*self.args, _R)
 
     @property

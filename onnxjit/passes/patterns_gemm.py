@@ -7,7 +7,11 @@ Matched (float32, float64, float16, bfloat16 weights):
   broadcasts along the last axis (size 1 or N, at most one non-1 dim, the last);
 * then optionally ``Add(y, c)`` / ``Add(c, y)`` with a constant ``c`` of N values (or one)
   varying only along the last axis, for MatMul or a Gemm without C;
-* then optionally one activation (see :func:`match_activation`).
+* then optionally ``Add(y, r)`` / ``Add(r, y)`` with a computed ``r`` (a residual
+  connection, added in the epilogue where it has the product's shape);
+* then optionally one activation (see :func:`match_activation`); without a residual, also
+  one that follows a Reshape of the product (it commutes with it: the Reshape is kept after
+  the fused node).
 
 The weight is stored pre-arranged (C-contiguous (K, N), compute dtype) and Gemm's beta is
 applied to the bias once, at rewrite time. Nothing fuses when an intermediate value is used by
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxjit import ir
-from onnxjit.passes.rewrite import GraphIndex, fused_node, is_op
+from onnxjit.passes.rewrite import GraphIndex, fresh_name, fused_node, is_op, onnx_node
 
 _FLOAT_KINDS = "fV"
 # Clip's defaults before opset 11 (float32 extremes).
@@ -220,20 +224,62 @@ def fuse_gemm_epilogue(graph: ir.Graph) -> int:
                     out_rank = c.ndim
                     members.append(u)
                     cur = u.outputs[0]
+        residual = ""
+        u = idx.only_user(cur)
+        if is_op(u, "Add") and (u.since_version or 0) >= 7 and len(u.inputs) == 2:
+            # A computed addend (a residual connection): added in the epilogue as well, before
+            # any activation, as the epilogue computes act(y + bias + residual).
+            other = u.inputs[1] if u.inputs[0] == cur else u.inputs[0]
+            if other and other != cur and idx.const(other) is None:
+                residual = other
+                members.append(u)
+                cur = u.outputs[0]
         act = match_activation(idx, cur, GEMM_ACTIVATIONS)
+        reshape: ir.Node | None = None
+        if act is None and not residual:
+            # An activation after a Reshape of the product (torch's addmm on 2-D rows, then
+            # view, then the activation: GPT-2's MLP): a unary elementwise function commutes
+            # with the Reshape, so the epilogue applies it and the Reshape follows.
+            r = idx.only_user(cur)
+            if is_op(r, "Reshape") and r.inputs[0] == cur:
+                after = match_activation(idx, r.outputs[0], GEMM_ACTIVATIONS)
+                if after is not None and after.bias is None:
+                    act, reshape = after, r
         if act is not None and act.bias is not None:
             extra = _row_bias(act.bias, n) if act.bias.dtype == dtype else None
             if extra is None or act.bias.ndim > 1:
                 act = None
             else:
                 bias = extra if bias is None else bias + extra
+        after_reshape: list[ir.Node] = []
         if act is not None:
+            if reshape is not None:
+                # the product, activated, under a new name; the Reshape then writes the
+                # activation's output name
+                pre = fresh_name(graph, cur)
+                after_reshape.append(
+                    onnx_node(
+                        "Reshape",
+                        reshape.since_version or 14,
+                        [pre, *reshape.inputs[1:]],
+                        [act.output],
+                        attrs=reshape.attrs,
+                        name=reshape.name,
+                    )
+                )
+                members.append(reshape)
+                cur = pre
             members.extend(act.members)
-            cur = act.output
+            if reshape is None:
+                cur = act.output
         cd = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
         inputs = [node.inputs[0], idx.add_initializer("fused_gemm_w", np.ascontiguousarray(w, cd))]
-        if bias is not None:
-            inputs.append(idx.add_initializer("fused_gemm_b", bias.astype(cd)))
+        if bias is not None or residual:
+            inputs.append(
+                idx.add_initializer("fused_gemm_b", bias.astype(cd)) if bias is not None else ""
+            )
+        if residual:
+            inputs.append(residual)
         attrs = {"trans_a": head["trans_a"], "alpha": head["alpha"]}
         if act is not None:
             attrs["activation"] = act.name
@@ -242,7 +288,7 @@ def fuse_gemm_epilogue(graph: ir.Graph) -> int:
         if out_rank:
             attrs["out_rank"] = out_rank
         fused = fused_node("FusedGemm", inputs, [cur], attrs=attrs, members=members)
-        idx.replace(members, [fused])
+        idx.replace(members, [fused, *after_reshape])
         done.update(id(m) for m in members)
         count += 1
     return count
