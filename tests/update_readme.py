@@ -29,11 +29,12 @@ def passes_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-def bench_markdown() -> str:
-    """The table of bench/results.md (written by ``python -m bench``), with its header lines."""
-    results = README.parent / "bench" / "results.md"
+def bench_markdown(name: str = "results.md") -> str:
+    """The table of bench/``name`` (written by ``python -m bench --out``), with its header
+    lines."""
+    results = README.parent / "bench" / name
     if not results.exists():
-        return "No results yet: run `python -m bench`.\n"
+        return f"No results yet: run `python -m bench --out bench/{name}`.\n"
     return results.read_text()
 
 
@@ -42,5 +43,6 @@ if __name__ == "__main__":
     text = replace_section(text, "ops-table", supported_ops_markdown())
     text = replace_section(text, "passes-table", passes_markdown())
     text = replace_section(text, "bench-table", bench_markdown())
+    text = replace_section(text, "bench-real-table", bench_markdown("results_real.md"))
     README.write_text(text)
     print("README.md updated")
