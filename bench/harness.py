@@ -566,7 +566,7 @@ def runs_per_block(times_ns: Sequence[float], block_ms: float) -> int:
     same count for every engine: with blocks of equal length in time instead, the slower
     engine's block had fewer runs and its median leaned more on that first run (C2: 2 runs
     against 4, C1: 1 against 2 at 5 ms; see bench/README.md for the ratios both ways)."""
-    slowest = max(*times_ns, 1.0)
+    slowest = max([*times_ns, 1.0])
     return max(MIN_BLOCK_RUNS, math.ceil(block_ms * 1e6 / slowest))
 
 
