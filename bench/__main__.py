@@ -5,8 +5,11 @@
     python -m bench --only E1,M1 --out bench/results.md --json
     python -m bench --quick --only M1 --cold   # also cold start (first case of each workload)
 
-Columns: workload, case, ratio onnxjit/onnxruntime (median, 95 % bootstrap interval), onnxjit
-median, onnxruntime median, roof fraction (bandwidth or GEMM, onnxjit then onnxruntime), flags.
+Columns: workload, case, ratio onnxjit/onnxruntime (median, 95 % bootstrap interval), ratio
+openvino/onnxruntime measured in the same rounds (``-`` with a numbered note where OpenVINO is
+not installed, does not load the model or disagrees with onnxruntime; ``--no-openvino`` leaves
+it out), onnxjit median, onnxruntime median, roof fraction (bandwidth or GEMM, onnxjit then
+onnxruntime), flags.
 D1's ``alt/...`` rows are the exception: their ratio ("alt/rep") is onnxjit's time per run with
 two shapes alternating over its time with each repeated (see the note under the table).
 The last line is the geometric mean of the per-workload geometric means (``alt/...`` rows left
@@ -65,6 +68,18 @@ ALT_NOTE = (
 )
 
 
+def fmt_anchor(r: harness.Result, name: str, notes: dict[str, int]) -> str:
+    """Engine ``name``'s ratio to onnxruntime, or ``- [k]`` with ``k`` the number of the note
+    that says why it has none (``notes`` maps reasons to numbers, filled here)."""
+    a = r.anchors.get(name)
+    if a is None or r.ratio is None:  # not asked for, or no onnxjit ratio to stand beside
+        return "-"
+    if a.get("ratio") is not None:
+        return f"{a['ratio']:.2f} [{a['ci_low']:.2f}, {a['ci_high']:.2f}]"
+    k = notes.setdefault(a.get("why", "?"), len(notes) + 1)
+    return f"- [{k}]"
+
+
 def fmt_roof(r: harness.Result) -> str:
     if r.roof_kind is None or r.jit_roof is None:
         return "-"
@@ -107,6 +122,13 @@ def environment() -> dict[str, Any]:
 
     import onnxjit
 
+    try:
+        import openvino
+
+        ov_version = openvino.__version__
+    except ImportError:
+        ov_version = None
+
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -122,6 +144,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "onnxjit": f"{onnxjit.__version__} ({_git_commit()})",
         "onnxruntime": onnxruntime.__version__,
+        "openvino": ov_version,
         "numba": numba.__version__,
         "numpy": numpy.__version__,
     }
@@ -141,9 +164,10 @@ def markdown(
         f"Command: `{command}`  ",
         f"{env['date']}; {env['cpu']}, {env['cores']} cores; load average (1, 5, 15 min) "
         f"{load[0]} at start, {load[1]} at end  ",
-        f"onnxjit {env['onnxjit']}, onnxruntime {env['onnxruntime']}, numba {env['numba']}, "
-        f"numpy {env['numpy']}, Python {env['python']}; {threads['threads']} threads for both "
-        f"engines and BLAS  ",
+        f"onnxjit {env['onnxjit']}, onnxruntime {env['onnxruntime']}, "
+        f"openvino {env.get('openvino') or 'not installed'}, numba {env['numba']}, "
+        f"numpy {env['numpy']}, Python {env['python']}; {threads['threads']} threads for every "
+        f"engine and BLAS  ",
         f"Roofs measured in this run: copy {roofs.copy_gbps:.1f} GB/s (read + write, numpy "
         f"copy of 256 MB), float32 GEMM {roofs.gemm_gflops:.0f} GFLOP/s (numpy 2048^3)  ",
     ]
@@ -156,10 +180,11 @@ def markdown(
         )
     lines += [
         "",
-        "| workload | case | ratio onnxjit/ort (median, 95 % CI) | onnxjit median "
-        "| onnxruntime median | roof fraction | flags |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | case | ratio onnxjit/ort (median, 95 % CI) | openvino/ort "
+        "| onnxjit median | onnxruntime median | roof fraction | flags |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    notes: dict[str, int] = {}
     for r in results:
         flags = list(r.flags)
         if r.error:
@@ -167,16 +192,25 @@ def markdown(
         if r.void:
             flags.append(r.void)
         lines.append(
-            f"| {r.workload} | {r.case} | {fmt_ratio(r)} | {fmt_ns(r.jit_ns)} | "
+            f"| {r.workload} | {r.case} | {fmt_ratio(r)} | {fmt_anchor(r, 'openvino', notes)} "
+            f"| {fmt_ns(r.jit_ns)} | "
             f"{fmt_ns(r.ort_ns)} | {fmt_roof(r)} | {'; '.join(flags).replace('|', '/')} |"
         )
     for w, why in missing.items():
-        lines.append(f"| {w} | - | - | - | - | - | not run: {why.replace('|', '/')} |")
+        lines.append(f"| {w} | - | - | - | - | - | - | not run: {why.replace('|', '/')} |")
     per = ", ".join(f"{w} {g:.2f}" for w, g in means.items())
     lines.append("")
+    for why, k in notes.items():
+        lines.append(f"[{k}] openvino: {why}  ")
     if any(r.kind == "alternating" for r in results):
         lines.append(ALT_NOTE)
     lines.append(f"Per-workload geometric means: {per or '-'}  ")
+    ov_means = harness.anchor_summary(results, "openvino")
+    if ov_means:
+        ov_per = ", ".join(f"{w} {g:.2f}" for w, g in ov_means.items())
+        lines.append(
+            f"Per-workload geometric means of openvino/ort (cases where it ran): {ov_per}  "
+        )
     lines.append(
         "**Geometric mean of per-workload geometric means: "
         + (f"{overall:.2f}**" if overall is not None else "-**")
@@ -209,6 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cold-repeats", type=int, default=5, help="fresh processes per cold figure (5)"
     )
     ap.add_argument("--no-ratio", action="store_true", help="skip the ratio runs (with --cold)")
+    ap.add_argument(
+        "--no-openvino",
+        action="store_true",
+        help="do not time OpenVINO beside the other two engines (it is timed by default where "
+        "it is installed and loads the model)",
+    )
     ap.add_argument(
         "--level",
         choices=harness.LEVELS,
@@ -257,12 +297,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log(f"{w} {case.name} ...")
             t0 = time.perf_counter()
             res = harness.measure_case(
-                case, roofs, rounds=args.rounds, block_ms=args.block_ms, level=args.level
+                case,
+                roofs,
+                rounds=args.rounds,
+                block_ms=args.block_ms,
+                level=args.level,
+                openvino=not args.no_openvino,
             )
             res.extra["wall_s"] = time.perf_counter() - t0
             results.append(res)
+            ov = res.anchors.get("openvino", {})
+            ov_text = ""
+            if ov.get("ratio") is not None:
+                ov_text = f"  openvino/ort {ov['ratio']:.2f}"
+            elif ov.get("why"):
+                ov_text = f"  (openvino: {ov['why']})"
             _log(
-                f"  ratio {fmt_ratio(res)}  jit {fmt_ns(res.jit_ns)}  ort {fmt_ns(res.ort_ns)}"
+                f"  ratio {fmt_ratio(res)}{ov_text}  jit {fmt_ns(res.jit_ns)}"
+                f"  ort {fmt_ns(res.ort_ns)}"
                 f"  {'; '.join(res.flags)} {res.error or ''}{res.void or ''}"
                 f"  ({res.extra['wall_s']:.1f} s)"
             )
@@ -299,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cold": [vars(c) for c in cold_results],
             "geomean": harness.summary(results)[1],
             "per_workload_geomean": harness.summary(results)[0],
+            "per_workload_geomean_openvino": harness.anchor_summary(results, "openvino"),
         }
         jpath.write_text(json.dumps(payload, indent=1, default=str))
         _log(f"wrote {jpath}")

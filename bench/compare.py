@@ -3,7 +3,9 @@ as one before/after table (markdown on stdout).
 
 Each row is a case both runs measured: its ratio onnxjit/onnxruntime with the 95 % interval
 in each run, and whether the change is beyond the intervals (the after interval lies wholly
-above the before one: slower; wholly below: faster). The runs should come from the same
+above the before one: slower; wholly below: faster); beside them, OpenVINO's ratio to
+onnxruntime in the after run (``-`` where it has none; the run's table says why), the bar
+where OpenVINO is faster than onnxruntime. The runs should come from the same
 machine and hour; the header repeats each run's command, commit, time and load.
 """
 
@@ -27,6 +29,15 @@ def _ratio(r: dict[str, Any] | None) -> str:
         return "-"
     prefix = "alt/rep " if r.get("kind") == "alternating" else ""
     return f"{prefix}{r['ratio']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+
+
+def _anchor(r: dict[str, Any] | None, name: str) -> str:
+    """Engine ``name``'s ratio to onnxruntime in a result (JSON), ``-`` where it has none
+    (runs from before the harness measured it have no ``anchors``)."""
+    a = (r or {}).get("anchors", {}).get(name) or {}
+    if a.get("ratio") is None:
+        return "-"
+    return f"{a['ratio']:.2f} [{a['ci_low']:.2f}, {a['ci_high']:.2f}]"
 
 
 def _verdict(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -54,8 +65,8 @@ def table(before: dict[str, Any], after: dict[str, Any]) -> str:
         _header("After", after) + "  ",
         "",
         "| workload | case | before (ratio, 95 % CI) | after (ratio, 95 % CI) | onnxjit before "
-        "| onnxjit after | change |",
-        "|---|---|---|---|---|---|---|",
+        "| onnxjit after | change | openvino/ort after |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key in list(b) + [k for k in a if k not in b]:
         rb, ra = b.get(key), a.get(key)
@@ -63,7 +74,8 @@ def table(before: dict[str, Any], after: dict[str, Any]) -> str:
         jit_b = f"{rb['jit_ns'] / 1e3:.1f} µs" if rb is not None else "-"
         jit_a = f"{ra['jit_ns'] / 1e3:.1f} µs" if ra is not None else "-"
         lines.append(
-            f"| {key[0]} | {key[1]} | {_ratio(rb)} | {_ratio(ra)} | {jit_b} | {jit_a} | {verdict} |"
+            f"| {key[0]} | {key[1]} | {_ratio(rb)} | {_ratio(ra)} | {jit_b} | {jit_a} | {verdict} "
+            f"| {_anchor(ra, 'openvino')} |"
         )
     both = [k for k in b if k in a and b[k].get("kind") != "alternating"]
     if both:

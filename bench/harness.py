@@ -1,26 +1,33 @@
-"""The ratio harness of shared/BENCHMARKING.md: onnxjit against onnxruntime in one process.
+"""The ratio harness of shared/BENCHMARKING.md: onnxjit against onnxruntime in one process,
+with OpenVINO's CPU runtime as a second anchor where it is installed and loads the model.
 
-Protocol, per case (:func:`measure_case`):
+Protocol, per case (:func:`measure_case`); the engines are onnxjit, onnxruntime and, where
+available, OpenVINO (:data:`ENGINES`):
 
-1. Build both sessions from the same model; run each once on the same preallocated feeds and
-   compare every output with the case's ``rtol``/``atol``. A mismatch makes the result void (no
-   ratio is reported for it).
+1. Build every engine's session from the same model; run each once on the same preallocated
+   feeds and compare every output with onnxruntime's at the case's ``rtol``/``atol``. An
+   onnxjit mismatch makes the result void (no ratio is reported for it); an OpenVINO one, or a
+   model OpenVINO does not load, leaves OpenVINO out of the timing, its reason in
+   ``Result.anchors["openvino"]["why"]``.
 2. Threads: onnxruntime ``intra_op_num_threads=2``, ``inter_op_num_threads=1``, sequential;
    onnxjit ``SessionOptions.intra_op_num_threads=2`` (its own pool, with BLAS single-threaded
-   inside); BLAS limited to 2 threads with threadpoolctl for the roofs (:func:`fix_threads`).
-3. Warm both: at least 5 runs each (plus one run per extra size for D1 cases, after which the
-   Numba compilations triggered by those new sizes are counted).
-4. At least 21 rounds. In each round the two engines run one block each, in random order; both
-   engines' blocks have the same number of runs, as many as make about ``block_ms`` for the
-   slower engine and at least ``MIN_BLOCK_RUNS`` (see :func:`runs_per_block`), each run timed
-   with ``perf_counter_ns`` and the garbage collector off; after every block the harness sleeps
+   inside); OpenVINO ``INFERENCE_NUM_THREADS=2`` with the latency hint (one stream) in float32
+   (:data:`OPENVINO_CONFIG`); BLAS limited to 2 threads with threadpoolctl for the roofs
+   (:func:`fix_threads`).
+3. Warm every engine: at least 5 runs each (plus one run per extra size for D1 cases, after
+   which the Numba compilations triggered by those new sizes are counted).
+4. At least 21 rounds. In each round every engine runs one block, in random order; all blocks
+   have the same number of runs, as many as make about ``block_ms`` for the slowest engine and
+   at least ``MIN_BLOCK_RUNS`` (see :func:`runs_per_block`), each run timed with
+   ``perf_counter_ns`` and the garbage collector off; after every block the harness sleeps
    5-10 ms and then until the process's idle threads stop spinning (:func:`quiesce`):
    onnxruntime's spin for about 40 ms after a run on the development VM, and onnxjit's pool
-   workers spin too; either would steal a core from the other engine's next block.
+   workers spin too; either would steal a core from the next engine's block.
    BENCHMARKING.md asks for a 5-10 ms pause after onnxruntime's blocks; that is too short here.
-5. Per round: the median time per run of each engine, ratio = onnxjit / onnxruntime. Reported:
-   the median ratio over rounds with a bootstrap 95 % interval, the median of the per-round
-   medians of each engine, and a flag when the interval is wider than 10 % of the ratio.
+5. Per round: the median time per run of each engine, ratio = onnxjit / onnxruntime (and
+   OpenVINO / onnxruntime for the anchor). Reported: the median ratio over rounds with a
+   bootstrap 95 % interval, the median of the per-round medians of each engine, and a flag
+   when onnxjit's interval is wider than 10 % of its ratio.
 
 Roof fractions use figures measured in the same run (:func:`measure_roofs`): the copy bandwidth
 of numpy copying a 256 MB float32 array (bytes read + bytes written per second) and numpy's
@@ -28,8 +35,8 @@ float32 GEMM rate on 2048^3. ``Case.bytes_moved / time`` is compared with the fi
 ``Case.flops / time`` with the second.
 
 A case with ``Case.alternate`` (D1 ``alt/...``) is measured by :func:`measure_alternating`
-instead: each engine against itself, two shapes alternating run after run against each shape
-repeated, in the same interleaved rounds.
+instead: onnxjit and onnxruntime each against itself, two shapes alternating run after run
+against each shape repeated, in the same interleaved rounds (OpenVINO is not measured there).
 """
 
 from __future__ import annotations
@@ -277,6 +284,83 @@ def make_sessions(
     return jit_sess, ort_sess, {"ort_create_s": t1 - t0, "jit_create_s": t2 - t1}
 
 
+#: Engine keys of the per-round figures (``Result.runs_per_block``, ``extra["per_round_ns"]``)
+#: and the names they are reported under. onnxruntime is the reference of every ratio.
+ENGINES = {"jit": "onnxjit", "ort": "onnxruntime", "ov": "openvino"}
+
+#: OpenVINO's CPU plugin at the harness's thread count, for one request at a time (the latency
+#: hint: one stream), computing in float32 as the model is written (on a CPU with bfloat16
+#: units OpenVINO's default precision would be bfloat16, another computation than the other
+#: two engines'). ``INFERENCE_NUM_THREADS`` is filled in by :func:`make_openvino`.
+OPENVINO_CONFIG: dict[str, Any] = {
+    "PERFORMANCE_HINT": "LATENCY",
+    "INFERENCE_PRECISION_HINT": "f32",
+}
+
+
+class OpenVINOSession:
+    """An OpenVINO compiled model behind onnxruntime's ``run(output_names, feeds)``: one reused
+    infer request, outputs returned as numpy arrays (copies, as onnxruntime returns fresh ones)
+    in the ONNX graph's output order."""
+
+    def __init__(self, compiled: Any, output_names: Sequence[str]) -> None:
+        self._request = compiled.create_infer_request()
+        ports = {name: port for port in compiled.outputs for name in port.get_names()}
+        missing = [n for n in output_names if n not in ports]
+        if missing:
+            raise RuntimeError(f"OpenVINO's compiled model has no output named {missing}")
+        self._ports = [ports[n] for n in output_names]
+        self._names = list(output_names)
+
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, Any]) -> list[Any]:
+        res = self._request.infer(feeds)
+        names = self._names if output_names is None else list(output_names)
+        return [res[self._ports[self._names.index(n)]] for n in names]
+
+
+def make_openvino(case: Case, threads: int = THREADS) -> tuple[OpenVINOSession, float]:
+    """(OpenVINO session of the case's model on the CPU, creation seconds). Raises ImportError
+    when OpenVINO is not installed, and whatever OpenVINO raises when it cannot read or compile
+    the model (an operator it does not implement, such as ai.onnx.ml's)."""
+    import openvino
+
+    t0 = time.perf_counter()
+    core = openvino.Core()
+    model = core.read_model(case.model.SerializeToString())
+    config = dict(OPENVINO_CONFIG, INFERENCE_NUM_THREADS=threads)
+    compiled = core.compile_model(model, "CPU", config)
+    sess = OpenVINOSession(compiled, [o.name for o in case.model.graph.output])
+    return sess, time.perf_counter() - t0
+
+
+def try_openvino(
+    case: Case, threads: int = THREADS
+) -> tuple[OpenVINOSession | None, str | None, float | None]:
+    """:func:`make_openvino` that does not raise: (session, None, creation seconds), or
+    (None, why there is none, None)."""
+    try:
+        sess, seconds = make_openvino(case, threads)
+    except Exception as exc:  # OpenVINO missing or not loading the model is a finding
+        return None, _openvino_why(exc), None
+    return sess, None, seconds
+
+
+def _openvino_why(exc: BaseException) -> str:
+    """Why OpenVINO did not load a model, in one line: OpenVINO's messages start with the C++
+    file that raised and put the reason on a later line; that line (the unsupported operators,
+    say) is the one worth reporting."""
+    if isinstance(exc, ImportError):
+        return "openvino is not installed (pip install openvino; the bench extra has it)"
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    # the ONNX frontend's summary: "-- No conversion rule found for operations: ..." and
+    # "-- Conversion is failed for: ..."
+    summary = [ln.removeprefix("-- ") for ln in lines if ln.startswith("-- ") and ":" in ln]
+    summary = [ln for ln in summary if not ln.endswith("with a message:")]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check '"))]
+    text = "; ".join(summary) or (useful or lines or [type(exc).__name__])[0]
+    return f"does not load: {text[:300]}"
+
+
 def compare_outputs(
     got: Sequence[Any], want: Sequence[Any], rtol: float, atol: float
 ) -> str | None:
@@ -447,9 +531,18 @@ class Result:
     error: str | None = None
     compiles: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The other engines measured against onnxruntime in the same rounds, by name
+    #: ("openvino"): ``ratio`` (its time / onnxruntime's, median over rounds), ``ci_low``,
+    #: ``ci_high``, ``ns`` (median time per run); or ``why`` it has no ratio (not installed,
+    #: does not load the model, outputs differ from onnxruntime's, skipped).
+    anchors: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def anchor_ratio(self, name: str) -> float | None:
+        """The ratio engine ``name`` / onnxruntime, None where it has none."""
+        return self.anchors.get(name, {}).get("ratio")
 
 
 # Runs per block, at the least: the median of three never takes the first run after the pause
@@ -467,14 +560,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}{where}"
 
 
-def runs_per_block(t_jit_ns: float, t_ort_ns: float, block_ms: float) -> int:
-    """Runs in each engine's block: as many as take ``block_ms`` at the slower engine's time
-    per run, at least :data:`MIN_BLOCK_RUNS`. The same count for both engines: with blocks of
-    equal length in time instead, the slower engine's block had fewer runs and its median
-    leaned more on that first run (C2: 2 runs against 4, C1: 1 against 2 at 5 ms; see
-    bench/README.md for the ratios both ways)."""
-    slower = max(t_jit_ns, t_ort_ns, 1.0)
-    return max(MIN_BLOCK_RUNS, math.ceil(block_ms * 1e6 / slower))
+def runs_per_block(times_ns: Sequence[float], block_ms: float) -> int:
+    """Runs in each engine's block, given every engine's time per run: as many as take
+    ``block_ms`` at the slowest engine's time per run, at least :data:`MIN_BLOCK_RUNS`. The
+    same count for every engine: with blocks of equal length in time instead, the slower
+    engine's block had fewer runs and its median leaned more on that first run (C2: 2 runs
+    against 4, C1: 1 against 2 at 5 ms; see bench/README.md for the ratios both ways)."""
+    slowest = max([*times_ns, 1.0])
+    return max(MIN_BLOCK_RUNS, math.ceil(block_ms * 1e6 / slowest))
 
 
 def measure_case(
@@ -484,17 +577,21 @@ def measure_case(
     block_ms: float = 5.0,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
-    sessions: tuple[Any, Any] | None = None,
+    sessions: Sequence[Any] | None = None,
     level: str = "all",
+    openvino: bool = True,
 ) -> Result:
     """Run the ratio protocol on one case (see the module docstring).
 
     ``sessions`` = (onnxjit session, onnxruntime session) built by :func:`make_sessions` reuses
-    them; by default they are built here, at graph optimisation ``level`` (and their
-    creation time recorded). A case with ``alternate`` goes to :func:`measure_alternating`.
+    them, optionally with a third element: the :class:`OpenVINOSession` of
+    :func:`make_openvino`, or the reason there is none (a string); by default they are built
+    here, at graph optimisation ``level`` (and their creation time recorded). OpenVINO has no
+    such level: it always optimises. ``openvino=False`` leaves OpenVINO out. A case with
+    ``alternate`` goes to :func:`measure_alternating`.
     """
     if case.alternate is not None:
-        return measure_alternating(case, rounds, block_ms, seed, log, sessions, level)
+        return measure_alternating(case, rounds, block_ms, seed, log, sessions, level, openvino)
     res = Result(case.workload, case.name)
     counter = compile_counter()
     rounds = max(MIN_ROUNDS, rounds)
@@ -504,7 +601,7 @@ def measure_case(
             jit, ort_sess, extra = make_sessions(case, level=level)
             res.extra.update(extra)
         else:
-            jit, ort_sess = sessions
+            jit, ort_sess = sessions[:2]
         want = ort_sess.run(None, case.feeds)
         t0 = time.perf_counter()
         got = jit.run(None, case.feeds)
@@ -518,17 +615,19 @@ def measure_case(
         res.void = why
         res.flags.append("VOID: outputs differ")
         return res
-    del got, want
+    del got
+    engines: dict[str, Any] = {"jit": jit, "ort": ort_sess}
+    ov = _anchor_openvino(case, res, openvino, sessions, want)
+    if ov is not None:
+        engines["ov"] = ov
+    del want
 
-    def run_jit() -> Any:
-        return jit.run(None, case.feeds)
+    def runner(sess: Any) -> Callable[[], Any]:
+        return lambda: sess.run(None, case.feeds)
 
-    def run_ort() -> Any:
-        return ort_sess.run(None, case.feeds)
-
+    runs = {e: runner(s) for e, s in engines.items()}
     # warm-up: at least WARM_RUNS each; time per run estimated from the last ones
-    t_jit = time_block(run_jit, WARM_RUNS)
-    t_ort = time_block(run_ort, WARM_RUNS)
+    est = {e: time_block(run, WARM_RUNS) for e, run in runs.items()}
     res.compiles["warm_up"] = counter.delta(before, counter.snapshot())
 
     if case.sizes:  # D1: new sizes after warm-up must compile nothing
@@ -552,21 +651,19 @@ def measure_case(
             res.flags.append("VOID: outputs differ on a new size")
             return res
 
-    n = runs_per_block(t_jit, t_ort, block_ms)
-    n_block = {"jit": n, "ort": n}
-    res.runs_per_block = dict(n_block)
+    n = runs_per_block(list(est.values()), block_ms)
+    res.runs_per_block = {e: n for e in engines}
     rnd = random.Random(seed)
     before_timing = counter.snapshot()
-    per_round: dict[str, list[float]] = {"jit": [], "ort": []}
-    runs = {"jit": run_jit, "ort": run_ort}
+    per_round: dict[str, list[float]] = {e: [] for e in engines}
     for r in range(rounds):
-        order = ["jit", "ort"]
+        order = list(engines)
         rnd.shuffle(order)
         for eng in order:
-            per_round[eng].append(time_block(runs[eng], n_block[eng]))
-            # Both engines' idle workers spin after their last parallel region (onnxruntime's
-            # pool, onnxjit's pool workers): wait until they sleep, so that neither engine's
-            # block starts with the other's threads holding a core.
+            per_round[eng].append(time_block(runs[eng], n))
+            # Every engine's idle workers spin after their last parallel region (onnxruntime's
+            # pool, onnxjit's pool workers, OpenVINO's): wait until they sleep, so that no
+            # engine's block starts with another's threads holding a core.
             time.sleep(rnd.uniform(0.005, 0.010))
             quiesce()
         if log and (r + 1) % 7 == 0:
@@ -580,6 +677,15 @@ def measure_case(
     res.ratio, res.ci_low, res.ci_high = bootstrap_ci(ratios, seed=seed)
     res.jit_ns = float(np.median(per_round["jit"]))
     res.ort_ns = float(np.median(per_round["ort"]))
+    if "ov" in per_round:
+        ov_ratio = bootstrap_ci(
+            [v / o for v, o in zip(per_round["ov"], per_round["ort"])], seed=seed
+        )
+        res.anchors[ENGINES["ov"]].update(
+            dict(
+                zip(("ratio", "ci_low", "ci_high"), ov_ratio), ns=float(np.median(per_round["ov"]))
+            )
+        )
     res.extra["per_round_ns"] = per_round
     if (res.ci_high - res.ci_low) > WIDE_CI * res.ratio:
         res.flags.append("CI > 10 %")
@@ -598,14 +704,49 @@ def measure_case(
     return res
 
 
+def _anchor_openvino(
+    case: Case, res: Result, wanted: bool, sessions: Sequence[Any] | None, want: Sequence[Any]
+) -> OpenVINOSession | None:
+    """The OpenVINO session to time beside the other two, or None with the reason in
+    ``res.anchors["openvino"]["why"]``: left out by ``wanted=False``, not installed, a model
+    it does not load, an error in its first run, or outputs that differ from onnxruntime's
+    ``want`` beyond the case's tolerance. The session comes from ``sessions[2]`` when given
+    (a string there is the reason there is none), else it is built here."""
+    name = ENGINES["ov"]
+    if not wanted:
+        res.anchors[name] = {"why": "skipped (--no-openvino)"}
+        return None
+    given = sessions[2] if sessions is not None and len(sessions) > 2 else None
+    if isinstance(given, str):
+        res.anchors[name] = {"why": given}
+        return None
+    if given is None:
+        given, why, res.extra["ov_create_s"] = try_openvino(case)
+        if given is None:
+            res.anchors[name] = {"why": why}
+            return None
+    try:
+        got = given.run(None, case.feeds)
+    except Exception as exc:
+        res.anchors[name] = {"why": f"run fails: {_describe(exc)}"}
+        return None
+    why = compare_outputs(got, want, case.rtol, case.atol)
+    if why:
+        res.anchors[name] = {"why": f"outputs differ: {why}"}
+        return None
+    res.anchors[name] = {}
+    return given
+
+
 def measure_alternating(
     case: Case,
     rounds: int = MIN_ROUNDS,
     block_ms: float = 5.0,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
-    sessions: tuple[Any, Any] | None = None,
+    sessions: Sequence[Any] | None = None,
     level: str = "all",
+    openvino: bool = True,
 ) -> Result:
     """Two input shapes alternating against each repeated, each engine against itself.
 
@@ -619,9 +760,13 @@ def measure_alternating(
     the alternating block, repeated = mean of the two repeated blocks' medians, ratio =
     alternating / repeated. ``Result.ratio`` is onnxjit's (median over rounds, bootstrap
     interval); onnxruntime's is in ``extra["ort_ratio"]`` and in the first flag;
-    ``jit_ns``/``ort_ns`` are the engines' alternating times per run.
+    ``jit_ns``/``ort_ns`` are the engines' alternating times per run. OpenVINO is not
+    measured (the alternating ratio is about onnxjit's per-shape cost, which onnxruntime's
+    own ratio already puts in context); ``sessions`` may carry it as a third element, unused.
     """
     res = Result(case.workload, case.name, kind="alternating")
+    if openvino:
+        res.anchors[ENGINES["ov"]] = {"why": "not measured in alternating-shape cases"}
     counter = compile_counter()
     rounds = max(MIN_ROUNDS, rounds)
     assert case.alternate is not None
@@ -635,7 +780,7 @@ def measure_alternating(
             jit, ort_sess, extra = make_sessions(case, level=level)
             res.extra.update(extra)
         else:
-            jit, ort_sess = sessions
+            jit, ort_sess = sessions[:2]
         outs = {k: (jit.run(None, f), ort_sess.run(None, f)) for k, f in shapes.items()}
     except Exception as exc:  # report and go on with the next case
         res.error = _describe(exc)
@@ -661,7 +806,7 @@ def measure_alternating(
             est[e].append(time_block(run[e, k], WARM_RUNS))
         time_alternating(run[e, "A"], run[e, "B"], WARM_RUNS)
     res.compiles["warm_up"] = counter.delta(before, counter.snapshot())
-    n = runs_per_block(max(est["jit"]), max(est["ort"]), block_ms)
+    n = runs_per_block([max(est["jit"]), max(est["ort"])], block_ms)
     res.runs_per_block = {"jit": n, "ort": n}
 
     rnd = random.Random(seed)
@@ -739,3 +884,13 @@ def summary(results: Sequence[Result]) -> tuple[dict[str, float], float | None]:
             per.setdefault(r.workload, []).append(r.ratio)
     means = {w: g for w, v in per.items() if (g := geomean(v)) is not None}
     return means, geomean(list(means.values()))
+
+
+def anchor_summary(results: Sequence[Result], name: str) -> dict[str, float]:
+    """Per-workload geometric mean of engine ``name``'s ratios to onnxruntime, over the cases
+    where it has one (a workload where it ran on no case is absent)."""
+    per: dict[str, list[float]] = {}
+    for r in results:
+        if (v := r.anchor_ratio(name)) is not None:
+            per.setdefault(r.workload, []).append(v)
+    return {w: g for w, v in per.items() if (g := geomean(v)) is not None}

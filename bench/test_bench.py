@@ -3,19 +3,22 @@
     pytest bench -m bench                                  # quick subset of every workload
     ONNXJIT_BENCH=full ONNXJIT_BENCH_ONLY=E1,M1 pytest bench -m bench --benchmark-json=b.json
 
-For every case and engine, ``benchmark.pedantic`` times the engine alone (>= 20 rounds, each
-round at least 1 ms of runs, garbage collector off); ``extra_info`` carries the ratio
-onnxjit / onnxruntime measured by the interleaved protocol of :mod:`bench.harness` (median,
-95 % interval, raw medians, roof fraction, flags). ``test_d1_no_compile_after_warmup`` asserts
-that the D1 cases compile nothing for ten new sizes once warm. D1's ``alt/...`` cases time one
-A run plus one B run per iteration, and their ``extra_info`` ratio is alternating / repeated
-(onnxjit against itself, onnxruntime's beside it); ``test_alternating_shapes_compile_nothing``
-asserts that, once both shapes are warm, alternating them compiles nothing and both engines
-agree on both.
+For every case and engine (onnxjit, onnxruntime and OpenVINO, the optional anchor: skipped
+with the reason where it is not installed or does not load the case's model),
+``benchmark.pedantic`` times the engine alone (>= 20 rounds, each round at least 1 ms of runs,
+garbage collector off); ``extra_info`` carries the ratio onnxjit / onnxruntime measured by the
+interleaved protocol of :mod:`bench.harness` (median, 95 % interval, raw medians, roof
+fraction, flags) and OpenVINO / onnxruntime from the same rounds.
+``test_d1_no_compile_after_warmup`` asserts that the D1 cases compile nothing for ten new
+sizes once warm. D1's ``alt/...`` cases time one A run plus one B run per iteration, and their
+``extra_info`` ratio is alternating / repeated (onnxjit against itself, onnxruntime's beside
+it; OpenVINO is not measured there); ``test_alternating_shapes_compile_nothing`` asserts that,
+once both shapes are warm, alternating them compiles nothing and both engines agree on both.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import time
@@ -32,6 +35,12 @@ QUICK = os.environ.get("ONNXJIT_BENCH", "quick") != "full"
 ONLY = [w.strip().upper() for w in os.environ.get("ONNXJIT_BENCH_ONLY", "").split(",") if w]
 MIN_ROUNDS = 20
 MIN_ROUND_NS = 1_000_000
+OPENVINO_MISSING = (
+    None
+    if importlib.util.find_spec("openvino")
+    else "openvino is not installed: it is the bench extra's optional second anchor "
+    "(pip install -e '.[bench]')"
+)
 
 
 def _collect() -> tuple[list[Any], list[Any], list[Any]]:
@@ -44,8 +53,10 @@ def _collect() -> tuple[list[Any], list[Any], list[Any]]:
             params.append(pytest.param(None, "-", id=f"{w}", marks=pytest.mark.skip(reason)))
             continue
         for c in cases:
-            for eng in ("onnxjit", "onnxruntime"):
-                params.append(pytest.param(c, eng, id=f"{w}:{c.name}:{eng}"))
+            for eng in ("onnxjit", "onnxruntime", "openvino"):
+                missing = eng == "openvino" and OPENVINO_MISSING
+                marks = [pytest.mark.skip(reason=OPENVINO_MISSING)] if missing else []
+                params.append(pytest.param(c, eng, id=f"{w}:{c.name}:{eng}", marks=marks))
             if c.sizes:
                 d1.append(pytest.param(c, id=f"{w}:{c.name}"))
             if c.alternate is not None:
@@ -54,7 +65,7 @@ def _collect() -> tuple[list[Any], list[Any], list[Any]]:
 
 
 PARAMS, D1_PARAMS, ALT_PARAMS = _collect()
-_SESSIONS: dict[int, tuple[Any, Any]] = {}
+_SESSIONS: dict[int, tuple[Any, Any, Any]] = {}
 _RESULTS: dict[int, harness.Result] = {}
 
 
@@ -68,10 +79,15 @@ def roofs() -> harness.Roofs:
     return harness.measure_roofs()
 
 
-def _sessions(case: Case) -> tuple[Any, Any]:
+def _sessions(case: Case) -> tuple[Any, Any, Any]:
+    """(onnxjit, onnxruntime, OpenVINO session or the reason there is none) of a case."""
     if id(case) not in _SESSIONS:
         jit, ort_sess, _ = harness.make_sessions(case)
-        _SESSIONS[id(case)] = (jit, ort_sess)
+        if case.alternate is None:
+            ov, why, _ = harness.try_openvino(case)
+        else:  # measure_alternating times onnxjit and onnxruntime only
+            ov, why = None, "not measured in alternating-shape cases"
+        _SESSIONS[id(case)] = (jit, ort_sess, ov if ov is not None else why)
     return _SESSIONS[id(case)]
 
 
@@ -88,8 +104,11 @@ def test_bench(benchmark: Any, case: Case, engine: str, roofs: harness.Roofs) ->
         pytest.fail(f"{case.workload} {case.name}: {res.error}")
     if res.void:
         pytest.fail(f"{case.workload} {case.name}: result void, {res.void}")
-    jit, ort_sess = _sessions(case)
-    sess = jit if engine == "onnxjit" else ort_sess
+    ov = res.anchors.get("openvino", {})
+    if engine == "openvino" and ov.get("ratio") is None:
+        pytest.skip(f"{case.workload} {case.name}: openvino {ov.get('why', 'not measured')}")
+    jit, ort_sess, ov_sess = _sessions(case)
+    sess = {"onnxjit": jit, "onnxruntime": ort_sess, "openvino": ov_sess}[engine]
     feeds = case.feeds
     other = case.alternate
 
@@ -126,6 +145,10 @@ def test_bench(benchmark: Any, case: Case, engine: str, roofs: harness.Roofs) ->
             "onnxruntime_roof": res.ort_roof,
             "flags": res.flags,
             "onnxruntime_alternating_ratio": res.extra.get("ort_ratio"),
+            "openvino_ratio": ov.get("ratio"),
+            "openvino_ratio_ci95": [ov.get("ci_low"), ov.get("ci_high")],
+            "openvino_median_ns": ov.get("ns"),
+            "openvino_why_none": ov.get("why"),
             "copy_gbps": roofs.copy_gbps,
             "gemm_gflops": roofs.gemm_gflops,
         }
@@ -137,7 +160,7 @@ def test_bench(benchmark: Any, case: Case, engine: str, roofs: harness.Roofs) ->
 def test_d1_no_compile_after_warmup(case: Case) -> None:
     """Once warm on one size, ten new sizes trigger no Numba compilation in onnxjit."""
     counter = harness.compile_counter()
-    jit, ort_sess = _sessions(case)
+    jit, ort_sess, _ = _sessions(case)
     for _ in range(harness.WARM_RUNS):
         jit.run(None, case.feeds)
     before = counter.snapshot()
@@ -156,7 +179,7 @@ def test_alternating_shapes_compile_nothing(case: Case) -> None:
     """Once both shapes ran, alternating them (ten of each) compiles nothing in onnxjit, and
     onnxjit matches onnxruntime on both every time."""
     counter = harness.compile_counter()
-    jit, ort_sess = _sessions(case)
+    jit, ort_sess, _ = _sessions(case)
     shapes = [case.feeds, case.alternate]
     for feeds in shapes:
         for _ in range(harness.WARM_RUNS):

@@ -305,7 +305,7 @@ def test_blocks_have_equal_run_counts_filling_the_slower_engines_block(
     # slower engine's block lasts at least block_ms
     from bench import harness
 
-    n = harness.runs_per_block(t_jit_ms * 1e6, t_ort_ms * 1e6, block_ms)
+    n = harness.runs_per_block([t_jit_ms * 1e6, t_ort_ms * 1e6], block_ms)
     slower = max(t_jit_ms, t_ort_ms)
     assert n >= harness.MIN_BLOCK_RUNS == 3
     assert n * slower >= block_ms

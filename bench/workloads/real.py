@@ -30,8 +30,10 @@ into the repository.
   classifiers): StandardScaler + LogisticRegression, a ColumnTransformer pipeline (8 scaled
   numeric columns and 3 one-hot encoded integer-coded columns of one float32 array, then a
   LogisticRegression; pandas is not a bench dependency, so no DataFrame / string inputs),
-  RandomForest, HistGradientBoosting, SVC (RBF) and KNeighbors classifiers, batch 1
-  and 512.
+  RandomForest, HistGradientBoosting, SVC (RBF) and KNeighbors classifiers; and gradient-boosted
+  trees through onnxmltools with its default options: LightGBM (LGBMClassifier, 100 trees of 31
+  leaves, 3 classes, ZipMap on; LGBMRegressor, 100 trees of 31 leaves) and XGBoost
+  (XGBClassifier, 100 rounds of depth 6, 3 classes); batch 1 and 512.
 * R4 (quantized): onnxruntime's ``quantize_dynamic`` (QInt8 weights, the MatMulInteger /
   DynamicQuantizeLinear form) on R1's BERT, and ``quantize_static`` (QDQ, QUInt8 activations,
   QInt8 weights, MinMax calibration on random token ids) on the same model.
@@ -45,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib
 import io
 import os
 import warnings
@@ -676,15 +679,73 @@ def _skl2onnx_bool_fix() -> Any:
         te.add_node = orig
 
 
-@functools.cache
-def sk_model(kind: str) -> onnx.ModelProto:
-    """A fitted scikit-learn model converted by skl2onnx with default options (cached per
-    process and on disk: HistGradientBoosting trains for several seconds here)."""
-    import skl2onnx
+def _boosted_estimator(kind: str) -> Any:
+    """An unfitted LightGBM or XGBoost model of R3 (fixed seeds; one training thread, so that
+    the fitted trees do not depend on the machine)."""
+    if kind.startswith("lgbm"):
+        import lightgbm
+
+        cls = lightgbm.LGBMClassifier if kind == "lgbm_clf" else lightgbm.LGBMRegressor
+        return cls(n_estimators=100, num_leaves=31, random_state=0, n_jobs=1, verbose=-1)
+    if kind == "xgb_clf":
+        import xgboost
+
+        return xgboost.XGBClassifier(n_estimators=100, max_depth=6, random_state=0, n_jobs=1)
+    raise ValueError(f"unknown boosted model {kind!r}")
+
+
+def _regression_target(x: np.ndarray) -> np.ndarray:
+    """A continuous target of R3's features (LGBMRegressor): a fixed linear part plus a
+    nonlinear one, so that the trees split on several features."""
+    w = np.random.default_rng(5).standard_normal(x.shape[1])
+    z = (x - x.mean(0)) / x.std(0)
+    return z @ w + 2.0 * np.sin(z[:, 0]) * z[:, 1]
+
+
+def _boosted_build(kind: str) -> onnx.ModelProto:
+    """A LightGBM / XGBoost model fitted on R3's classification features and converted by
+    onnxmltools with its defaults (its own default opsets: onnxmltools 1.16 converts these to
+    opset 9 with ai.onnx.ml 1 and supports no opset above 15)."""
+    import onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    x, y = _classification()
+    est = _boosted_estimator(kind)
+    est.fit(x, _regression_target(x) if kind == "lgbm_reg" else y)
+    types = [("X", FloatTensorType([None, N_FEATURES]))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if kind.startswith("lgbm"):
+            return onnxmltools.convert_lightgbm(est, initial_types=types)
+        return onnxmltools.convert_xgboost(est, initial_types=types)
+
+
+#: R3's gradient-boosted models converted by onnxmltools (not skl2onnx).
+BOOSTED_KINDS = ("lgbm_clf", "lgbm_reg", "xgb_clf")
+
+
+def _library_versions(kind: str) -> str:
+    """The versions of the libraries that fit and convert ``kind`` (part of its cache key)."""
     import sklearn
 
-    key = hashlib.sha1(f"{sklearn.__version__} {skl2onnx.__version__}".encode()).hexdigest()[:6]
-    return _cached(f"sk_{kind}_{key}", lambda: _sk_build(kind))
+    if kind in BOOSTED_KINDS:
+        import onnxmltools
+
+        lib = importlib.import_module("lightgbm" if kind.startswith("lgbm") else "xgboost")
+        return f"{sklearn.__version__} {lib.__version__} {onnxmltools.__version__}"
+    import skl2onnx
+
+    return f"{sklearn.__version__} {skl2onnx.__version__}"
+
+
+@functools.cache
+def sk_model(kind: str) -> onnx.ModelProto:
+    """A fitted scikit-learn model converted by skl2onnx with default options, or (``kind`` in
+    :data:`BOOSTED_KINDS`) a LightGBM / XGBoost model converted by onnxmltools (cached per
+    process and on disk: HistGradientBoosting trains for several seconds here)."""
+    key = hashlib.sha1(_library_versions(kind).encode()).hexdigest()[:6]
+    build = _boosted_build if kind in BOOSTED_KINDS else _sk_build
+    return _cached(f"sk_{kind}_{key}", lambda: build(kind))
 
 
 def _sk_build(kind: str) -> onnx.ModelProto:
@@ -731,14 +792,23 @@ SK_KINDS = ("scaler_logreg", "column_transformer", "random_forest", "hist_gb", "
 
 
 def cases_r3(quick: bool) -> list[Case]:
-    """R3: six scikit-learn models (skl2onnx defaults, ZipMap on) at batch 1 and 512.
+    """R3: six scikit-learn models (skl2onnx defaults, ZipMap on) and three gradient-boosted
+    ones (LightGBM classifier and regressor, XGBoost classifier; onnxmltools defaults) at batch
+    1 and 512. A boosted model whose library is not installed (lightgbm, xgboost and
+    onnxmltools are bench extras) is left out and named in :func:`export_failures`.
 
     quick: the scaler + logistic regression and the column transformer at batch 1.
     """
-    kinds = SK_KINDS[:2] if quick else SK_KINDS
+    kinds = SK_KINDS[:2] if quick else SK_KINDS + BOOSTED_KINDS
     out = []
     for kind in kinds:
-        model = sk_model(kind)
+        try:
+            model = sk_model(kind)
+        except ImportError as exc:
+            if kind not in BOOSTED_KINDS:
+                raise
+            EXPORT_FAILURES.append(f"{kind}: not built, {exc}")
+            continue
         for b in (1,) if quick else SK_BATCHES:
             out.append(Case("R3", f"{kind}/b{b}", model, sk_feeds(kind, b), rtol=1e-4, atol=1e-4))
     return out
