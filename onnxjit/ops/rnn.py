@@ -379,6 +379,9 @@ def _lower(lc: LowerContext, kind: str) -> Bound | None:
     """float32/float64 nodes whose W, R, B (and P) are constant for the plan: the weights are
     laid out once, and each run is the projection GEMM and one sequence kernel call writing
     the outputs; the projection goes to a scratch output. Others run the implementation."""
+    # a backend without the family (a device backend) raises KeyError first: the plan then
+    # runs the node on the CPU, before any weight is laid out for the wrong backend
+    lc.kernel("rnn", "sequence")
     x = lc.inputs[0]
     if lc.ctx is None or x is None or x.kind != TENSOR or x.ndim != 3:
         return None
