@@ -32,14 +32,21 @@ from bench.workloads.real import (
     text_feeds,
 )
 
-# Tolerances (bench/NOTES.md gives the measurements): float16 storage rounds every intermediate
-# to 11 significant bits, so two correct engines that round at different points (onnxruntime
-# computes most float16 ops in float32 between Casts; fusions move those Casts) differ by
-# several float16 ulps of the outputs. The bound is set from onnxruntime against itself
-# (ORT_ENABLE_ALL against ORT_DISABLE_ALL on the same float16 model) and from each engine
-# against the float32 model, with headroom.
-TOL_FP16_TEXT = {"rtol": 2e-2, "atol": 5e-2}
-TOL_FP16_CNN = {"rtol": 2e-2, "atol": 2e-2}
+# Tolerances. float16 storage rounds weights and activations to 11 significant bits, and two
+# correct engines round at different points (onnxruntime's CPU provider computes most float16
+# operators in float32 between Casts, onnxjit computes whole float16 regions in float32), so
+# they differ by several float16 steps of the output scale. Measured (largest absolute
+# difference; output scale 2-6): onnxruntime against itself (ORT_ENABLE_ALL vs ORT_DISABLE_ALL)
+# 0.001-0.008; each engine against the float32 model 0.001-0.006 (onnxjit) and 0.004-0.006
+# (onnxruntime) on BERT, 0.026 both on the LLaMA-style prefill at sequence 128, 0.004-0.005 both
+# on the ResNet, 0.14-0.22 both on the MobileNetV2 (17 blocks of ReLU6 amplify the weights'
+# rounding); onnxjit against onnxruntime 0.003-0.006 BERT, 0.002 LLaMA, 0.001 ResNet, 0.05-0.07
+# MobileNetV2. Bounds: about 3x the largest engine-to-engine difference of each family.
+TOL_FP16_TEXT = {"rtol": 1e-2, "atol": 2e-2}
+TOL_FP16_CNN = {
+    "resnet": {"rtol": 1e-2, "atol": 5e-3},
+    "mobilenetv2": {"rtol": 2e-2, "atol": 0.2},
+}
 
 CNNS = ("resnet", "mobilenetv2")
 CNN_PX = 96
@@ -208,7 +215,7 @@ def _cnn_factory(kind: str) -> Any:
     def make() -> list[Case]:
         m = fp16_cnn(kind)
         return [
-            Case("R7", f"{kind}_fp16/b{b}/{CNN_PX}px", m, image_feeds(b), **TOL_FP16_CNN)
+            Case("R7", f"{kind}_fp16/b{b}/{CNN_PX}px", m, image_feeds(b), **TOL_FP16_CNN[kind])
             for b in (1, 8)
         ]
 
