@@ -21,9 +21,9 @@ where a value crosses the region's edge:
 * a float16 value produced outside the region (a graph input, a non-member's output, the
   explicit ``Cast(to=FLOAT16)`` of the model, which therefore still rounds) is widened by
   ``Cast(to=FLOAT)`` where a member reads it;
-* ``Cast`` to float32 or float16 of a region value reads the float32 twin (a ``Cast(to=FLOAT)``
-  becomes a same-type Cast that no-op elimination removes), and ``Shape``/``Size`` read
-  whichever twin exists.
+* ``Cast`` to float32 or float16 of a region value reads the float32 twin (a ``Cast(to=FLOAT)``,
+  and a ``Cast(to=FLOAT16)`` of a float16 value, which changes nothing, become same-type Casts
+  that no-op elimination removes), and ``Shape``/``Size`` read whichever twin exists.
 
 This is what onnxruntime's CPU provider does for the float16 operators it has no kernel for
 (Casts inserted around them, then removed between neighbours), so results are at least as
@@ -224,6 +224,8 @@ def compute_float16_in_float32(graph: ir.Graph) -> int:
 
     for node in graph.nodes:
         if id(node) in members:
+            if node.op_type == "Cast":  # a same-type Cast (see _member) stays one in float32
+                node.attrs["to"] = F32
             node.inputs = [as_f32(x) if is16(x) else x for x in node.inputs]
             node.outputs = [wide.get(o, o) if o else o for o in node.outputs]
         elif _reads_wide(node) or (node.op_type in _SHAPE_READERS and _default(node)):
@@ -256,6 +258,9 @@ def _member(node: ir.Node, known: dict, is16, wide: dict[str, str], consts: set[
     """Whether ``node`` computes in float32 (see the module docstring)."""
     if not _default(node) or ir.subgraphs(node):
         return False
+    if node.op_type == "Cast":
+        # float16 to float16 changes nothing: inside a region it is an identity, not a rounding
+        return node.attrs.get("to") == F16 and bool(node.inputs) and is16(node.inputs[0])
     compute = node.op_type in COMPUTE_OPS
     if not compute and node.op_type not in MOVE_OPS:
         return False
