@@ -212,6 +212,9 @@ class InferenceSession:
                 "onnxjit cannot run this model:\n  - " + "\n  - ".join(problems)
             )
         disabled = set(disabled_optimizers or ()) | settings.disabled_optimizers
+        if self._device.is_cuda:
+            # CUDA kernels load and store float16 natively; the float32 regions are for the CPU
+            disabled.add("float16_in_float32")
         self._pass_report = passes.optimize(
             self._model.graph, int(self._options.graph_optimization_level), disabled
         )

@@ -49,6 +49,12 @@ PASSES: tuple[PassSpec, ...] = (
         "shape_subgraphs:fold_static_shapes",
         "Shape/Size of statically shaped values become constants",
     ),
+    PassSpec(
+        "float16_in_float32",
+        BASIC,
+        "float16_compute:compute_float16_in_float32",
+        "float16 regions computed in float32, Casts only at their edges",
+    ),
     PassSpec("identity_elimination", BASIC, "optimize:eliminate_identities", "Identity, Dropout"),
     PassSpec(
         "noop_elimination",
