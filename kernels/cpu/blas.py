@@ -475,3 +475,68 @@ def tiles(batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4) -
     gm = _ceil_div(want, gn)
     tm = max(mr, _round_up(_ceil_div(m, gm), mr))
     return min(m, tm), min(n, tn)
+
+
+# Integer products through the float32 micro-kernel (MatMulInteger): the operands are integers
+# stored as float32, so every partial sum of a block of at most ``kb`` steps is an integer
+# below 2**24 in magnitude when the caller bounds ``kb`` by the operands' ranges, and float32
+# holds it exactly whatever the order of the additions (FMA included). Each block's product
+# is converted to int32 and added into the int32 output, which wraps as integer arithmetic
+# does.
+
+
+@njit(inline="always")
+def _itile(m, n, k, a, sa, b, sb, c, tb, tm, tn, kb, buf, t):
+    """Tile ``t`` of the batched integer product (numbered as :func:`_tile`'s): the inner
+    dimension in blocks of ``kb`` steps, each block's float32 product (exact) written to the
+    scratch ``buf`` and added into the int32 tile of ``c``."""
+    gm, gn = _tile_counts(m, n, tm, tn)
+    per = gm * gn
+    p = t // per
+    r = t - p * per
+    i = r // gn
+    j = r - i * gn
+    r0 = i * tm
+    c0 = j * tn
+    rows = min(tm, m - r0)
+    cols = min(tn, n - c0)
+    a_off = p * sa + r0 * k
+    b_off = p * sb + (c0 * k if tb == B_PACKED else c0)
+    ldb = k if tb == B_PACKED else n
+    b_step = block_geometry(buf)[1] if tb == B_PACKED else n
+    c_base = p * m * n + r0 * n + c0
+    zero = buf.dtype.type(0)
+    one = buf.dtype.type(1)
+    k0 = 0
+    while k0 < k:
+        kk = min(kb, k - k0)
+        gemm_call(0, tb, rows, cols, kk, one, a, a_off + k0, k, b, b_off + k0 * b_step, ldb,
+                  zero, buf, 0, cols)  # fmt: skip
+        for rr in range(rows):
+            co = c_base + rr * n
+            bo = rr * cols
+            if k0 == 0:
+                for jj in range(cols):
+                    c[co + jj] = np.int32(buf[bo + jj])
+            else:
+                for jj in range(cols):
+                    c[co + jj] += np.int32(buf[bo + jj])
+        k0 += kb
+
+
+igemm_ks, igemm_ks_par = twins(
+    "igemm_ks(batch, m, n, k, a, sa, b, sb, c, tb, tm, tn, kb)",
+    _itile,
+    setup=(
+        "gm, gn = _tile_counts(m, n, tm, tn)",
+        "buf = np.empty(min(tm, m) * min(tn, n), a.dtype)",
+    ),
+    items={"t": "batch * gm * gn"},
+    fma=True,
+    doc="""``c[p] = op(a[p]) @ op(b[p])`` in int32 for each of ``batch`` row-major products of
+    ``m x n`` (inner ``k > 0``) whose operands are integers held in float32 (``a``, ``b``
+    flat, C-contiguous; matrix ``p`` of ``a`` at ``p * sa``, of ``b`` at ``p * sb``, ``0``:
+    shared; ``c`` flat int32). ``tb``: 0 (B as stored, ``k x n``) or ``B_PACKED`` (the panels
+    of :func:`pack_b`). Tiles of ``tm x tn`` outputs, the inner dimension in blocks of ``kb``
+    steps: exact when ``kb * max|a| * max|b| < 2**24``, which the caller guarantees.""",
+)

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._jit import njit, pjit
 from .runtime.chunks import claim
+from .runtime.twins import twins
 
 
 @njit(inline="always")
@@ -115,3 +116,97 @@ def dequantize_par(ctl, x, s, z, block, out):
             ii = i if si else 0
             sa = a // block
             out[o, a, i] = (x[o, a, i] - z[oo, sa, ii]) * s[oo, sa, ii]
+
+
+# ---------------------------------------------------------------------------------------------
+# DynamicQuantizeLinear: the range of the data (min/max per chunk, reduced by the caller), then
+# the uint8 quantization with the scale and zero point worked out from it.
+# ---------------------------------------------------------------------------------------------
+
+# Lanes of the min/max pass: independent running minima and maxima, which LLVM keeps in one
+# vector register each (a single running value is a chain of dependent compares).
+_LANES = 16
+
+
+@njit(inline="always")
+def _minmax_chunk(x, per, lo, hi, p):
+    start = p * per
+    stop = min(x.size, start + per)
+    mn = np.zeros(_LANES, x.dtype)
+    mx = np.zeros(_LANES, x.dtype)
+    i = start
+    while i + _LANES <= stop:
+        for j in range(_LANES):
+            v = x[i + j]
+            mn[j] = v if v < mn[j] else mn[j]
+            mx[j] = v if v > mx[j] else mx[j]
+        i += _LANES
+    a = mn.min()
+    b = mx.max()
+    for q in range(i, stop):
+        v = x[q]
+        a = v if v < a else a
+        b = v if v > b else b
+    lo[p] = a
+    hi[p] = b
+
+
+minmax_chunks, minmax_chunks_par = twins(
+    "minmax_chunks(x, per, lo, hi)",
+    _minmax_chunk,
+    items={"p": "lo.size"},
+    doc="""``lo[p]``, ``hi[p]``: the minimum and maximum of chunk ``p`` (elements ``p * per``
+    up to ``(p + 1) * per``) of the flat array ``x`` and of 0 (the range always holds 0, as
+    DynamicQuantizeLinear's does); NaN is skipped.""",
+)
+
+
+@njit(inline="always")
+def _quantize_u8_chunk(x, scale, zp, per, out, p):
+    start = p * per
+    stop = min(x.size, start + per)
+    lo = np.float32(0)
+    hi = np.float32(255)
+    for i in range(start, stop):
+        q = x[i] / scale
+        if q != q:
+            q = lo
+        q = np.rint(q) + zp
+        if q < lo:
+            q = lo
+        elif q > hi:
+            q = hi
+        out[i] = np.uint8(q)
+
+
+quantize_u8, quantize_u8_par = twins(
+    "quantize_u8(x, scale, zp, per, n_chunks, out)",
+    _quantize_u8_chunk,
+    items={"p": "n_chunks"},
+    doc="""``out = saturate(round(x / scale) + zp)`` into uint8 (round half to even, NaN to
+    the zero point) for the flat float32 ``x``, in ``n_chunks`` chunks of ``per`` elements;
+    ``scale`` and ``zp`` are float32 scalars.""",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer operands as float32 (MatMulInteger): ``a - zero_point``, exact for 8-bit values.
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(inline="always")
+def _shift_rows_row(a, zp, k, m, out, r):
+    z = np.float32(zp[(r % m) if zp.size > 1 else 0])
+    base = r * k
+    for i in range(base, base + k):
+        out[i] = np.float32(a[i]) - z
+
+
+shift_rows, shift_rows_par = twins(
+    "shift_rows(a, zp, k, m, out)",
+    _shift_rows_row,
+    items={"r": "a.size // k"},
+    doc="""``out = float32(a) - zp`` for the flat array ``a`` of rows of ``k`` values: ``zp``
+    holds one value (every row) or one per row of an ``m``-row matrix (row ``r`` of the
+    stack uses ``zp[r % m]``).""",
+)

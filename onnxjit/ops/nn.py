@@ -17,6 +17,7 @@ Conventions shared by every operator here:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -418,6 +419,152 @@ def matmul_integer(
     if af.shape[-1] != (bf.shape[-2] if bf.ndim >= 2 else bf.shape[0]):
         raise ctx.error(f"inner dimensions differ: A {a.shape} and B {b.shape}")
     return np.asarray(np.matmul(af, bf)).astype(np.int32)
+
+
+# Largest magnitude of an 8-bit operand after its zero point is subtracted (uint8 - uint8 or
+# int8 - int8): what bounds the float32 blocks of an integer product (see _INT_EXACT).
+_INT8_SHIFTED_MAX = 255
+# float32 holds every integer of magnitude below 2**24 exactly.
+_INT_EXACT = 1 << 24
+_INT8_TYPES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def integer_block(k: int, a_max: int, b_max: int) -> int:
+    """Steps per block of an integer product of inner length ``k`` held in float32 whose
+    operands are bounded by ``a_max`` and ``b_max`` in magnitude: the blocks' sums stay below
+    2**24 (exact in float32), and the steps are spread evenly over as few blocks as that
+    allows."""
+    most = max(1, (_INT_EXACT - 1) // max(1, a_max * b_max))
+    blocks = -(-k // most)
+    return -(-k // blocks)
+
+
+def _zero_point_spec(s: Any, n: int) -> bool:
+    """An absent zero point, or an 8-bit one holding one value or ``n`` (1-D)."""
+    if s is None:
+        return True
+    if s.kind != TENSOR or s.dtype not in _INT8_TYPES:
+        return False
+    return s.size == 1 or (s.ndim == 1 and s.size == n)
+
+
+class _IntegerProduct:
+    """A bound MatMulInteger: A's rows shifted by their zero point into float32 (kernel
+    ``quant.shift_rows``), then the int32 product in float32 blocks (``blas.igemm_ks``) by a
+    B prepared once (constant: shifted, converted and packed at plan time) or at each run."""
+
+    def __init__(
+        self,
+        backend: Any,
+        a_dtype: np.dtype,
+        sizes: tuple[int, int, int, int],
+        b_const: np.ndarray | None,
+        b_zp: np.ndarray | None,
+    ):
+        m_rows, m, n, k = sizes
+        self.m_rows, self.m, self.n, self.k = sizes
+        a_sample = np.empty(1, a_dtype)
+        sample = (a_sample, a_sample, k, m, np.empty(1, np.float32))
+        self.shift = backend.launcher("quant", "shift_rows", m_rows * k, sample)
+        if b_const is not None:
+            zp = np.zeros(1, np.float32) if b_zp is None else b_zp.reshape(-1).astype(np.float32)
+            b_max = int(np.abs(b_const.astype(np.float32) - zp).max())
+            packer = _integer_weight_packer(backend, zp)
+            self.b = blas.packed_with(backend, packer, b_const.reshape(-1), k, n, constant=True)
+            self.tb = backend.kernel("blas", "B_PACKED")
+        else:
+            b_max = _INT8_SHIFTED_MAX
+            self.b, self.tb = None, 0
+        self.kb = integer_block(k, _INT8_SHIFTED_MAX, b_max)
+        threads = backend.threads()
+        f = np.empty(1, np.float32)
+        if threads > 1 and m_rows * n * k >= blas.PARALLEL_MACS:
+            tm, tn = backend.kernel("blas", "tiles")(1, m_rows, n, k, threads, 4)
+            self.gemm = backend.pooled(
+                "blas", "igemm_ks",
+                (1, m_rows, n, k, f, 0, f, 0, np.empty(1, np.int32), self.tb, tm, tn, self.kb),
+            )  # fmt: skip
+        else:
+            tm, tn = m_rows, n
+            self.gemm = backend.kernel("blas", "igemm_ks")
+        self.tm, self.tn = tm, tn
+
+    def __call__(self, a, b, a_zp, b_zp, out, a_f, b_f) -> None:
+        self.shift(a, a_zp, self.k, self.m, a_f)
+        bb = self.b
+        if bb is None:  # B of this run: its rows are B's rows, the zero point per column
+            _shift_columns(b, b_zp, self.n, b_f)
+            bb = b_f
+        self.gemm(1, self.m_rows, self.n, self.k, a_f, 0, bb, 0, out, self.tb, self.tm, self.tn,
+                  self.kb)  # fmt: skip
+
+
+def _shift_columns(b: np.ndarray, zp: np.ndarray, n: int, out: np.ndarray) -> None:
+    """``out = float32(b) - zp`` for the flat row-major ``k x n`` matrix ``b``, ``zp`` one
+    value or one per column."""
+    np.subtract(
+        b.reshape(-1, n), zp.reshape(-1).astype(np.float32), out=out.reshape(-1, n),
+        dtype=np.float32, casting="unsafe",
+    )  # fmt: skip
+
+
+def _int_zero_point(s: Any, i: int, dtype: np.dtype) -> Any:
+    """The argument standing for zero point input ``i``: the input, or a one-value zero."""
+    return np.zeros(1, dtype) if s is None else In(i, flat=True)
+
+
+def _integer_weight_packer(backend: Any, zp: np.ndarray) -> Any:
+    """The packer of a constant 8-bit B: ``B - zp`` (one value or one per column) in float32,
+    in the micro-kernel's panels (``blas.pack_b``); named for ``zp`` so that the shared
+    packed copies (``blas.packed_with``) of one B with two zero points stay apart."""
+    pack_b = backend.kernel("blas", "pack_b")
+
+    def pack(w: np.ndarray, k: int, n: int) -> np.ndarray:
+        f = np.subtract(w.reshape(k, n), zp, dtype=np.float32)
+        return pack_b(f.reshape(-1), k, n)
+
+    digest = hashlib.sha1(zp.tobytes()).hexdigest()[:16]
+    pack.__name__ = f"pack_integer_b_{digest}"
+    return pack
+
+
+@lowers(matmul_integer)
+def _lower_matmul_integer(lc: LowerContext) -> Bound | None:
+    """8-bit A (rank >= 2, batched rows) by a 2-D 8-bit B: the product in float32 blocks that
+    are exact (:func:`integer_block`), the int32 result as integer arithmetic gives it. A
+    constant B (with a constant zero point) is shifted, converted and packed once."""
+    a, b = lc.inputs[0], lc.inputs[1]
+    if a is None or b is None or a.kind != TENSOR or b.kind != TENSOR:
+        return None
+    if a.dtype not in _INT8_TYPES or b.dtype not in _INT8_TYPES or a.ndim < 2 or b.ndim != 2:
+        return None
+    m, k = a.shape[-2:]
+    k2, n = b.shape
+    if k != k2 or a.size == 0 or b.size == 0:
+        return None
+    a_zp = lc.inputs[2] if len(lc.inputs) > 2 else None
+    b_zp = lc.inputs[3] if len(lc.inputs) > 3 else None
+    if not (_zero_point_spec(a_zp, m) and _zero_point_spec(b_zp, n)):
+        return None
+    for s, x in ((a_zp, a), (b_zp, b)):
+        if s is not None and s.dtype != x.dtype:
+            return None
+    m_rows = a.size // k
+    b_const = None
+    if b.const and (b_zp is None or b_zp.const):
+        b_const = np.ascontiguousarray(b.value)
+    zp_value = None if b_zp is None or b_const is None else b_zp.value
+    run = _IntegerProduct(lc.backend, a.dtype, (m_rows, m, n, k), b_const, zp_value)
+    outs = [
+        tensor(np.int32, (*a.shape[:-1], n)),
+        tensor(np.float32, (m_rows * k,)),
+        tensor(np.float32, (0 if b_const is not None else k * n,)),
+    ]
+    args = (
+        In(0, flat=True), In(1, flat=True), _int_zero_point(a_zp, 2, a.dtype),
+        _int_zero_point(b_zp, 3, b.dtype), Out(0, flat=True), Out(1), Out(2),
+    )  # fmt: skip
+    return writes(run, *args, outs=outs, name="blas.igemm_ks")
 
 
 @onnx_op("Einsum", since=12)

@@ -18,7 +18,9 @@ import ml_dtypes
 import numpy as np
 
 from onnxjit import types as onnx_types
-from onnxjit.ops.elementwise import cast_array
+from onnxjit.codegen import expr as E
+from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
+from onnxjit.ops.elementwise import NotFusable, _fusible, cast_array, lower_node
 from onnxjit.ops.nn import conv_integer
 from onnxjit.registry import NodeContext, onnx_op
 
@@ -322,6 +324,80 @@ def quantizelinear_23(
 
 
 # ---------------------------------------------------------------------------------------------
+# Fused forms: per-tensor QuantizeLinear / DequantizeLinear in elementwise groups
+# ---------------------------------------------------------------------------------------------
+
+# Storage types whose per-tensor affine maps a generated kernel computes as the kernels above do.
+_FUSED_Q_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+_F32 = np.dtype(np.float32)
+_ROUNDER = E.const(12582912.0, _F32)  # 1.5 * 2**23
+
+
+def _fused_checks(attrs: dict, scale: E.Expr, x: E.Expr | None = None) -> None:
+    """Raise NotFusable unless the map is per tensor in float32 (the groups inline only
+    size-1 scales; blocks, a narrower division precision or another output type are left
+    to the kernels above)."""
+    if attrs.get("block_size") or attrs.get("precision") not in (None, 0, 1):
+        raise NotFusable("blocked or narrow-precision quantization")
+    if scale.dtype != _F32 or (x is not None and x.dtype != _F32):
+        raise NotFusable("float32 data and scale only")
+
+
+@_fusible("QuantizeLinear", since=10)
+def _quantize_builder(attrs: dict, x: E.Expr, scale: E.Expr, zero: E.Expr | None = None) -> E.Expr:
+    # as _affine_one: x / scale, NaN to 0, round half to even, + zero point, saturate
+    _fused_checks(attrs, scale, x)
+    out_type = attrs.get("output_dtype") or 0
+    dst = (
+        zero.dtype
+        if zero is not None
+        else (onnx_types.np_dtype(out_type) if out_type else np.dtype(np.uint8))
+    )
+    if dst not in _FUSED_Q_TYPES or (out_type and onnx_types.np_dtype(out_type) != dst):
+        raise NotFusable(f"quantization to {dst}")
+    lo, hi = (E.const(v, _F32) for v in _INT_RANGES[dst])
+    z = E.cast(zero, _F32) if zero is not None else E.const(0, _F32)
+    q = E.op("truediv", x, scale)
+    q = E.where(E.call("isnan", q, dtype=np.bool_), E.const(0, _F32), q)
+    # Saturate before rounding (the bounds are integers: the same result), so that |q| stays
+    # far below 2**22, where adding and subtracting 1.5 * 2**23 rounds half to even in
+    # float32 (a vector add where the general rounding helper branches).
+    q = E.call("clip_hi", E.call("clip_lo", q, E.op("sub", lo, z)), E.op("sub", hi, z))
+    q = E.op("sub", E.op("add", q, _ROUNDER), _ROUNDER)
+    return E.cast(E.op("add", q, z), dst)
+
+
+@_fusible("DequantizeLinear", since=10)
+def _dequantize_builder(
+    attrs: dict, x: E.Expr, scale: E.Expr, zero: E.Expr | None = None
+) -> E.Expr:
+    # as the dequantize kernel: (x - zero point) * scale in float32
+    _fused_checks(attrs, scale)
+    if x.dtype not in _FUSED_Q_TYPES or (zero is not None and zero.dtype != x.dtype):
+        raise NotFusable(f"dequantization of {x.dtype}")
+    if (attrs.get("output_dtype") or 0) not in (0, 1):
+        raise NotFusable("output type other than float32")
+    v = E.cast(x, _F32)
+    if zero is not None:
+        v = E.op("sub", v, E.cast(zero, _F32))
+    return E.op("mul", v, scale)
+
+
+def _lower_per_tensor(lc: LowerContext) -> Bound | None:
+    """A lone Quantize/DequantizeLinear with a one-value float32 scale and zero point (data of
+    rank >= 1): the generated kernel of its fused form (:func:`lower_node`); None otherwise."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.ndim < 1:
+        return None
+    for s in lc.inputs[1:]:
+        if s is not None and (s.kind != TENSOR or s.size != 1 or s.ndim > 1):
+            return None
+    if lc.inputs[1].dtype != _F32:  # a float16 scale divides / outputs in float16
+        return None
+    return lower_node(lc)
+
+
+# ---------------------------------------------------------------------------------------------
 # DequantizeLinear
 # ---------------------------------------------------------------------------------------------
 
@@ -392,35 +468,102 @@ def dequantizelinear_23(
 # ---------------------------------------------------------------------------------------------
 
 
+# Chunks of the parallel passes per thread (the slack that evens out unequal threads).
+_CHUNKS_PER_THREAD = 4
+
+
+class _DynamicQuantize:
+    """DynamicQuantizeLinear of ``n`` float32 values on ``backend``, every decision made once:
+    the chunking and the serial or pool kernels of the two passes (kernels ``quant.
+    minmax_chunks`` and ``quant.quantize_u8``)."""
+
+    def __init__(self, backend: Any, n: int):
+        threads = backend.threads() if n >= backend.parallel_threshold else 1
+        self.chunks = max(1, min(threads * _CHUNKS_PER_THREAD, n)) if threads > 1 else 1
+        self.per = max(1, -(-n // self.chunks))
+        x = np.empty(1, np.float32)
+        f = np.float32(1)
+        if self.chunks > 1:
+            self.minmax = backend.pooled("quant", "minmax_chunks", (x, self.per, x, x))
+            self.quantize = backend.pooled(
+                "quant", "quantize_u8", (x, f, f, self.per, self.chunks, np.empty(1, np.uint8))
+            )
+        else:
+            self.minmax = backend.kernel("quant", "minmax_chunks")
+            self.quantize = backend.kernel("quant", "quantize_u8")
+
+    def __call__(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        y_scale: np.ndarray,
+        y_zp: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+    ) -> None:
+        """Quantize the flat float32 ``x`` into the flat uint8 ``y``; write the 0-d scale and
+        zero point. ``lo``, ``hi``: float32 scratch of ``self.chunks`` values each."""
+        if x.size:
+            self.minmax(x, self.per, lo, hi)
+            mn, mx = np.float32(lo.min()), np.float32(hi.max())
+        else:
+            mn = mx = np.float32(0)
+        scale, zp = dynamic_scale_zero_point(mn, mx)
+        if x.size:
+            self.quantize(x, scale, zp, self.per, self.chunks, y)
+        y_scale[()] = scale
+        y_zp[()] = np.uint8(zp)
+
+
+def dynamic_scale_zero_point(mn: np.float32, mx: np.float32) -> tuple[np.float32, np.float32]:
+    """DynamicQuantizeLinear's scale and zero point for data in ``[mn, mx]`` (``mn <= 0 <=
+    mx``), in float32 arithmetic as onnxruntime computes them: ``scale = (mx - mn) / 255``,
+    ``zero_point = round_half_even(clamp(0 - mn / scale, 0, 255))``. An all-zero range takes
+    the scale 1 / 255 of the ONNX reference (the quantized values are the zero point either
+    way)."""
+    rng = np.float32(mx - mn) if mx != mn else np.float32(1)
+    scale = np.float32(rng / np.float32(255))
+    zp0 = np.float32(np.float32(0) - np.float32(mn / scale))
+    zp = np.float32(np.rint(min(np.float32(255), max(np.float32(0), zp0))))
+    return scale, zp
+
+
 @onnx_op("DynamicQuantizeLinear", since=11)
 def dynamicquantizelinear_11(
     ctx: NodeContext, x: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """uint8 quantization with scale = (max(0, max x) - min(0, min x)) / 255 and zero point =
-    saturate(round(-min / scale)); returns (y, y_scale, y_zero_point)."""
-    xf = _to_float(x)
-    # min/max are numpy reductions (one pass each); range includes 0 so zero is exact.
-    mx = np.float32(max(0.0, float(xf.max()))) if xf.size else np.float32(0)
-    mn = np.float32(min(0.0, float(xf.min()))) if xf.size else np.float32(0)
-    rng = np.float32(mx - mn) if mx != mn else np.float32(1)
-    scale = np.float32(rng / np.float32(255))
-    zp = np.float32(np.rint(min(255.0, max(0.0, float(np.float32(0) - mn / scale)))))
-    q = _run_affine(
-        ctx,
-        xf.reshape(1, -1, 1),
-        np.full((1, 1, 1), scale, np.float32),
-        np.full((1, 1, 1), zp, np.float32),
-        max(xf.size, 1),
-        True,
-        True,
-        0.0,
-        255.0,
-    )
-    return (
-        q.reshape(x.shape).astype(np.uint8),
-        np.array(scale, np.float32),
-        np.array(zp, np.float32).astype(np.uint8),
-    )
+    saturate(round(-min / scale)); returns (y, y_scale, y_zero_point). NaN values are
+    skipped by the range and quantize to the zero point."""
+    xf = _to_float(x).reshape(-1)
+    y = np.empty(x.shape, np.uint8)
+    sc = np.empty((), np.float32)
+    zp = np.empty((), np.uint8)
+    run = _DynamicQuantize(ctx.backend, xf.size)
+    lo, hi = np.empty(run.chunks, np.float32), np.empty(run.chunks, np.float32)
+    run(xf, y.reshape(-1), sc, zp, lo, hi)
+    return y, sc, zp
+
+
+@lowers(dynamicquantizelinear_11)
+def _lower_dynamicquantizelinear(lc: LowerContext) -> Bound | None:
+    """float32 data: the two passes bound for its size (:class:`_DynamicQuantize`)."""
+    x = lc.inputs[0]
+    if x is None or x.kind != TENSOR or x.dtype != np.float32:
+        return None
+    run = _DynamicQuantize(lc.backend, x.size)
+    scratch = tensor(np.float32, (run.chunks,))
+    outs = [
+        tensor(np.uint8, x.shape),
+        tensor(np.float32, ()),
+        tensor(np.uint8, ()),
+        scratch,
+        scratch,
+    ]
+    return writes(
+        run, In(0, flat=True), Out(0, flat=True), Out(1), Out(2), Out(3), Out(4), outs=outs,
+        name="quant.dynamic_quantize",
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -582,3 +725,17 @@ def qlinearconv_10(
     z3 = np.broadcast_to(z3, (1, m, 1)).copy()
     q = _run_affine(ctx, a3, f3, z3, 1, False, is_int, lo, hi)
     return _store(ctx, q.reshape(acc.shape), dst, 1)
+
+
+for _impl in (
+    quantizelinear_10,
+    quantizelinear_13,
+    quantizelinear_19,
+    quantizelinear_21,
+    quantizelinear_23,
+    dequantizelinear_10,
+    dequantizelinear_13,
+    dequantizelinear_21,
+    dequantizelinear_23,
+):
+    lowers(_impl)(_lower_per_tensor)

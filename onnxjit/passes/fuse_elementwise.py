@@ -2,7 +2,8 @@
 
 A node is a candidate when it is an op with a fused form
 (:func:`onnxjit.ops.elementwise.fusible_ops`: default-domain ops and onnxjit's Gelu), has one
-output, and its operands that must be constants are (Clip-11 bounds, CastLike's target). Groups
+output, and its operands that must be constants are (Clip-11 bounds, CastLike's target,
+Quantize/DequantizeLinear's scale and zero point: one value each, a float32 scale). Groups
 grow in topological order: a candidate joins the groups of the candidates that produce its
 operands when that keeps the graph acyclic (no path may leave a group and come back into it
 through another node), else it joins as many of them as it can, else it starts its own group.
@@ -48,6 +49,13 @@ def _candidate(node: ir.Node, idx: GraphIndex) -> bool:
         return all(not x or _inlinable(idx, x) for x in node.inputs[1:])
     if node.op_type == "CastLike":
         return len(node.inputs) > 1 and idx.const(node.inputs[1]) is not None
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        # per tensor: a float32 scale and the zero point inlined (a float16 scale would make
+        # the op divide or return in float16, which the fused form does not)
+        rest = node.inputs[1:]
+        if len(rest) < 1 or not rest[0] or not all(not x or _inlinable(idx, x) for x in rest):
+            return False
+        return idx.const(rest[0]).dtype == np.float32
     return True
 
 
