@@ -832,7 +832,11 @@ def fusible_key(domain: str, op_type: str) -> str:
     return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
 
 
-def _fusible(op_type: str, since: int = 1):
+def fusible(op_type: str, since: int = 1):
+    """Register the decorated builder as the fused form of ``op_type`` (see
+    :func:`fusible_key`) from opset ``since``: it takes the node's attributes and its operand
+    expressions and returns the result's expression, or raises NotFusable."""
+
     def deco(fn: Callable[..., E.Expr]) -> Callable[..., E.Expr]:
         _BUILDERS[op_type] = (since, fn)
         return fn
@@ -856,12 +860,12 @@ for _name, _build in _ARITH.items():
         _same_types(a, b)
         return _b(a, b)
 
-    _fusible(_name, since=7)(_arith_builder)
+    fusible(_name, since=7)(_arith_builder)
 
-_fusible("Pow", since=7)(lambda attrs, x, y: _pow_expr(x, y))
+fusible("Pow", since=7)(lambda attrs, x, y: _pow_expr(x, y))
 
 
-@_fusible("Mod", since=10)
+@fusible("Mod", since=10)
 def _mod_builder(attrs: dict, a: E.Expr, b: E.Expr) -> E.Expr:
     _same_types(a, b)
     fam = "fmod" if attrs.get("fmod") else "mod"
@@ -873,9 +877,9 @@ for _op, _since, _fam in _UNARY_FAMILIES:
     def _unary_builder(attrs: dict, x: E.Expr, _f=_fam) -> E.Expr:
         return E.call(_f, x)
 
-    _fusible(_op, since=_since)(_unary_builder)
+    fusible(_op, since=_since)(_unary_builder)
 
-_fusible("Neg", since=6)(lambda attrs, x: E.op("neg", x))
+fusible("Neg", since=6)(lambda attrs, x: E.op("neg", x))
 
 
 # Float attributes a lone node's kernel takes as 0-d operands (see lower_node), so that a new
@@ -894,7 +898,7 @@ def _attr_activation(op_type: str, family: str, names: tuple[str, ...]) -> None:
         _float_only(x)
         return E.call(family, x, *[_attr_value(attrs[n], x.dtype) for n in names])
 
-    _fusible(op_type, since=6)(build)
+    fusible(op_type, since=6)(build)
     _ATTR_OPERANDS[op_type] = names
 
 
@@ -907,7 +911,7 @@ _attr_activation("ThresholdedRelu", "thresholdedrelu", ("alpha",))
 _attr_activation("Shrink", "shrink", ("lambd", "bias"))
 
 
-@_fusible("Gelu", since=20)
+@fusible("Gelu", since=20)
 def _gelu_builder(attrs: dict, x: E.Expr) -> E.Expr:
     approximate = attrs.get("approximate") or "none"
     if isinstance(approximate, bytes):
@@ -917,7 +921,7 @@ def _gelu_builder(attrs: dict, x: E.Expr) -> E.Expr:
     return E.call("gelu_tanh" if approximate == "tanh" else "gelu", x)
 
 
-@_fusible("onnxjit.Gelu")
+@fusible("onnxjit.Gelu")
 def _internal_gelu_builder(attrs: dict, x: E.Expr, bias: E.Expr | None = None) -> E.Expr:
     # onnxjit's Gelu (gelu_fusion's node): the Gelu of x + bias
     _float_only(x)
@@ -938,7 +942,7 @@ def generated_gelu(x: np.ndarray, approximate: str, bias: np.ndarray | None = No
     return _ew(key, lambda v, b: _internal_gelu_builder(attrs, v, b), (x, bias))
 
 
-@_fusible("Clip", since=6)
+@fusible("Clip", since=6)
 def _clip_builder(attrs: dict, x: E.Expr, lo: E.Expr | None = None, hi: E.Expr | None = None):
     # Clip-11 bounds reach a fused group only as constants (see fuse_elementwise); Clip-6
     # has them as attributes.
@@ -966,7 +970,7 @@ def _variadic_builder(op_type: str, family: str) -> None:
             acc = E.op("truediv", acc, E.const(len(xs), acc.dtype))
         return acc
 
-    _fusible(op_type, since=8)(build)
+    fusible(op_type, since=8)(build)
 
 
 for _op, _fam in (("Max", "max"), ("Min", "min"), ("Sum", "add"), ("Mean", "add")):
@@ -985,7 +989,7 @@ for _op, _since, _name in (
         _same_types(a, b)
         return E.op(_n, a, b)
 
-    _fusible(_op, since=_since)(_compare_builder)
+    fusible(_op, since=_since)(_compare_builder)
 
 
 def _bool_only(*xs: E.Expr) -> None:
@@ -993,20 +997,20 @@ def _bool_only(*xs: E.Expr) -> None:
         raise NotFusable("bool operands only")
 
 
-_fusible("Not")(lambda attrs, x: (_bool_only(x), E.op("not", x))[1])
-_fusible("And", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("bitand", a, b))[1])
-_fusible("Or", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("bitor", a, b))[1])
-_fusible("Xor", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("ne", a, b))[1])
+fusible("Not")(lambda attrs, x: (_bool_only(x), E.op("not", x))[1])
+fusible("And", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("bitand", a, b))[1])
+fusible("Or", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("bitor", a, b))[1])
+fusible("Xor", since=7)(lambda attrs, a, b: (_bool_only(a, b), E.op("ne", a, b))[1])
 for _op, _name in (("BitwiseAnd", "bitand"), ("BitwiseOr", "bitor"), ("BitwiseXor", "bitxor")):
-    _fusible(_op, since=18)(lambda attrs, a, b, _n=_name: (_same_types(a, b), E.op(_n, a, b))[1])
+    fusible(_op, since=18)(lambda attrs, a, b, _n=_name: (_same_types(a, b), E.op(_n, a, b))[1])
 
 
-@_fusible("BitwiseNot", since=18)
+@fusible("BitwiseNot", since=18)
 def _bitwise_not_builder(attrs: dict, x: E.Expr) -> E.Expr:
     return E.op("not", x) if x.dtype == E.BOOL else E.op("invert", x)
 
 
-@_fusible("BitShift", since=11)
+@fusible("BitShift", since=11)
 def _bitshift_builder(attrs: dict, x: E.Expr, y: E.Expr) -> E.Expr:
     _same_types(x, y)
     direction = attrs.get("direction")
@@ -1017,13 +1021,13 @@ def _bitshift_builder(attrs: dict, x: E.Expr, y: E.Expr) -> E.Expr:
     return E.call("shl" if direction == "LEFT" else "shr", x, y)
 
 
-@_fusible("IsNaN", since=9)
+@fusible("IsNaN", since=9)
 def _isnan_builder(attrs: dict, x: E.Expr) -> E.Expr:
     _float_only(x)
     return E.call("isnan", x, dtype=np.bool_)
 
 
-@_fusible("IsInf", since=10)
+@fusible("IsInf", since=10)
 def _isinf_builder(attrs: dict, x: E.Expr) -> E.Expr:
     _float_only(x)
     neg, pos = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
@@ -1033,7 +1037,7 @@ def _isinf_builder(attrs: dict, x: E.Expr) -> E.Expr:
     return E.call(fam, x, dtype=np.bool_)
 
 
-@_fusible("Where", since=9)
+@fusible("Where", since=9)
 def _where_builder(attrs: dict, c: E.Expr, a: E.Expr, b: E.Expr) -> E.Expr:
     _same_types(a, b)
     if c.dtype != E.BOOL:

@@ -20,7 +20,7 @@ import numpy as np
 from onnxjit import types as onnx_types
 from onnxjit.codegen import expr as E
 from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
-from onnxjit.ops.elementwise import NotFusable, _fusible, cast_array, lower_node
+from onnxjit.ops.elementwise import NotFusable, cast_array, fusible, lower_node
 from onnxjit.ops.nn import conv_integer
 from onnxjit.registry import NodeContext, onnx_op
 
@@ -343,7 +343,7 @@ def _fused_checks(attrs: dict, scale: E.Expr, x: E.Expr | None = None) -> None:
         raise NotFusable("float32 data and scale only")
 
 
-@_fusible("QuantizeLinear", since=10)
+@fusible("QuantizeLinear", since=10)
 def _quantize_builder(attrs: dict, x: E.Expr, scale: E.Expr, zero: E.Expr | None = None) -> E.Expr:
     # as _affine_one: x / scale, NaN to 0, round half to even, + zero point, saturate
     _fused_checks(attrs, scale, x)
@@ -367,7 +367,7 @@ def _quantize_builder(attrs: dict, x: E.Expr, scale: E.Expr, zero: E.Expr | None
     return E.cast(E.op("add", q, z), dst)
 
 
-@_fusible("DequantizeLinear", since=10)
+@fusible("DequantizeLinear", since=10)
 def _dequantize_builder(
     attrs: dict, x: E.Expr, scale: E.Expr, zero: E.Expr | None = None
 ) -> E.Expr:
