@@ -13,9 +13,13 @@ batched ``r + 1`` with the rows first):
 * elementwise operators (unary, and the multidirectionally broadcasting binary and variadic
   ones): each batched input gets unit axes after the row axis up to the largest rank among
   the inputs, so that broadcasting lines up the per-row dimensions as in the body;
-* reductions (``axes`` attribute or input) and ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax:
-  their axes, normalised against the per-row rank, move one right (an absent ``axes`` that
-  means every axis becomes the per-row axes explicitly).
+* reductions (``axes`` attribute, or an input the body holds as an initializer) and
+  ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax: their axes, normalised against the per-row rank,
+  move one right (an absent ``axes`` that means every axis becomes the per-row axes
+  explicitly).
+
+The rewrite depends on the ranks of the body's values, which a shape can change (Squeeze
+without axes), so a batched form is kept per signature of the body's inputs.
 
 Nodes that read no batched value run once per block, as they would run identically in every
 iteration; a nondeterministic one, a node with subgraphs, an operator without a row rule
@@ -25,6 +29,7 @@ depend on the scan inputs makes the body run iteration by iteration instead.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -62,8 +67,12 @@ _REDUCE = frozenset(
 )  # fmt: skip
 _AXIS = frozenset({"ArgMax", "ArgMin", "Softmax", "LogSoftmax", "Hardmax"})
 
-# body -> {per-row ranks of its inputs and outer values: the batched program, or None}
+# Batched forms kept per body (one per signature of its inputs and outer values).
+MAX_FORMS = 16
+
+# body -> {signature of one iteration's inputs and outer values: its Batched form, or None}
 _CACHE: weakref.WeakKeyDictionary[Subgraph, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
 
 
 class Batched:
@@ -90,11 +99,16 @@ def batched(body: Subgraph, n_state: int, specs: dict[str, lowering.Spec]) -> Ba
     not independent or a node has no row rule (see the module docstring)."""
     graph = body.graph
     names = [v.name for v in graph.inputs] + body.program.outer_names
-    key = tuple(specs[n].ndim if n in specs else None for n in names)
-    per_body = _CACHE.setdefault(body, {})
-    if key not in per_body:
-        per_body[key] = _rewrite(body, n_state, specs)
-    return per_body[key]
+    # keyed by the shapes, not only the ranks: a rank inside the body can depend on a shape
+    # (Squeeze without axes)
+    key = tuple((specs[n].dtype, specs[n].shape) if n in specs else None for n in names)
+    with _LOCK:
+        per_body = _CACHE.setdefault(body, {})
+        if key not in per_body:
+            while len(per_body) >= MAX_FORMS:
+                per_body.pop(next(iter(per_body)))
+            per_body[key] = _rewrite(body, n_state, specs)
+        return per_body[key]
 
 
 def _rank(specs: dict[str, lowering.Spec], name: str) -> int | None:
@@ -184,12 +198,11 @@ def _rewrite(body: Subgraph, n_state: int, specs: dict[str, lowering.Spec]) -> B
             if "axes" in node.impl.attrs:
                 axes = attrs.get("axes")
             elif len(ins) > 1 and ins[1]:
-                if ins[1] in batched:
+                # axes the body holds (an initializer): the same in every call
+                value = graph.initializers.get(ins[1])
+                if ins[1] in inputs or not isinstance(value, np.ndarray):
                     return None
-                value = specs[ins[1]].value if ins[1] in specs else None
-                if value is None or not specs[ins[1]].const:
-                    return None
-                axes = [int(a) for a in np.asarray(value).reshape(-1)]
+                axes = [int(a) for a in value.reshape(-1)]
             else:
                 axes = None
             if not axes:

@@ -198,6 +198,39 @@ def test_scan_rows_with_reductions_arg_softmax_where_and_cast():
         check(model_of(graph), feeds)
 
 
+def test_scan_rows_where_a_rank_follows_the_state_shape():
+    # Squeeze(state) has rank 1 for a [1, 4] state and rank 2 for [3, 4]: the same session
+    # must line up the broadcasting differently for the two
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["s_in"], ["s_out"]),
+            helper.make_node("Squeeze", ["s_in"], ["sq"]),
+            helper.make_node("Sub", ["sq", "row"], ["d"]),
+            helper.make_node("ReduceSumSquare", ["d"], ["dist"], keepdims=0),  # every axis
+        ],
+        "body",
+        [vi("s_in", F, ["a", 4]), vi("row", F, [4])],
+        [vi("s_out", F, ["a", 4]), vi("dist", F, [])],
+    )
+    scan = helper.make_node("Scan", ["S", "X"], ["S_final", "D"], body=body, num_scan_inputs=1)
+    graph = helper.make_graph(
+        [scan],
+        "g",
+        [vi("S", F, ["a", 4]), vi("X", F, ["t", 4])],
+        [vi("S_final", F, ["a", 4]), vi("D", F, ["t"])],
+    )
+    model = model_of(graph, opset=13)
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((9, 4)).astype(np.float32)
+    for rows in (1, 3, 1):
+        feeds = {"S": rng.standard_normal((rows, 4)).astype(np.float32), "X": x}
+        got = sess.run(None, feeds)
+        want = ort_outputs(model, feeds)
+        assert got[1].shape == want[1].shape
+        assert_close(got[1], want[1], 1e-5, 1e-5, f"state of {rows} rows")
+
+
 def test_scan_carried_state_cumulative_sum_both_directions():
     body = helper.make_graph(
         [
