@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import ir, registry
+from onnxjit import interrupt, ir, registry
 from onnxjit.errors import ExecutionError
 from onnxjit.lowering import on_device
 from onnxjit.registry import NodeContext, OpImpl
@@ -77,6 +77,57 @@ class Subgraph:
     @property
     def output_names(self) -> list[str]:
         return self.program.output_names
+
+    def iterations(self, outer: Mapping[str, Any] | None) -> BodyRunner:
+        """A runner for many calls of this body with the same enclosing-scope values (the
+        iterations of one Loop or Scan node call); see :class:`BodyRunner`."""
+        return BodyRunner(self.program, outer)
+
+
+class BodyRunner:
+    """Runs one subgraph body many times with the same enclosing-scope values: a Loop's or a
+    Scan's iterations.
+
+    A call ``runner(inputs)`` returns what ``program.run_subgraph(inputs, outer)`` returns,
+    and checks ``RunOptions.terminate`` first (the point where a run can be stopped). Between
+    calls whose inputs have the signature of the previous call (element types and shapes,
+    C-contiguous arrays: what a Scan's slices and a loop's carried values usually keep), it
+    calls the plan's generated function directly: no signature of the enclosing-scope
+    values, no plan lookup, no copies; an input that is not a C-contiguous ndarray, or whose
+    signature changed, takes :meth:`Program.run_subgraph` (planning a new signature there).
+    """
+
+    __slots__ = ("program", "scope", "outer", "key", "fn")
+
+    def __init__(self, program: Program, outer: Mapping[str, Any] | None):
+        self.program = program
+        self.scope = outer or {}
+        self.outer = [self.scope.get(name) for name in program.outer_names]
+        self.key: list[Any] | None = None  # the signature of the last call's inputs
+        self.fn: Callable[..., list[Any]] | None = None  # its plan's function
+
+    def __call__(self, inputs: list[Any]) -> list[Any]:
+        interrupt.check()
+        key = [
+            (v.dtype, v.shape) if type(v) is np.ndarray and v.flags.c_contiguous else _NO_KEY
+            for v in inputs
+        ]
+        fn = self.fn
+        if fn is not None and key == self.key:
+            self.program.runs += 1
+            return fn(inputs + self.outer if self.outer else inputs)
+        program = self.program
+        fixed = [
+            np.ascontiguousarray(v) if type(v) is np.ndarray and not v.flags.c_contiguous else v
+            for v in inputs
+        ]
+        outs = program.run(fixed, self.scope)
+        plan = program._plans.get(signature(fixed + self.outer))
+        if _NO_KEY in key or plan is None:
+            self.fn = self.key = None  # not ndarrays (or re-planned away): the full path
+        else:
+            self.key, self.fn = key, plan.run
+        return outs
 
 
 class Program:
@@ -270,6 +321,9 @@ def run_node(node: ir.Node, inputs: Sequence[Any]) -> list[Any]:
     if len(node.outputs) == 1:
         return [result[0] if isinstance(result, tuple) else result]
     return list(result)
+
+
+_NO_KEY = object()  # BodyRunner's key of an input it does not compare
 
 
 def _key(value: Any) -> Any:

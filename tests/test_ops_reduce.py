@@ -240,6 +240,8 @@ TOPK_CASES = [
     pytest.param((3, 6, 4), -1, 4, id="3d-last-all"),
     pytest.param((3, 5), 1, 0, id="k0"),
     pytest.param((0, 5), 1, 2, id="empty-outer"),
+    # k much smaller than the line: the one-pass selection, not the sort
+    pytest.param((2, 200, 3), 1, 5, id="long-lines"),
 ]
 
 
@@ -281,6 +283,18 @@ def test_topk_nan_and_float16(largest):
     inputs = {"x": x, "k": np.array([4], dtype=np.int64)}
     check_node("TopK", inputs, {"largest": largest}, opset=24, n_outputs=2)
     inputs = {"x": x.astype(np.float16), "k": np.array([3], dtype=np.int64)}
+    check_node("TopK", inputs, {"largest": largest}, opset=11, n_outputs=2)
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+def test_topk_long_lines_with_nan_and_ties(largest):
+    # the selection path (k much smaller than the line): NaN ranks above every number, ties
+    # keep the lower index, -0.0 ties with 0.0
+    rng = np.random.default_rng(11)
+    x = rng.integers(-2, 3, size=(3, 160)).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = np.nan
+    x[0, 5], x[0, 9] = -0.0, 0.0
+    inputs = {"x": x, "k": np.array([7], dtype=np.int64)}
     check_node("TopK", inputs, {"largest": largest}, opset=11, n_outputs=2)
 
 

@@ -11,7 +11,8 @@ skl2onnx models are checked against.
 Which walk served a run is read from the plan (``sess.stats()["plans"][-1]["steps"]``): the
 tree step's bound call is ``trees.perfect[f=F,ni=NI,kt=KT]`` (the generated walk-and-finish
 kernel), ``trees.perfect_sums`` (the generated walk's sums, finished on the host),
-``trees.fast`` or ``trees.general``.
+``trees.fast_finish`` (the fast layout's walk and the finishing in one kernel), ``trees.fast``
+or ``trees.general``.
 """
 
 from __future__ import annotations
@@ -468,13 +469,55 @@ def test_perfect_single_leaf_trees():
 
 
 def test_perfect_too_deep_keeps_fast_walk(monkeypatch):
-    # beyond the perfect layout's depth bound the fast layout's own walk serves
+    # beyond the perfect layout's depth bound the fast layout's own walk serves, with the
+    # finishing in the same kernel call (trees.fast_walk_finish) where it walks serially
     monkeypatch.setattr(ml, "_PERFECT_MAX_DEPTH", 3)
     rng = np.random.default_rng(61)
     a = _unbalanced_forest(rng, 11, 6, 4, 2, FAST_MODES)
     x = _x(rng, 33, 4)
     model = _node_model("TreeEnsembleRegressor", {"x": x}, _regressor(a, 2))
-    assert _walk(model, {"x": x}) == "trees.fast"
+    assert _walk(model, {"x": x}) == "trees.fast_finish"
+    monkeypatch.setattr(ml, "_FAST_PARALLEL_VISITS", 1)
+    assert _walk(model, {"x": x}, threads=2) == "trees.fast"
+
+
+@pytest.mark.parametrize("labels", ["ints", "strings"])
+@pytest.mark.parametrize("base", [False, True])
+@pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC"])
+@pytest.mark.parametrize("rows", [1, 29, 70])
+def test_fast_finish_classifier(monkeypatch, labels, base, post, rows):
+    # trees deeper than the perfect layout's bound: the fast walk and the finishing in one
+    # kernel, rows holding a NaN computed again by the host path
+    monkeypatch.setattr(ml, "_PERFECT_MAX_DEPTH", 3)
+    rng = np.random.default_rng(len(labels) * 3 + base + rows + len(post) + 700)
+    one = post == "SOFTMAX"
+    a = _unbalanced_forest(rng, 21, 9, 5, 3, FAST_MODES, one_target=one)
+    x = _x(rng, rows, 5, nan_rows=0.2 if rows > 1 else 0.0)
+    extra = {"post_transform": post}
+    if base:
+        extra["base_values"] = [0.1, -0.2, 0.05]
+    if labels == "ints":
+        attrs = _classifier(a, [4, 7, 9], **extra)
+    else:
+        attrs = _classifier(a, [], **extra)
+        del attrs["classlabels_int64s"]
+        attrs["classlabels_strings"] = ["a", "b", "c"]
+    model = _node_model("TreeEnsembleClassifier", {"x": x}, attrs, n_outputs=2)
+    assert _walk(model, {"x": x}) == "trees.fast_finish"
+
+
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE"])
+@pytest.mark.parametrize("rows", [1, 9, 65])
+def test_fast_finish_regressor(monkeypatch, agg, rows):
+    monkeypatch.setattr(ml, "_PERFECT_MAX_DEPTH", 4)
+    rng = np.random.default_rng(rows + 800 + len(agg))
+    a = _unbalanced_forest(rng, 13, 10, 4, 2, FAST_MODES)
+    x = _x(rng, rows, 4, nan_rows=0.25)
+    if rows == 1:
+        x[0, 1] = np.nan
+    attrs = _regressor(a, 2, aggregate_function=agg, base_values=[0.5, -1.0])
+    model = _node_model("TreeEnsembleRegressor", {"x": x}, attrs)
+    assert _walk(model, {"x": x}) == "trees.fast_finish"
 
 
 def test_perfect_binary_classifier_sums():

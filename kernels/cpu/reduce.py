@@ -75,24 +75,34 @@ def _reduce_block(x, o, kind, out):
                     s += math.exp(x[o, j, i] - m)
                 acc[i] = m + math.log(s)
         return
+    if inner == 1:
+        # one value per row (a reduction over the last axis): the running value stays in a
+        # register, where acc[i] would be loaded and stored per element
+        a = acc[0]
+        for j in range(n):
+            a = _fold(kind, a, x[o, j, 0])
+        acc[0] = a
+        return
     for j in range(n):
         for i in range(inner):
-            v = x[o, j, i]
-            if kind == SUM:
-                acc[i] += v
-            elif kind == PROD:
-                acc[i] *= v
-            elif kind == MAX:
-                # NaN propagates, like numpy's max.
-                if v > acc[i] or v != v:
-                    acc[i] = v
-            elif kind == MIN:
-                if v < acc[i] or v != v:
-                    acc[i] = v
-            elif kind == SUMSQ:
-                acc[i] += v * v
-            else:
-                acc[i] += abs(v)
+            acc[i] = _fold(kind, acc[i], x[o, j, i])
+
+
+@njit(inline="always")
+def _fold(kind, a, v):
+    """The running value ``a`` of reduction ``kind`` with element ``v`` folded in."""
+    if kind == SUM:
+        return a + v
+    if kind == PROD:
+        return a * v
+    if kind == MAX:
+        # NaN propagates, like numpy's max.
+        return v if v > a or v != v else a
+    if kind == MIN:
+        return v if v < a or v != v else a
+    if kind == SUMSQ:
+        return a + v * v
+    return a + abs(v)
 
 
 reduce3, reduce3_par = twins(
@@ -155,6 +165,48 @@ def cumsum3(x, exclusive, reverse, out):
                     out[o, j, i] = s
 
 
+@njit(inline="always")
+def _before(a, b, largest):
+    """Whether value ``a`` ranks strictly before ``b``: larger (``largest``) or smaller, NaN
+    ranking as the largest value (where the sorts of :func:`topk3` put it)."""
+    if largest:
+        return a > b or (a != a and b == b)
+    return a < b or (b != b and a == a)
+
+
+@njit
+def _topk_select(x, k, largest, values, indices):
+    """:func:`topk3` for ``k`` much smaller than the line: one pass keeping the best ``k`` so
+    far in rank order (a later value enters only when it ranks strictly before the last kept,
+    so that ties keep the lower index, as the stable sorts do)."""
+    outer, n, inner = x.shape
+    if k == 0:
+        return
+    bv = np.empty(k, dtype=x.dtype)
+    bi = np.empty(k, dtype=np.int64)
+    for o in range(outer):
+        for i in range(inner):
+            m = 0  # values kept
+            for j in range(n):
+                v = x[o, j, i]
+                if m == k and not _before(v, bv[k - 1], largest):
+                    continue
+                # insertion point: after every kept value that v does not rank before
+                p = m if m < k else k - 1
+                while p > 0 and _before(v, bv[p - 1], largest):
+                    if p < k:
+                        bv[p] = bv[p - 1]
+                        bi[p] = bi[p - 1]
+                    p -= 1
+                bv[p] = v
+                bi[p] = j
+                if m < k:
+                    m += 1
+            for t in range(k):
+                values[o, t, i] = bv[t]
+                indices[o, t, i] = bi[t]
+
+
 @njit
 def topk3(x, k, largest, values, indices):
     """Top ``k`` along axis 1 of ``x (outer, n, inner)``, sorted, ties by lower index.
@@ -163,6 +215,9 @@ def topk3(x, k, largest, values, indices):
     equal values in ascending index order; a stable ascending sort orders the smallest first.
     """
     outer, n, inner = x.shape
+    if k * 16 <= n:
+        _topk_select(x, k, largest, values, indices)
+        return
     line = np.empty(n, dtype=x.dtype)
     for o in range(outer):
         for i in range(inner):

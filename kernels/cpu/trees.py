@@ -432,6 +432,31 @@ fast_predict_serial, fast_predict_parallel = twins(
 
 
 @njit
+def fast_walk_finish(
+    x, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, fin_i, fin_f, y, labels,
+    label_values,
+):  # fmt: skip
+    """Scores of every row of ``x`` without a NaN (fast layout, finished by
+    :func:`finish_rows` into ``y`` [N, K] and, for a classifier, ``labels`` [N]): one call for
+    what the host path does as a walk and numpy's finishing. Returns how many rows hold a NaN
+    (left untouched, for the host path to compute)."""
+    n = x.shape[0]
+    c = values.shape[1]
+    skip = np.empty(n, np.uint8)
+    bad = nan_rows(x, skip)
+    out = np.zeros((n, c), values.dtype)
+    for b in range((n + BLOCK - 1) // BLOCK):
+        _fast_block(
+            x, n, b, t_root, t_depth, g_depth, f_left, f_feat, f_thr, f_leaf, values, skip, out
+        )  # fmt: skip
+    tmp = np.empty((1, c), np.float64)
+    for r in range(n):
+        if skip[r] == 0:
+            finish_rows(out[r], 1, y, r, labels, label_values, fin_i, fin_f, tmp)
+    return bad
+
+
+@njit
 def nan_rows(x, skip):
     """``skip[i] = 1`` where row ``i`` of ``x`` holds a NaN; returns how many do."""
     count = 0

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import limits, types
+from onnxjit import limits, scan_rows, types
 from onnxjit.registry import NodeContext, onnx_op
 
 
@@ -110,14 +110,15 @@ def loop(ctx, M=None, cond=None, *v_initial, body=None):
     carried = list(v_initial)
     scans: list[list[Any]] = [[] for _ in range(n_scan)]
     i = 0
+    run = body.iterations(ctx.outer)
+    checked: list[Any] = [None] * n_carried  # (shape, dtype) of each carried value checked
     while keep_going and (max_trip is None or i < max_trip):
-        outs = ctx.run_subgraph(
-            body, [np.array(i, dtype=np.int64), np.array(keep_going, dtype=bool), *carried]
-        )
+        outs = run([np.array(i, dtype=np.int64), np.array(keep_going, dtype=bool), *carried])
         carried = list(outs[1 : 1 + n_carried])
-        for v in carried:  # a value that grows every iteration meets the tensor cap
-            if isinstance(v, np.ndarray):
+        for j, v in enumerate(carried):  # a value that grows every iteration meets the cap
+            if isinstance(v, np.ndarray) and checked[j] != (v.shape, v.dtype):
                 limits.check(ctx, v.shape, v.dtype, f"carried value of iteration {i}", False)
+                checked[j] = (v.shape, v.dtype)
         for k in range(n_scan):
             v = outs[1 + n_carried + k]
             if isinstance(v, np.ndarray):  # the stack the scan output is growing into
@@ -179,29 +180,77 @@ def _scan_core(
                 f"scan inputs have different lengths along their scan axes: {sorted(lengths)}"
             )
         length = lengths.pop() if lengths else 0
+    # Each scan input with its scan axis first and in the order the iterations read it, so
+    # that iteration t takes row t: a C-contiguous view (a copy only for an axis other than
+    # the first), which the body's plan takes as it is.
+    rows = []
+    for x, a, d in zip(scan_inputs, in_axes, in_dirs):
+        if a:
+            x = np.ascontiguousarray(np.moveaxis(x, a, 0))
+        rows.append(x[length - 1 :: -1] if d and length else x)
     per_out: list[list[Any]] = [[] for _ in range(n_scan_out)]
-    for it in range(length):
-        slices = []
-        for x, a, d in zip(scan_inputs, in_axes, in_dirs):
-            t = length - 1 - it if d else it
-            idx = (slice(None),) * a + (t,)
-            slices.append(x[idx])
-        outs = ctx.run_subgraph(body, [*states, *slices])
-        states = list(outs[:n_state])
+    run = body.iterations(ctx.outer)
+    it = 0
+    blocked = False  # whether per_out holds each scan output's rows in one array
+    while it < length:
+        inputs = [*states, *[x[it] for x in rows]]
+        outs = run(inputs)
+        states = outs[:n_state]
         for k in range(n_scan_out):
-            per_out[k].append(np.asarray(outs[n_state + k]))
+            per_out[k].append(outs[n_state + k])
+        it += 1
+        if it == 1 and length > 1:
+            blocks = _row_blocks(ctx, body, n_state, inputs, rows, length)
+            if blocks is not None:
+                for k in range(n_scan_out):
+                    per_out[k] = [np.concatenate([np.asarray(per_out[k][0])[None], *blocks[k]])]
+                blocked = True
+                break
     results: list[Any] = _detach(body, states)
     for k in range(n_scan_out):
         vals = per_out[k]
-        if out_dirs[k]:
-            vals = vals[::-1]
-        if vals:
-            rank = vals[0].ndim + 1
-            axis = _norm_axis(ctx, out_axes[k], rank, "scan_output_axes entry")
-            results.append(np.stack(vals, axis=axis))
-        else:
+        if not vals:
             results.append(_empty_scan_output(body, n_state + k))
+            continue
+        stacked = vals[0] if blocked else np.stack(vals)
+        if out_dirs[k]:
+            stacked = stacked[::-1]
+        axis = _norm_axis(ctx, out_axes[k], stacked.ndim, "scan_output_axes entry")
+        if axis or out_dirs[k]:
+            stacked = np.ascontiguousarray(np.moveaxis(stacked, 0, axis))
+        results.append(stacked)
     return results
+
+
+def _row_blocks(
+    ctx: NodeContext,
+    body: Any,
+    n_state: int,
+    first: list[Any],
+    rows: list[np.ndarray],
+    length: int,
+) -> list[list[np.ndarray]] | None:
+    """Rows 1 to ``length`` of every scan output, computed in blocks of rows by the body's
+    batched form (:mod:`onnxjit.scan_rows`), or None where the body has none (its states
+    change, or a node has no row rule). ``first`` are the inputs of iteration 0, which has
+    run: its states are every iteration's."""
+    if not all(type(x) is np.ndarray for x in first):
+        return None
+    plan = body.program.plan_of(first, ctx.outer)
+    if plan is None or plan.continuations:
+        return None
+    rows_body = scan_rows.batched(body, n_state, scan_rows.specs_by_name(body, plan))
+    if rows_body is None:
+        return None
+    step = rows_body.block()
+    states = first[:n_state]
+    run = rows_body.program_runner(ctx.outer)
+    blocks: list[list[np.ndarray]] = [[] for _ in range(len(body.output_names) - n_state)]
+    for lo in range(1, length, step):
+        outs = run([*states, *[x[lo : lo + step] for x in rows]])
+        for k, v in enumerate(outs):
+            blocks[k].append(v)
+    return blocks
 
 
 def _attr_list(value: list[int] | None, n: int, default: int = 0) -> list[int]:

@@ -713,8 +713,8 @@ class _Walk:
     """The generated walk-and-finish kernel of an ensemble for inputs of one element type and
     row width (onnxjit/codegen/trees.py): what a plan binds."""
 
-    predict: Any
-    args: tuple[Any, ...]  # feat, thr, leaves, depth, tgt, fin_i, fin_f
+    predict: Any  # None: no perfect layout; the fast layout's kernel finishes (fin_i, fin_f)
+    args: tuple[Any, ...]  # feat, thr, leaves, depth, tgt, fin_i, fin_f (fast: fin_i, fin_f)
     label_values: np.ndarray  # what the kernel writes as a label (class indices for strings)
     fast: _FastTable
     visits: int
@@ -722,8 +722,10 @@ class _Walk:
 
 def _make_walk(be: Any, ctx: Any, table: _TreeTable, dtype: Any, width: int) -> _Walk | None:
     """The fused walk of the node for inputs of ``dtype`` and ``width`` features, or None
-    where the host path must run (no perfect layout, MIN/MAX, a binary classifier's
-    conventions)."""
+    where the host path must run (no fast layout, MIN/MAX, a binary classifier's
+    conventions). Without a perfect layout (trees too deep to pad) the walk's ``predict`` is
+    None and ``args`` are ``(fin_i, fin_f)``: ``trees.fast_walk_finish`` walks the fast layout
+    and finishes the same way."""
     spec = table.spec
     nt = spec.n_targets
     if table.n_trees == 0 or spec.agg not in (AGG_SUM, AGG_AVERAGE):
@@ -731,10 +733,10 @@ def _make_walk(be: Any, ctx: Any, table: _TreeTable, dtype: Any, width: int) -> 
     if spec.classifier and nt == 2:
         return None
     fast = table.fast_for(be, dtype, nt)
-    if fast is None or fast.perfect is None:
+    if fast is None:
         return None
     p = fast.perfect
-    if p.kt not in (1, nt):  # pragma: no cover - _build_perfect's contract
+    if p is not None and p.kt not in (1, nt):  # pragma: no cover - _build_perfect's contract
         return None
     base = spec.base if spec.base is not None and spec.base.shape[0] else None
     mask = None
@@ -762,6 +764,8 @@ def _make_walk(be: Any, ctx: Any, table: _TreeTable, dtype: Any, width: int) -> 
     fin_i, fin_f = gtrees.finish_arrays(
         spec.classifier, spec.agg == AGG_AVERAGE, post, table.n_trees, base, mask, nt
     )
+    if p is None:
+        return _Walk(None, (fin_i, fin_f), label_values, fast, fast.visits)
     return _Walk(
         predict=gtrees.module(width, p.ni, p.kt).predict,
         args=(p.feat, p.thr, p.leaves, p.depth, p.tgt, fin_i, fin_f),
@@ -847,7 +851,7 @@ def _predict(be: Any, ctx: Any, table: _TreeTable, x: np.ndarray, ydtype: Any) -
     n, width = xf.shape
     _check_shapes(ctx, table, width, spec.n_targets)
     walk = _make_walk(be, ctx, table, xf.dtype, width)
-    if walk is None:
+    if walk is None or walk.predict is None:
         if ydtype in (_F32, _F64) or spec.classifier:
             return _host_predict(be, ctx, table, ydtype, xf)
         return _host_predict(be, ctx, table, _F64, xf).astype(ydtype)
@@ -1417,6 +1421,10 @@ def _lower_trees(lc: LowerContext, table: _TreeTable, ydtype: Any) -> Bound | No
     if be.name != "cpu":
         return _lower_trees_device(lc, table, xin, outs)
     walk = _make_walk(be, ctx, table, x.dtype, width)
+    if walk is not None and walk.predict is None:
+        if n * walk.visits < _FAST_PARALLEL_VISITS or be.threads() == 1:
+            return _lower_fast_finish(be, ctx, table, walk, xin, outs, ydtype, x.dtype)
+        walk = None  # the host path's walk runs on the thread pool
     if walk is None:
         fast = None
         if table.n_trees and spec.agg in (AGG_SUM, AGG_AVERAGE):
@@ -1483,6 +1491,60 @@ def _lower_trees(lc: LowerContext, table: _TreeTable, ydtype: Any) -> Bound | No
         return label_output(labels, idx), y
 
     return returns(classify_strings, xin, outs=outs, name=name)
+
+
+def _lower_fast_finish(
+    be: Any,
+    ctx: Any,
+    table: _TreeTable,
+    walk: _Walk,
+    xin: In,
+    outs: list[Spec],
+    ydtype: Any,
+    xdtype: Any,
+) -> Bound:
+    """The bound call of ``trees.fast_walk_finish`` (a walk without a perfect layout, rows
+    walked serially): the fast layout's walk and the finishing in one kernel call, rows
+    holding a NaN computed again by the host path."""
+    f = walk.fast
+    fin_i, fin_f = walk.args
+    lv = walk.label_values
+    width = xin.shape[1]
+    nt = table.spec.n_targets
+    classify = table.spec.classifier
+    no = gtrees.NO_LABELS
+    tables = (f.t_root, f.t_depth, f.g_depth, f.f_left, f.f_feat, f.f_thr, f.f_leaf, f.values)
+    lab_sample = np.empty(0, np.int64) if classify else no
+    sample = (np.empty((0, width), xdtype), *tables, fin_i, fin_f,
+              np.empty((0, nt), ydtype), lab_sample, lv)  # fmt: skip
+    # the compiled entry point for these argument types: no type dispatch per call
+    kernel = gtrees.entry_point(be.kernel("trees", "fast_walk_finish"), sample)
+    redo = functools.partial(_redo_nan_rows, be, ctx, table, walk)
+    name = "trees.fast_finish"
+    if table.spec.classifier and table.spec.labels.dtype == _OBJ:
+        labels = table.spec.labels
+
+        def classify_strings(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            y = np.empty((x.shape[0], nt), ydtype)
+            idx = np.empty(x.shape[0], np.int64)
+            if kernel(x, *tables, fin_i, fin_f, y, idx, lv):
+                redo(x, y, idx)
+            return label_output(labels, idx), y
+
+        return returns(classify_strings, xin, outs=outs, name=name)
+    if not classify:
+
+        def regress(x: np.ndarray, y: np.ndarray) -> None:
+            if kernel(x, *tables, fin_i, fin_f, y, no, no):
+                redo(x, y, no)
+
+        return writes(regress, xin, Out(0), outs=outs, name=name)
+
+    def classify_ints(x: np.ndarray, lab: np.ndarray, y: np.ndarray) -> None:
+        if kernel(x, *tables, fin_i, fin_f, y, lab, lv):
+            redo(x, y, lab)
+
+    return writes(classify_ints, xin, Out(0), Out(1), outs=outs, name=name)
 
 
 def _leaf_targets(table: _TreeTable, nt: int) -> tuple[np.ndarray, bool] | None:
