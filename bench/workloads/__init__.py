@@ -76,6 +76,7 @@ WORKLOADS: dict[str, CaseFactory] = {
     "R2": _lazy("real", "cases_r2"),
     "R3": _lazy("real", "cases_r3"),
     "R4": _lazy("real", "cases_r4"),
+    "R5": _lazy("real_cnn", "cases_r5"),
     "R6": _lazy("real_rnn", "cases_r6"),
     "R7": _lazy("real_fp16", "cases_r7"),
 }

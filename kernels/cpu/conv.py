@@ -421,6 +421,122 @@ depthwise, depthwise_par = twins(
 )
 
 
+@njit(inline="always")
+def _grp_item(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, G, idx, g, bf, wide, ep):
+    """Output channels of group ``idx`` = (image, group) of a grouped convolution (``cg = C /
+    G`` input channels and ``mg = M / G`` output channels per group) plus the epilogue ``ep``
+    (as :func:`_dw_plane`'s).
+
+    The group's ``cg`` input planes are padded and split into stride phases once, side by
+    side in ``bf`` (see :func:`_dw_fill`); every output channel of the group then sums, per
+    input channel, its taps as flat multiply-add loops over ``OH`` rows of ``Wq`` columns,
+    the nine taps of a 3x3 kernel in one loop, as the depthwise kernel does for one channel.
+    A GEMM per group (im2col) would multiply ``mg`` x ``cg * K`` weights (8 x 72 for RegNet's
+    3x3 layers of 8-channel groups), all call overhead."""
+    bias, has_bias, res, has_res, act, p0, p1 = ep
+    Dp, Hq, Wq, toff, cols = g
+    n = idx // G
+    grp = idx - n * G
+    cg = C // G
+    mg = M // G
+    OD, OH, OW = osz[0], osz[1], osz[2]
+    K = toff.shape[0]
+    pl = Dp * st[1] * st[2] * Hq * Wq
+    upl = _u(pl)
+    for ci in range(cg):
+        _dw_fill(xf, (n * C + grp * cg + ci) * D, D, H, W, st, pb, g, bf[ci * pl :])
+    t = yf.dtype.type
+    n_wide = _u((OH * Wq + _SLACK - 1) // _SLACK * _SLACK)
+    slice_step = _u(st[0] * st[1] * st[2] * Hq * Wq)
+    nine = K == 9 and k[0] == 1
+    for mi in range(mg):
+        m = grp * mg + mi
+        w = wm[m]
+        bv = t(bias[m]) if has_bias else t(0)
+        ybase = (n * M + m) * OD * OH * OW
+        for od in range(OD):
+            sb = _u(od) * slice_step
+            for j in range(n_wide):
+                wide[j] = bv
+            for ci in range(cg):
+                cb = sb + _u(ci) * upl
+                wo = ci * K
+                if nine:
+                    o0, o1, o2 = cb + toff[0], cb + toff[1], cb + toff[2]
+                    o3, o4, o5 = cb + toff[3], cb + toff[4], cb + toff[5]
+                    o6, o7, o8 = cb + toff[6], cb + toff[7], cb + toff[8]
+                    w0, w1, w2 = w[wo], w[wo + 1], w[wo + 2]
+                    w3, w4, w5 = w[wo + 3], w[wo + 4], w[wo + 5]
+                    w6, w7, w8 = w[wo + 6], w[wo + 7], w[wo + 8]
+                    for j in range(n_wide):
+                        wide[j] += (
+                            w0 * bf[o0 + j]
+                            + w1 * bf[o1 + j]
+                            + w2 * bf[o2 + j]
+                            + w3 * bf[o3 + j]
+                            + w4 * bf[o4 + j]
+                            + w5 * bf[o5 + j]
+                            + w6 * bf[o6 + j]
+                            + w7 * bf[o7 + j]
+                            + w8 * bf[o8 + j]
+                        )
+                else:
+                    for tap in range(K):
+                        off = cb + toff[tap]
+                        wv = w[wo + tap]
+                        for j in range(n_wide):
+                            wide[j] += wv * bf[off + j]
+            if not has_res:
+                activate(wide[:n_wide], act, p0, p1)
+            yb = _u(ybase + od * OH * OW)
+            wb = _u(0)
+            for _oh in range(OH):
+                for j in range(_u(OW)):
+                    yf[yb + j] = wide[wb + j]
+                yb += _u(OW)
+                wb += _u(Wq)
+        if has_res:
+            n_plane = OD * OH * OW
+            v = yf[ybase : ybase + n_plane]
+            rv = res[ybase : ybase + n_plane]
+            for j in range(n_plane):
+                v[j] += rv[j]
+            activate(v, act, p0, p1)
+
+
+@njit(inline="always")
+def _grp_bufs(x, g, st, osz, cg):
+    # the group's phase buffers (zero padding written once per call, see _dw_fill) and the
+    # wide output rows
+    Dp, Hq, Wq, toff, cols = g
+    bf = np.zeros(cg * Dp * st[1] * st[2] * Hq * Wq + _SLACK, x.dtype)
+    wide = np.empty((osz[1] * Wq + _SLACK - 1) // _SLACK * _SLACK, x.dtype)
+    return bf, wide
+
+
+grouped, grouped_par = twins(
+    "grouped(x, wm, k, st, dl, pb, y, G, ep)",
+    _grp_item,
+    setup=(
+        "N, C, D, H, W = x.shape",
+        "M = y.shape[1]",
+        "osz = y.shape[2:]",
+        "xf = x.reshape(-1)",
+        "yf = y.reshape(-1)",
+        "g = _dw_geom(x, k, st, dl, pb, osz)",
+        "bf, wide = _grp_bufs(x, g, st, osz, C // G)",
+    ),
+    items={"idx": "N * G"},
+    fma=True,
+    doc="""Grouped convolution (``G`` groups of ``C / G`` > 1 input channels) with its epilogue:
+    output channel ``m`` of ``y`` (N, M, OD, OH, OW) sums input channels ``[gi * C / G, (gi +
+    1) * C / G)`` of ``x`` (N, C, D, H, W), ``gi = m // (M / G)``, convolved with the taps
+    ``wm[m]`` ((M, C / G * KD*KH*KW), input channel major), then ``y = act(y + bias[m] +
+    res)`` with ``ep = (bias, has_bias, res, has_res, act, p0, p1)``, ``res`` flat like
+    ``y``. Direct loops: no im2col buffer, no GEMM.""",
+)
+
+
 # -- 3x3 depthwise, stride 1 or 2, one pixel of padding (MobileNet's geometry) ---------------
 # Direct flat loops over each plane, with no padded copy of it: the taps of an output element
 # are at fixed offsets in the input (stride 1) or in its even / odd columns (stride 2), so

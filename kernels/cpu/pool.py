@@ -66,32 +66,39 @@ max_pool, max_pool_par = twins(
 
 
 @njit(inline="always")
+def _taps_inside(o0, lo, hi, dl, k):
+    """Taps ``[t0, t1)`` of a window starting at ``o0`` (tap t at ``o0 + t * dl``) that lie in
+    ``[lo, hi)``: the loops skip the rest without visiting them (a ceil_mode window can be far
+    longer than the input: transformers' EfficientNet pools 7x7 maps with a 1280-wide one)."""
+    t0 = 0 if o0 >= lo else (lo - o0 + dl - 1) // dl
+    t1 = 0 if hi <= o0 else (hi - o0 + dl - 1) // dl
+    return t0, max(t0, min(k, t1))
+
+
+@njit(inline="always")
 def _avg_plane(x, y, b, k, st, dl, pb, pe, lp, p, count_pad):
     D, H, W = x.shape[1], x.shape[2], x.shape[3]
     OD, OH, OW = y.shape[1], y.shape[2], y.shape[3]
     for od in range(OD):
         d0 = od * st[0] - pb[0]
+        kd0, kd1 = _taps_inside(d0, -pb[0], D + pe[0], dl[0], k[0])
         for oh in range(OH):
             h0 = oh * st[1] - pb[1]
+            kh0, kh1 = _taps_inside(h0, -pb[1], H + pe[1], dl[1], k[1])
             for ow in range(OW):
                 w0 = ow * st[2] - pb[2]
+                kw0, kw1 = _taps_inside(w0, -pb[2], W + pe[2], dl[2], k[2])
                 acc = 0.0
                 n_in = 0
                 n_pad = 0
-                for kd in range(k[0]):
+                for kd in range(kd0, kd1):
                     d = d0 + kd * dl[0]
-                    if d < -pb[0] or d >= D + pe[0]:
-                        continue
                     din = d >= 0 and d < D
-                    for kh in range(k[1]):
+                    for kh in range(kh0, kh1):
                         h = h0 + kh * dl[1]
-                        if h < -pb[1] or h >= H + pe[1]:
-                            continue
                         hin = h >= 0 and h < H
-                        for kw in range(k[2]):
+                        for kw in range(kw0, kw1):
                             w = w0 + kw * dl[2]
-                            if w < -pb[2] or w >= W + pe[2]:
-                                continue
                             # Inside the padded input: counts for count_include_pad.
                             n_pad += 1
                             if din and hin and w >= 0 and w < W:

@@ -162,7 +162,10 @@ def _geometry(
     out = []
     for i in range(nsp):
         room = in_sz[i] + pb[i] + pe[i] - span[i]
-        if room < 0:
+        # with ceil_mode a window longer than the padded input still makes one output (the
+        # spec's ceil((room) / stride) + 1 is 1 while room > -stride): transformers'
+        # EfficientNet pools its last 7x7 map with AvgPool2d(1280, ceil_mode=True)
+        if room < 0 and not (ceil_mode and room > -st[i]):
             raise ctx.error(
                 f"the window (extent {span[i]}) is larger than the padded input "
                 f"({in_sz[i]} + {pb[i]} + {pe[i]}) on spatial dim {i}; reduce the kernel or pad"
@@ -608,6 +611,10 @@ _WINDOW_SHIFT = 4
 # DW_LANES channels at a time across vector lanes (kernels/cpu/conv.py, depthwise_tiles).
 _DW_TILE_MAX = 64
 _DW_TILE_MAX_OW = 16
+# Grouped convolutions with at most this many taps per output (input channels per group x
+# kernel taps) run the direct grouped kernel (kernels/cpu/conv.py, grouped) rather than im2col
+# and a GEMM per group.
+_GROUPED_MAX_K = 128
 # Output rows at least this wide run the row-blocked convolution (group 1).
 _ROWS_MIN_OW = 16
 # Output columns per block of the row-blocked convolution (whole output rows, at least one).
@@ -750,8 +757,8 @@ def _rows_plan(n: int, rows: int, ow: int, n_threads: int) -> int:
 
 
 # What a _ConvPlan runs
-_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS, _TAPS, _WINOGRAD = range(7)
-_KIND_NAMES = ("zeros", "pointwise", "depthwise", "im2col", "rows", "taps", "winograd")
+_ZEROS, _POINTWISE, _DEPTHWISE, _IM2COL, _ROWS, _TAPS, _WINOGRAD, _GROUPED = range(8)
+_KIND_NAMES = ("zeros", "pointwise", "depthwise", "im2col", "rows", "taps", "winograd", "grouped")
 
 # The arguments of a convolution's call, as a plan passes them (the implementation resolves
 # the same references itself, see _ConvPlan.run): the input, the residual (FusedConv's input
@@ -780,11 +787,11 @@ def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
 
 class _ConvPlan:
     """A convolution of one input shape with one weight and epilogue, every decision made
-    once: the method (1x1 GEMM, depthwise kernel, Winograd, implicit GEMM, im2col by runs or
-    by gather table + GEMM), GEMM tiles, which kernels run on the backend's threads, weights
-    in the layout their kernel reads. :meth:`call` is then the call a plan binds (Conv's and
-    FusedConv's lowerings make one plan per input shape); :meth:`run` makes it at once (the
-    operators' implementations, one plan per call).
+    once: the method (1x1 GEMM, depthwise kernel, grouped kernel, Winograd, implicit GEMM,
+    im2col by runs or by gather table + GEMM), GEMM tiles, which kernels run on the backend's
+    threads, weights in the layout their kernel reads. :meth:`call` is then the call a plan
+    binds (Conv's and FusedConv's lowerings make one plan per input shape); :meth:`run` makes
+    it at once (the operators' implementations, one plan per call).
 
     ``w`` is (M, C/group, *ks) in the compute dtype; ``bias`` (M,) or None; ``has_res``:
     the call takes a residual shaped like the output (C-contiguous, compute dtype);
@@ -901,6 +908,25 @@ class _ConvPlan:
             )
             self.dw = backend.launcher("conv", name, N * M * s_out * K, sample, window)
             self.fn, self.args = self.dw, (x5, *self.dw_args, y5, self.mult, self._dw_ep(empty))
+            self.ep_pos = 8
+            return
+        if group > 1 and cg * K <= _GROUPED_MAX_K and not device:
+            # Grouped with few taps per output (RegNet's 3x3 of 8 channels per group,
+            # ResNeXt-32x4d's early stages): direct loops per group, the epilogue fused;
+            # im2col made one small GEMM per group and image from Python (RegNetY-400MF at
+            # 96 pixels: its grouped layers 59 % of the run, 3.6x onnxruntime in all)
+            self.kind = _GROUPED
+            self.dw_args = (np.ascontiguousarray(w.reshape(M, cg * K)), k3, st3, dl3, pb3)
+            sample = (
+                np.empty(self.x5_shape, dtype),
+                *self.dw_args,
+                np.empty((N, M, *osz.tolist()), dtype),
+                group,
+                self._dw_ep(empty),
+            )
+            work = N * M * s_out * cg * K
+            self.dw = backend.launcher("conv", "grouped", work, sample, window)
+            self.fn, self.args = self.dw, (x5, *self.dw_args, y5, group, self._dw_ep(empty))
             self.ep_pos = 8
             return
         if (
@@ -1258,8 +1284,8 @@ def _conv_core(
 
     Each GEMM writes its (M/group, S) block of the output straight into place (``W[M, C*K] @
     col[C*K, S]`` is NCHW per image), so no transpose or copy follows it, and applies the
-    epilogue tile by tile as it goes. Depthwise convolutions (group == C) run a direct kernel
-    with the epilogue fused.
+    epilogue tile by tile as it goes. Depthwise convolutions (group == C) and grouped ones
+    with few taps per output run direct kernels with the epilogue fused.
     """
     if ep is None:
         t = x.dtype.type
@@ -1392,8 +1418,9 @@ def conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> np.ndarray:
-    """N-D convolution (1-D to 3-D): im2col + GEMM per group, plain GEMM for 1x1, a Numba
-    kernel for depthwise. Optional bias B of shape (M,), added by the GEMM epilogue."""
+    """N-D convolution (1-D to 3-D): im2col + GEMM per group, plain GEMM for 1x1, Numba
+    kernels for depthwise and for groups of few channels. Optional bias B of shape (M,),
+    added by the epilogue."""
     ep = None
     if b is not None:
         if b.shape != (w.shape[0],):

@@ -70,6 +70,12 @@ PASSES: tuple[PassSpec, ...] = (
     ),
     PassSpec("dead_node_elimination", BASIC, "optimize:remove_dead_nodes", "unused nodes"),
     PassSpec(
+        "pad_conv_folding",
+        EXTENDED,
+        "patterns_conv:fold_pad_into_conv",
+        "zero Pad of the spatial axes before Conv folded into its pads",
+    ),
+    PassSpec(
         "conv_bn_folding",
         EXTENDED,
         "patterns_conv:fold_conv_batchnorm",

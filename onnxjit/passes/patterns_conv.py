@@ -1,5 +1,12 @@
-"""Convolution patterns: BatchNormalization / constant Mul/Add folded into Conv; Conv + residual
-+ activation fused into ``FusedConv``.
+"""Convolution patterns: zero Pad and BatchNormalization / constant Mul/Add folded into Conv;
+Conv + residual + activation fused into ``FusedConv``.
+
+:func:`fold_pad_into_conv` (level 2, ``pad_conv_folding``): ``Pad`` (constant mode, value 0,
+non-negative pads on the spatial axes only, no ``axes`` input) whose only reader is a Conv's
+input X with explicit pads (``auto_pad`` NOTSET) becomes part of that Conv: its pads are added
+to the Conv's. TensorFlow's "same" padding is exported this way (transformers' MobileNetV1/V2
+pad before every strided or 3x3 convolution, EfficientNet before its stride-2 depthwise ones),
+and the padded copy is a pass over the whole tensor that the convolution's own padding avoids.
 
 :func:`fold_conv_batchnorm` (level 2, ``conv_bn_folding``):
 
@@ -80,6 +87,69 @@ def _bn_scale_shift(idx: GraphIndex, bn: ir.Node, m: int) -> tuple[np.ndarray, n
     eps = float(bn.attrs.get("epsilon", 1e-5))
     a = scale / np.sqrt(var + eps)
     return a, bias - mean * a
+
+
+def _zero_spatial_pads(idx: GraphIndex, pad: ir.Node, rank: int) -> list[int] | None:
+    """The spatial pads (begins, then ends) of a zero constant-mode Pad of a rank-``rank``
+    tensor that leaves the batch and channel axes alone, else None."""
+    if (pad.attrs.get("mode") or "constant") not in ("constant", b"constant"):
+        return None
+    if (pad.since_version or 1) < 11:
+        pads, value = pad.attrs.get("pads"), float(pad.attrs.get("value", 0.0))
+    else:
+        if len(pad.inputs) < 2 or (len(pad.inputs) > 3 and pad.inputs[3]):
+            return None
+        p = idx.const(pad.inputs[1])
+        pads = None if p is None else p.reshape(-1).tolist()
+        value = 0.0
+        if len(pad.inputs) > 2 and pad.inputs[2]:
+            v = idx.scalar(pad.inputs[2])
+            if v is None:
+                return None
+            value = v
+    if pads is None or len(pads) != 2 * rank or value != 0.0:
+        return None
+    pads = [int(v) for v in pads]
+    if min(pads) < 0 or any(pads[i] or pads[rank + i] for i in (0, 1)):
+        return None
+    return pads[2:rank] + pads[rank + 2 :]
+
+
+def fold_pad_into_conv(graph: ir.Graph) -> int:
+    """Fold zero constant-mode Pad nodes into the Conv reading them; return the count."""
+    idx = GraphIndex(graph)
+    count = 0
+    for conv in list(graph.nodes):
+        if not is_op(conv, "Conv") or len(conv.inputs) < 2 or not conv.inputs[0]:
+            continue
+        if (conv.attrs.get("auto_pad") or "NOTSET") not in ("NOTSET", b"NOTSET"):
+            continue
+        pad = idx.producer_of(conv.inputs[0])
+        if not is_op(pad, "Pad") or idx.only_user(conv.inputs[0]) is not conv:
+            continue
+        w = idx.const(conv.inputs[1])
+        if w is None:
+            continue
+        nsp = w.ndim - 2
+        extra = _zero_spatial_pads(idx, pad, w.ndim)
+        if extra is None:
+            continue
+        own = [int(v) for v in conv.attrs.get("pads") or [0] * (2 * nsp)]
+        attrs = dict(conv.attrs)
+        attrs["pads"] = [a + b for a, b in zip(own, extra)]
+        attrs.pop("auto_pad", None)
+        new = onnx_node(
+            "Conv",
+            conv.since_version or 11,
+            [pad.inputs[0], *conv.inputs[1:]],
+            list(conv.outputs),
+            attrs=attrs,
+            members=[pad, conv],
+            name=conv.name,
+        )
+        idx.replace([pad, conv], [new])
+        count += 1
+    return count
 
 
 def fold_conv_batchnorm(graph: ir.Graph) -> int:
