@@ -338,6 +338,22 @@ def _tile_counts(m, n, tm, tn):
 
 
 @njit(inline="always")
+def _tile_at(m, n, tm, tn, t):
+    """Where tile ``t`` of a batch of ``m x n`` products in ``tm x tn`` tiles lies (tiles
+    numbered batch-major, then rows, then columns): ``(matrix, first row, first column, rows,
+    columns)``."""
+    gm, gn = _tile_counts(m, n, tm, tn)
+    per = gm * gn
+    p = t // per
+    r = t - p * per
+    i = r // gn
+    j = r - i * gn
+    r0 = i * tm
+    c0 = j * tn
+    return p, r0, c0, min(tm, m - r0), min(tn, n - c0)
+
+
+@njit(inline="always")
 def _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1):
     """``act(C + bias + residual)`` in place on a ``rows x cols`` tile, one row at a time
     while the BLAS call left it in cache."""
@@ -374,16 +390,7 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
     followed by the epilogue ``ep = (bias, bias_mode, res, has_res, act, p0, p1)``. The
     inner dimension goes in chunks of ``tk`` (one BLAS call each, the later ones adding to
     the tile: ``tk >= k`` is one call)."""
-    gm, gn = _tile_counts(m, n, tm, tn)
-    per = gm * gn
-    p = t // per
-    r = t - p * per
-    i = r // gn
-    j = r - i * gn
-    r0 = i * tm
-    c0 = j * tn
-    rows = min(tm, m - r0)
-    cols = min(tn, n - c0)
+    p, r0, c0, rows, cols = _tile_at(m, n, tm, tn, t)
     a_base = p * sa
     b_base = p * sb
     c_base = p * m * n
@@ -490,16 +497,7 @@ def _itile(m, n, k, a, sa, b, sb, c, tb, tm, tn, kb, buf, t):
     """Tile ``t`` of the batched integer product (numbered as :func:`_tile`'s): the inner
     dimension in blocks of ``kb`` steps, each block's float32 product (exact) written to the
     scratch ``buf`` and added into the int32 tile of ``c``."""
-    gm, gn = _tile_counts(m, n, tm, tn)
-    per = gm * gn
-    p = t // per
-    r = t - p * per
-    i = r // gn
-    j = r - i * gn
-    r0 = i * tm
-    c0 = j * tn
-    rows = min(tm, m - r0)
-    cols = min(tn, n - c0)
+    p, r0, c0, rows, cols = _tile_at(m, n, tm, tn, t)
     a_off = p * sa + r0 * k
     b_off = p * sb + (c0 * k if tb == B_PACKED else c0)
     ldb = k if tb == B_PACKED else n

@@ -365,23 +365,37 @@ def _dw_plane(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, idx, mult, g, bf, wide,
                 wv = w[tap]
                 for j in range(n_wide):
                     wide[j] += wv * bf[off + j]
-        if not has_res:
-            activate(wide[:n_wide], act, p0, p1)
-        yb = _u(ybase + od * OH * OW)
-        wb = _u(0)
-        for _oh in range(OH):
-            for j in range(_u(OW)):
-                yf[yb + j] = wide[wb + j]
-            yb += _u(OW)
-            wb += _u(Wq)
+        _store_slice(wide, n_wide, yf, ybase + od * OH * OW, OH, OW, Wq, has_res, act, p0, p1)
     if has_res:
-        n_plane = OD * OH * OW
-        v = yf[ybase : ybase + n_plane]
-        rv = res[ybase : ybase + n_plane]
-        for j in range(n_plane):
-            v[j] += rv[j]
-        activate(v, act, p0, p1)
+        _add_residual(yf, res, ybase, OD * OH * OW, act, p0, p1)
     return plane
+
+
+@njit(inline="always")
+def _store_slice(wide, n_wide, yf, yb, OH, OW, Wq, has_res, act, p0, p1):
+    """One output depth slice computed in phase layout in ``wide`` (``OH`` rows of ``Wq``
+    columns): activated unless a residual is still to be added (:func:`_add_residual`), then
+    its rows copied to ``yf`` from ``yb`` on, the ``Wq - OW`` junk columns of each dropped."""
+    if not has_res:
+        activate(wide[:n_wide], act, p0, p1)
+    yb = _u(yb)
+    wb = _u(0)
+    for _oh in range(OH):
+        for j in range(_u(OW)):
+            yf[yb + j] = wide[wb + j]
+        yb += _u(OW)
+        wb += _u(Wq)
+
+
+@njit(inline="always")
+def _add_residual(yf, res, ybase, n_plane, act, p0, p1):
+    """The residual added to the finished output plane at ``ybase`` (``n_plane`` elements of
+    ``yf``, ``res`` flat like it), then the activation."""
+    v = yf[ybase : ybase + n_plane]
+    rv = res[ybase : ybase + n_plane]
+    for j in range(n_plane):
+        v[j] += rv[j]
+    activate(v, act, p0, p1)
 
 
 # Elements past a depthwise plane's buffer and row loop: the loop runs whole 16-lane vectors.
@@ -486,22 +500,10 @@ def _grp_item(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, G, idx, g, bf, wide, ep
                         wv = w[wo + tap]
                         for j in range(n_wide):
                             wide[j] += wv * bf[off + j]
-            if not has_res:
-                activate(wide[:n_wide], act, p0, p1)
-            yb = _u(ybase + od * OH * OW)
-            wb = _u(0)
-            for _oh in range(OH):
-                for j in range(_u(OW)):
-                    yf[yb + j] = wide[wb + j]
-                yb += _u(OW)
-                wb += _u(Wq)
+            yb = ybase + od * OH * OW
+            _store_slice(wide, n_wide, yf, yb, OH, OW, Wq, has_res, act, p0, p1)
         if has_res:
-            n_plane = OD * OH * OW
-            v = yf[ybase : ybase + n_plane]
-            rv = res[ybase : ybase + n_plane]
-            for j in range(n_plane):
-                v[j] += rv[j]
-            activate(v, act, p0, p1)
+            _add_residual(yf, res, ybase, OD * OH * OW, act, p0, p1)
 
 
 @njit(inline="always")
