@@ -403,11 +403,11 @@ _SLACK = 16
 
 
 @njit(inline="always")
-def _dw_bufs(x, g, st, osz, pad):
-    # the phase buffer, filled with the padding value once per call (see _dw_fill), and the
-    # wide output rows
+def _dw_bufs(x, g, st, osz, planes, pad):
+    # the phase buffer of ``planes`` input planes side by side, filled with the padding value
+    # once per call (see _dw_fill), and the wide output rows
     Dp, Hq, Wq, toff, cols = g
-    bf = np.full(Dp * st[1] * st[2] * Hq * Wq + _SLACK, pad, x.dtype)
+    bf = np.full(planes * Dp * st[1] * st[2] * Hq * Wq + _SLACK, pad, x.dtype)
     wide = np.empty((osz[1] * Wq + _SLACK - 1) // _SLACK * _SLACK, x.dtype)
     return bf, wide
 
@@ -422,7 +422,7 @@ depthwise, depthwise_par = twins(
         "xf = x.reshape(-1)",
         "yf = y.reshape(-1)",
         "g = _dw_geom(x, k, st, dl, pb, osz)",
-        "bf, wide = _dw_bufs(x, g, st, osz, 0)",
+        "bf, wide = _dw_bufs(x, g, st, osz, 1, 0)",
     ),
     items={"idx": "N * M"},
     state="last = -1",
@@ -506,16 +506,6 @@ def _grp_item(xf, C, D, H, W, wm, k, st, pb, osz, yf, M, G, idx, g, bf, wide, ep
             _add_residual(yf, res, ybase, OD * OH * OW, act, p0, p1)
 
 
-@njit(inline="always")
-def _grp_bufs(x, g, st, osz, cg):
-    # the group's phase buffers (zero padding written once per call, see _dw_fill) and the
-    # wide output rows
-    Dp, Hq, Wq, toff, cols = g
-    bf = np.zeros(cg * Dp * st[1] * st[2] * Hq * Wq + _SLACK, x.dtype)
-    wide = np.empty((osz[1] * Wq + _SLACK - 1) // _SLACK * _SLACK, x.dtype)
-    return bf, wide
-
-
 grouped, grouped_par = twins(
     "grouped(x, wm, k, st, dl, pb, y, G, ep)",
     _grp_item,
@@ -526,7 +516,7 @@ grouped, grouped_par = twins(
         "xf = x.reshape(-1)",
         "yf = y.reshape(-1)",
         "g = _dw_geom(x, k, st, dl, pb, osz)",
-        "bf, wide = _grp_bufs(x, g, st, osz, C // G)",
+        "bf, wide = _dw_bufs(x, g, st, osz, C // G, 0)",
     ),
     items={"idx": "N * G"},
     fma=True,

@@ -184,7 +184,7 @@ max_pool_values, max_pool_values_par = twins(
         "osz = y.shape[1:]",
         "x5 = x.reshape(B, 1, D, H, W)",
         "g = _dw_geom(x5, k, st, dl, pb, osz)",
-        "bf, wide = _dw_bufs(x5, g, st, osz, -np.inf)",
+        "bf, wide = _dw_bufs(x5, g, st, osz, 1, -np.inf)",
         "xf = x.reshape(-1)",
         "yf = y.reshape(-1)",
     ),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit import ir
-from onnxjit.passes.patterns_gemm import is_float_dtype, match_activation
+from onnxjit.passes.patterns_gemm import is_float_dtype, match_activation, match_residual
 from onnxjit.passes.rewrite import GraphIndex, fused_node, is_op, onnx_node
 
 CONV_ACTIVATIONS = frozenset(
@@ -232,13 +232,11 @@ def fuse_conv_activation(graph: ir.Graph) -> int:
         members = [conv]
         cur = conv.outputs[0]
         residual = ""
-        u = idx.only_user(cur)
-        if is_op(u, "Add") and (u.since_version or 0) >= 7 and len(u.inputs) == 2:
-            other = u.inputs[1] if u.inputs[0] == cur else u.inputs[0]
-            if other and other != cur and idx.const(other) is None:
-                residual = other
-                members.append(u)
-                cur = u.outputs[0]
+        found = match_residual(idx, cur)
+        if found is not None:
+            add, residual = found
+            members.append(add)
+            cur = add.outputs[0]
         act = match_activation(idx, cur, CONV_ACTIVATIONS)
         if act is not None:
             members.extend(act.members)

@@ -19,7 +19,8 @@ another node or is a graph output, or when a constant does not have the expected
 A lone MatMul with a constant weight becomes a FusedGemm too: its weight is then rearranged
 once for the GEMM micro-kernel (kernels/cpu/ukernel.py) instead of at every run.
 
-:func:`match_activation` is shared with :mod:`onnxjit.passes.patterns_conv`.
+:func:`match_activation` and :func:`match_residual` are shared with
+:mod:`onnxjit.passes.patterns_conv`.
 """
 
 from __future__ import annotations
@@ -134,6 +135,19 @@ def match_activation(idx: GraphIndex, value: str, allowed: frozenset[str]) -> Ac
     return act
 
 
+def match_residual(idx: GraphIndex, value: str) -> tuple[ir.Node, str] | None:
+    """``(add, addend)`` when the only reader of ``value`` is an Add of ``value`` and a
+    computed value ``addend`` (not a constant, not ``value`` itself): a residual connection
+    an epilogue can take in."""
+    u = idx.only_user(value)
+    if not is_op(u, "Add") or (u.since_version or 0) < 7 or len(u.inputs) != 2:
+        return None
+    other = u.inputs[1] if u.inputs[0] == value else u.inputs[0]
+    if not other or other == value or idx.const(other) is not None:
+        return None
+    return u, other
+
+
 GEMM_ACTIVATIONS = frozenset(
     {
         "Relu",
@@ -224,16 +238,14 @@ def fuse_gemm_epilogue(graph: ir.Graph) -> int:
                     out_rank = c.ndim
                     members.append(u)
                     cur = u.outputs[0]
+        # a computed addend (a residual connection): added in the epilogue as well, before
+        # any activation, as the epilogue computes act(y + bias + residual)
         residual = ""
-        u = idx.only_user(cur)
-        if is_op(u, "Add") and (u.since_version or 0) >= 7 and len(u.inputs) == 2:
-            # A computed addend (a residual connection): added in the epilogue as well, before
-            # any activation, as the epilogue computes act(y + bias + residual).
-            other = u.inputs[1] if u.inputs[0] == cur else u.inputs[0]
-            if other and other != cur and idx.const(other) is None:
-                residual = other
-                members.append(u)
-                cur = u.outputs[0]
+        found = match_residual(idx, cur)
+        if found is not None:
+            add, residual = found
+            members.append(add)
+            cur = add.outputs[0]
         act = match_activation(idx, cur, GEMM_ACTIVATIONS)
         reshape: ir.Node | None = None
         if act is None and not residual:
