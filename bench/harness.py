@@ -217,7 +217,10 @@ class CompileCounter:
     def specialisations() -> int:
         from numba.core.dispatcher import Dispatcher
 
-        return sum(len(o.overloads) for o in gc.get_objects() if isinstance(o, Dispatcher))
+        # type(), not isinstance(): gc.get_objects() includes weakref proxies (numba keeps some
+        # to its function IR and code libraries), and isinstance() on a dead one raises
+        # ReferenceError through Dispatcher's ABC metaclass.
+        return sum(len(o.overloads) for o in gc.get_objects() if issubclass(type(o), Dispatcher))
 
     def snapshot(self) -> dict[str, Any]:
         return {

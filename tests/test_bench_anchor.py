@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import weakref
 
 import numpy as np
 import onnx
@@ -141,6 +142,23 @@ def test_openvino_ratio_is_void_where_its_outputs_differ():
     assert _row(md, case.name)[3] == "- [1]"
     assert f"[1] openvino: {why}" in md
     assert _row(cmp, case.name)[-1] == "-"
+
+
+def test_dead_weakref_proxies_elsewhere_do_not_void_a_case():
+    """The compile counter walks every object the collector tracks; a weakref proxy whose
+    target has died (numba keeps such proxies to function IR and code libraries) must not make
+    the case fail with ReferenceError, as it did in full test runs."""
+
+    class Target:
+        pass
+
+    target = Target()
+    dead = [weakref.proxy(target)]
+    del target
+    case = _tiny_case()
+    res = harness.measure_case(case, sessions=(*_sessions(case), "not here"), block_ms=0.1)
+    assert res.error is None and res.ratio is not None
+    assert len(dead) == 1
 
 
 def test_openvino_reason_given_by_the_caller_is_reported():

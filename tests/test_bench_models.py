@@ -490,13 +490,6 @@ def test_issue_41_target_flags():
     assert flags("M1", "gemm/b1", 1.8) == ["target <= 1.5 missed (1.20x, issue 4)"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flaky, cause not found: in 2 of the last 3 full suites (never alone or with its "
-    "file) the alternating onnxjit run raised 'ReferenceError: weakly-referenced object no "
-    "longer exists'; numba's codegen and IR hold weakref proxies. The harness now reports "
-    "where a case's error was raised, so the next occurrence names the line",
-)
 def test_measure_alternating_reports_both_engines_ratios():
     """The alternating measurement on a one-node model with a dynamic batch: onnxjit's
     alternating / repeated ratio with its interval, onnxruntime's beside it, the engines'
