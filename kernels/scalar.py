@@ -34,6 +34,9 @@ import math
 import types
 
 import numpy as np
+from llvmlite import ir
+from numba import types as nbtypes
+from numba.extending import intrinsic
 
 from . import vecmath as _vm
 from ._jit import njit
@@ -578,13 +581,16 @@ def fpow(a, b):
 # compute, and narrow on store. Every conversion is exact where it can be (widening) and rounds
 # to nearest, ties to even, where it cannot; NaN stays NaN (quiet, sign kept), infinities and
 # subnormals are handled, and finite values past the largest one round to infinity, as numpy
-# and ml_dtypes do. Only integer operators and scalar ``view`` are used (no libm calls), so
-# LLVM can vectorise the hot loops.
+# and ml_dtypes do. Where the CPU converts in hardware (x86 with F16C, AArch64), the conversion is
+# LLVM's ``fpext``/``fptrunc`` of ``half``: one instruction per vector, which the loop vectoriser
+# keeps in the hot loop. Elsewhere it is the integer-only code below (no libm calls, so LLVM
+# can still vectorise). The hardware path also matters for compile time: a float16 kernel that
+# rounds after every node (the unfused form) inlined the integer code some 30 times per loop
+# body, and LLVM took a minute over one such kernel.
 
 
-@njit(inline="always")
-def f16_to_f32(h):
-    """float16 bits (uint16) -> float32, exact."""
+def _f16_to_f32_soft(h):
+    """float16 bits (uint16) -> float32, exact (integer operations only)."""
     u = np.uint32(h)
     sign = (u & np.uint32(0x8000)) << np.uint32(16)
     em = u & np.uint32(0x7FFF)
@@ -605,9 +611,8 @@ def f16_to_f32(h):
     return np.uint32(bits).view(np.float32)
 
 
-@njit(inline="always")
-def f32_to_f16(x):
-    """float32 -> float16 bits (uint16), round to nearest even."""
+def _f32_to_f16_soft(x):
+    """float32 -> float16 bits (uint16), round to nearest even (integer operations only)."""
     u = np.float32(x).view(np.uint32)
     sign = (u >> np.uint32(16)) & np.uint32(0x8000)
     a = u & np.uint32(0x7FFFFFFF)
@@ -633,6 +638,55 @@ def f32_to_f16(x):
     if rem > half or (rem == half and (r & np.uint32(1)) != np.uint32(0)):
         r += np.uint32(1)
     return np.uint16(sign | r)
+
+
+def _hardware_half(context) -> bool:
+    """Whether the target LLVM compiles for converts float16 in hardware (no libcall)."""
+    features = context.codegen()._tm_features.split(",")
+    arch = context.codegen()._tm.triple.split("-")[0]
+    return arch in ("aarch64", "arm64") or (arch == "x86_64" and "+f16c" in features)
+
+
+@intrinsic
+def _f16_bits_to_f32(typingctx, h):
+    if not isinstance(h, nbtypes.Integer):
+        return None
+    sig = nbtypes.float32(h)
+
+    def codegen(context, builder, sig, args):
+        if not _hardware_half(context):
+            return context.compile_internal(builder, _f16_to_f32_soft, sig, args)
+        bits = context.cast(builder, args[0], sig.args[0], nbtypes.uint16)
+        return builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def _f32_to_f16_bits(typingctx, x):
+    if not isinstance(x, (nbtypes.Float, nbtypes.Integer)):
+        return None
+    sig = nbtypes.uint16(x)
+
+    def codegen(context, builder, sig, args):
+        if not _hardware_half(context):
+            return context.compile_internal(builder, _f32_to_f16_soft, sig, args)
+        value = context.cast(builder, args[0], sig.args[0], nbtypes.float32)
+        return builder.bitcast(builder.fptrunc(value, ir.HalfType()), ir.IntType(16))
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def f16_to_f32(h):
+    """float16 bits (uint16) -> float32, exact."""
+    return _f16_bits_to_f32(h)
+
+
+@njit(inline="always")
+def f32_to_f16(x):
+    """float32 -> float16 bits (uint16), round to nearest even."""
+    return _f32_to_f16_bits(x)
 
 
 @njit(inline="always")

@@ -511,3 +511,36 @@ def test_narrow_kernel_converts_in_registers(dt):
     kind = "f16" if dt == np.float16 else "bf16"
     src = ew.generate_source((e,), ((True, False), (False, True)), (kind, kind), (kind,))
     assert f"{kind}_to_f32(x0[" in src and f"f32_to_{kind}(" in src
+
+
+def test_float16_integer_conversions_match_numpy():
+    """The integer-only float16 conversions, which kernels use where the CPU has no float16
+    instructions (x86 without F16C): every bit pattern widened exactly, and the narrowing
+    inputs (ties, neighbours, NaN, inf, subnormals) rounded as numpy rounds them."""
+    from numba import njit
+
+    from onnxjit.kernels import scalar
+
+    widen_one = njit(scalar._f16_to_f32_soft)
+    narrow_one = njit(scalar._f32_to_f16_soft)
+
+    @njit
+    def widen(h, out):
+        for i in range(h.size):
+            out[i] = widen_one(h[i])
+
+    @njit
+    def narrow(x, out):
+        for i in range(x.size):
+            out[i] = narrow_one(x[i])
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    got = np.empty(bits.size, np.float32)
+    widen(bits, got)
+    with np.errstate(invalid="ignore"):
+        _assert_same_bits(got, bits.view(np.float16).astype(np.float32))
+    x = _narrowing_inputs(np.dtype(np.float16))
+    out = np.empty(x.size, np.uint16)
+    narrow(x, out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _assert_same_bits(out.view(np.float16), x.astype(np.float16))
