@@ -190,23 +190,29 @@ quantize_u8, quantize_u8_par = twins(
 
 
 # ---------------------------------------------------------------------------------------------
-# Integer operands as float32 (MatMulInteger): ``a - zero_point``, exact for 8-bit values.
+# Integer operands of MatMulInteger: ``a - zero_point``, exact for 8-bit values, as int16 (the
+# micro-kernel's int16-pair mode) or float32 (its float32 blocks).
 # ---------------------------------------------------------------------------------------------
 
 
 @njit(inline="always")
-def _shift_rows_row(a, zp, k, m, out, r):
-    z = np.float32(zp[(r % m) if zp.size > 1 else 0])
-    base = r * k
-    for i in range(base, base + k):
-        out[i] = np.float32(a[i]) - z
+def _shift_rows_row(a, zp, k, m, ld, out, r):
+    t = out.dtype.type
+    z = t(zp[(r % m) if zp.size > 1 else 0])
+    src = r * k
+    dst = r * ld
+    for i in range(k):
+        out[dst + i] = t(a[src + i]) - z
+    for i in range(k, ld):
+        out[dst + i] = 0
 
 
 shift_rows, shift_rows_par = twins(
-    "shift_rows(a, zp, k, m, out)",
+    "shift_rows(a, zp, k, m, ld, out)",
     _shift_rows_row,
     items={"r": "a.size // k"},
-    doc="""``out = float32(a) - zp`` for the flat array ``a`` of rows of ``k`` values: ``zp``
-    holds one value (every row) or one per row of an ``m``-row matrix (row ``r`` of the
-    stack uses ``zp[r % m]``).""",
+    doc="""``out = a - zp`` in ``out``'s type (int16 or float32) for the flat array ``a`` of
+    rows of ``k`` values, written as rows of ``ld >= k`` values (the columns from ``k`` on
+    zero): ``zp`` holds one value (every row) or one per row of an ``m``-row matrix (row
+    ``r`` of the stack uses ``zp[r % m]``).""",
 )

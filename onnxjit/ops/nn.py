@@ -452,9 +452,14 @@ def _zero_point_spec(s: Any, n: int) -> bool:
 
 
 class _IntegerProduct:
-    """A bound MatMulInteger: A's rows shifted by their zero point into float32 (kernel
-    ``quant.shift_rows``), then the int32 product in float32 blocks (``blas.igemm_ks``) by a
-    B prepared once (constant: shifted, converted and packed at plan time) or at each run."""
+    """A bound MatMulInteger of ``m_rows`` rows of A (a stack of ``m``-row matrices) by a
+    ``k x n`` B. On the micro-kernel's int16-pair mode where the CPU has one (``blas.
+    INT_PAIRS``): A's rows shifted by their zero point into int16 rows of an even length
+    (kernel ``quant.shift_rows``), B shifted and packed in pairs of steps (``blas.
+    pack_b_pairs``), the int32 product exact in one pass (``blas.igemm_pairs``). Elsewhere
+    the operands go to float32 and the product in float32 blocks that are exact
+    (``blas.igemm_ks``, :func:`integer_block`). A constant B is prepared once (shared by
+    the session's plans), a fed one at each run into scratch ``b_f``."""
 
     def __init__(
         self,
@@ -466,39 +471,75 @@ class _IntegerProduct:
     ):
         m_rows, m, n, k = sizes
         self.m_rows, self.m, self.n, self.k = sizes
+        self.pairs = backend.kernel("blas", "INT_PAIRS") is not None
+        threads = backend.threads()
+        parallel = threads > 1 and m_rows * n * k >= blas.PARALLEL_MACS
+        tm, tn = backend.kernel("blas", "tiles")(1, m_rows, n, k, threads, 4)
+        if not parallel:
+            tm, tn = m_rows, n
+        self.tm, self.tn = tm, tn
         a_sample = np.empty(1, a_dtype)
-        sample = (a_sample, a_sample, k, m, np.empty(1, np.float32))
+        zp = None
+        if b_const is not None:
+            zp = np.zeros(1, np.int16) if b_zp is None else b_zp.reshape(-1).astype(np.int16)
+        if self.pairs:
+            self.kp = (k + 1) // 2
+            self.ld = 2 * self.kp
+            work = np.int16
+            self.b_size = backend.kernel("blas", "pairs_b_size")(k, n)
+        else:
+            self.ld = k
+            work = np.float32
+            self.b_size = k * n
+        self.work = np.dtype(work)
+        sample = (a_sample, a_sample, k, m, self.ld, np.empty(1, work))
         self.shift = backend.launcher("quant", "shift_rows", m_rows * k, sample)
         if b_const is not None:
-            zp = np.zeros(1, np.float32) if b_zp is None else b_zp.reshape(-1).astype(np.float32)
-            b_max = int(np.abs(b_const.astype(np.float32) - zp).max())
-            packer = _integer_weight_packer(backend, zp)
+            packer = _integer_weight_packer(backend, zp, self.pairs)
             self.b = blas.packed_with(backend, packer, b_const.reshape(-1), k, n, constant=True)
+        else:
+            self.b = None
+        if self.pairs:
+            self.pack = backend.kernel("blas", "pack_b_pairs_into")
+            i16 = np.empty(1, np.int16)
+            sample = (m_rows, n, self.kp, i16, i16, np.empty(1, np.int32), tm, tn)
+            self.gemm = (
+                backend.pooled("blas", "igemm_pairs", sample)
+                if parallel
+                else backend.kernel("blas", "igemm_pairs")
+            )
+            return
+        if b_const is not None:
+            b_max = int(np.abs(b_const.astype(np.float32) - zp.astype(np.float32)).max())
             self.tb = backend.kernel("blas", "B_PACKED")
         else:
             b_max = _INT8_SHIFTED_MAX
-            self.b, self.tb = None, 0
+            self.tb = 0
         self.kb = integer_block(k, _INT8_SHIFTED_MAX, b_max)
-        threads = backend.threads()
         f = np.empty(1, np.float32)
-        if threads > 1 and m_rows * n * k >= blas.PARALLEL_MACS:
-            tm, tn = backend.kernel("blas", "tiles")(1, m_rows, n, k, threads, 4)
+        if parallel:
             self.gemm = backend.pooled(
                 "blas", "igemm_ks",
                 (1, m_rows, n, k, f, 0, f, 0, np.empty(1, np.int32), self.tb, tm, tn, self.kb),
             )  # fmt: skip
         else:
-            tm, tn = m_rows, n
             self.gemm = backend.kernel("blas", "igemm_ks")
-        self.tm, self.tn = tm, tn
 
-    def __call__(self, a, b, a_zp, b_zp, out, a_f, b_f) -> None:
-        self.shift(a, a_zp, self.k, self.m, a_f)
+    def __call__(self, a, b, a_zp, b_zp, out, a_w, b_w) -> None:
+        """``out = (a - a_zp) @ (b - b_zp)``; ``a_w``, ``b_w``: the scratch of A's rows and
+        (when B is fed) of B, in :attr:`work`'s type."""
+        self.shift(a, a_zp, self.k, self.m, self.ld, a_w)
         bb = self.b
+        if self.pairs:
+            if bb is None:
+                self.pack(b, b_zp, self.k, self.n, b_w)
+                bb = b_w
+            self.gemm(self.m_rows, self.n, self.kp, a_w, bb, out, self.tm, self.tn)
+            return
         if bb is None:  # B of this run: its rows are B's rows, the zero point per column
-            _shift_columns(b, b_zp, self.n, b_f)
-            bb = b_f
-        self.gemm(1, self.m_rows, self.n, self.k, a_f, 0, bb, 0, out, self.tb, self.tm, self.tn,
+            _shift_columns(b, b_zp, self.n, b_w)
+            bb = b_w
+        self.gemm(1, self.m_rows, self.n, self.k, a_w, 0, bb, 0, out, self.tb, self.tm, self.tn,
                   self.kb)  # fmt: skip
 
 
@@ -516,26 +557,34 @@ def _int_zero_point(s: Any, i: int, dtype: np.dtype) -> Any:
     return np.zeros(1, dtype) if s is None else In(i, flat=True)
 
 
-def _integer_weight_packer(backend: Any, zp: np.ndarray) -> Any:
-    """The packer of a constant 8-bit B: ``B - zp`` (one value or one per column) in float32,
-    in the micro-kernel's panels (``blas.pack_b``); named for ``zp`` so that the shared
-    packed copies (``blas.packed_with``) of one B with two zero points stay apart."""
-    pack_b = backend.kernel("blas", "pack_b")
+def _integer_weight_packer(backend: Any, zp: np.ndarray, pairs: bool) -> Any:
+    """The packer of a constant 8-bit B minus ``zp`` (one value or one per column): int16 in
+    the pairs of steps of the int16-pair kernel (``blas.pack_b_pairs``), or float32 in the
+    micro-kernel's panels (``blas.pack_b``); named for the layout and ``zp`` so that the
+    shared packed copies (``blas.packed_with``) of one B with two zero points stay apart."""
+    if pairs:
+        pack_pairs = backend.kernel("blas", "pack_b_pairs")
 
-    def pack(w: np.ndarray, k: int, n: int) -> np.ndarray:
-        f = np.subtract(w.reshape(k, n), zp, dtype=np.float32)
-        return pack_b(f.reshape(-1), k, n)
+        def pack(w: np.ndarray, k: int, n: int) -> np.ndarray:
+            return pack_pairs(w, zp, k, n)
+
+    else:
+        pack_b = backend.kernel("blas", "pack_b")
+
+        def pack(w: np.ndarray, k: int, n: int) -> np.ndarray:
+            f = np.subtract(w.reshape(k, n), zp, dtype=np.float32)
+            return pack_b(f.reshape(-1), k, n)
 
     digest = hashlib.sha1(zp.tobytes()).hexdigest()[:16]
-    pack.__name__ = f"pack_integer_b_{digest}"
+    pack.__name__ = f"pack_integer_b_{'pairs' if pairs else 'f32'}_{digest}"
     return pack
 
 
 @lowers(matmul_integer)
 def _lower_matmul_integer(lc: LowerContext) -> Bound | None:
-    """8-bit A (rank >= 2, batched rows) by a 2-D 8-bit B: the product in float32 blocks that
-    are exact (:func:`integer_block`), the int32 result as integer arithmetic gives it. A
-    constant B (with a constant zero point) is shifted, converted and packed once."""
+    """8-bit A (rank >= 2, batched rows) by a 2-D 8-bit B: the exact int32 product of
+    :class:`_IntegerProduct`. A constant B (with a constant zero point) is shifted, converted
+    and packed once."""
     a, b = lc.inputs[0], lc.inputs[1]
     if a is None or b is None or a.kind != TENSOR or b.kind != TENSOR:
         return None
@@ -560,14 +609,15 @@ def _lower_matmul_integer(lc: LowerContext) -> Bound | None:
     run = _IntegerProduct(lc.backend, a.dtype, (m_rows, m, n, k), b_const, zp_value)
     outs = [
         tensor(np.int32, (*a.shape[:-1], n)),
-        tensor(np.float32, (m_rows * k,)),
-        tensor(np.float32, (0 if b_const is not None else k * n,)),
+        tensor(run.work, (m_rows * run.ld,)),
+        tensor(run.work, (0 if b_const is not None else run.b_size,)),
     ]
     args = (
         In(0, flat=True), In(1, flat=True), _int_zero_point(a_zp, 2, a.dtype),
         _int_zero_point(b_zp, 3, b.dtype), Out(0, flat=True), Out(1), Out(2),
     )  # fmt: skip
-    return writes(run, *args, outs=outs, name="blas.igemm_ks")
+    name = "blas.igemm_pairs" if run.pairs else "blas.igemm_ks"
+    return writes(run, *args, outs=outs, name=name)
 
 
 @onnx_op("Einsum", since=12)
