@@ -216,3 +216,33 @@ shift_rows, shift_rows_par = twins(
     zero): ``zp`` holds one value (every row) or one per row of an ``m``-row matrix (row
     ``r`` of the stack uses ``zp[r % m]``).""",
 )
+
+
+@njit(inline="always")
+def _requantize_row(acc, bias, factor, zp, n, m, lo, hi, out, r):
+    base = r * n
+    if m > 0:  # one factor (and bias) per row of an m-row cycle: a convolution's channels
+        f = factor[(r % m) if factor.size > 1 else 0]
+        b = np.float64(bias[r % m]) if bias.size else 0.0
+        for j in range(n):
+            q = np.rint((np.float64(acc[base + j]) + b) * f) + zp
+            out[base + j] = lo if q < lo else (hi if q > hi else q)
+        return
+    per_column = factor.size > 1
+    for j in range(n):
+        q = np.rint(np.float64(acc[base + j]) * factor[j if per_column else 0]) + zp
+        out[base + j] = lo if q < lo else (hi if q > hi else q)
+
+
+requantize_rows, requantize_rows_par = twins(
+    "requantize_rows(acc, bias, factor, zp, n, m, lo, hi, out)",
+    _requantize_row,
+    items={"r": "acc.size // n"},
+    doc="""``out = clamp(round(float64(acc) (+ bias) * factor) + zp, lo, hi)`` in ``out``'s
+    (integer) type for the flat int32 rows of ``n`` values in ``acc`` (round half to even):
+    ``factor`` float64, one value or, with ``m == 0``, one per column (QLinearMatMul), with
+    ``m > 0`` one per row of a cycle of ``m`` rows (row ``r`` uses ``r % m``: QLinearConv's
+    output channels), where ``bias`` (int32, empty for none) is added per row as well; ``zp``,
+    ``lo``, ``hi`` float64 scalars. The requantization of the quantized products' exact
+    integer results, in the float64 arithmetic of their implementations.""",
+)
