@@ -215,6 +215,8 @@ class InferenceSession:
         if self._device.is_cuda:
             # CUDA kernels load and store float16 natively; the float32 regions are for the CPU
             disabled.add("float16_in_float32")
+            # MatMulInteger has no CUDA kernel: a QDQ MatMul stays a float GEMM on the device
+            disabled.add("qdq_matmul_integer")
         self._pass_report = passes.optimize(
             self._model.graph, int(self._options.graph_optimization_level), disabled
         )

@@ -238,3 +238,35 @@ def test_float16_elementwise_runs_on_the_device():
         np.testing.assert_allclose(got[1], want[1], rtol=2e-3, atol=1e-3)
     places = [p for p in sess.placement() if not p["copy"]]
     assert places and all(p["device"] == "cuda" for p in places), places
+
+
+def test_a_qdq_matmul_stays_a_float_product_on_the_device():
+    """The QDQ MatMul -> MatMulInteger rewrite is for the CPU (MatMulInteger has no CUDA
+    kernel): on the CUDA provider the product runs on the device, with no copies back."""
+    rng = np.random.default_rng(7)
+    w = rng.integers(-127, 128, (24, 10)).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array(0.02, np.float32), "ws"),
+        numpy_helper.from_array(np.array(1, np.int8), "wz"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "xs"),
+        numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+    ]
+    model = _model(
+        [
+            helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+            helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xf"]),
+            helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"]),
+            helper.make_node("MatMul", ["xf", "wf"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [3, 24])],
+        [helper.make_tensor_value_info("y", F, [3, 10])],
+        inits,
+    )
+    x = rng.standard_normal((3, 24)).astype(np.float32)
+    sess = _session(model)
+    got = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    places = sess.placement()
+    assert all(p["device"] == "cuda" for p in places if not p["copy"]), places
+    assert [p["copy"] for p in places if p["copy"]] == ["to device"], places

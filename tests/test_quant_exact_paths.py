@@ -1,7 +1,8 @@
 """The fast paths of quantized models compute exactly what the operators define.
 
-* MatMulInteger's product in float32 blocks (exact while each block's sums stay below 2**24)
-  against a numpy int64 oracle and onnxruntime: inner lengths above one block and not a
+* MatMulInteger's exact product (the micro-kernel's int16-pair mode on x86; float32 blocks,
+  exact while each block's sums stay below 2**24, elsewhere) against a numpy int64 oracle
+  and onnxruntime: inner lengths above one block and not a
   multiple of it, uint8/int8 mixes, per-row a_zero_point, per-column b_zero_point, batched A,
   B constant (packed once) or fed, products large enough for the thread pool.
 * DynamicQuantizeLinear's two-pass kernel bit for bit against onnxruntime (scale, zero point,

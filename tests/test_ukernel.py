@@ -14,7 +14,7 @@ import pytest
 
 from onnxjit.kernels._jit import njit
 from onnxjit.kernels.cpu import blas as kblas
-from onnxjit.kernels.cpu.ukernel import geometry, ukernel, ukernel_tab
+from onnxjit.kernels.cpu.ukernel import geometry, int_geometry, ukernel, ukernel_int, ukernel_tab
 
 DTYPES = [np.float32, np.float64]
 
@@ -115,6 +115,49 @@ def test_ukernel_accumulates_with_beta(dtype):
                       nr_max, mr_max, nr_max, dtype(2), dtype(-0.5), True)  # fmt: skip
         want = 2 * a.astype(np.float64) @ b - 0.5 * c0
         np.testing.assert_allclose(c, want, rtol=0, atol=_tol(dtype, kc) * 4)
+
+
+@njit
+def _call_ukernel_int(kp, a, a_off, a_rs, b, b_off, c, c_off, c_rs, mr, nr, lc):
+    ukernel_int(kp, a, a_off, a_rs, b, b_off, c, c_off, c_rs, mr, nr, lc)
+
+
+@pytest.mark.skipif(int_geometry() is None, reason="the int16-pair mode is x86 only (pmaddwd)")
+@pytest.mark.parametrize("load_c", [False, True])
+def test_ukernel_int_every_block_shape(load_c):
+    """The int16-pair mode, every (mr, nr) it takes, A's rows inside a larger array and B in
+    the panels of pack_b_pairs (a panel of a wider matrix): exact int32 results, C added to
+    with load_c, nothing outside the block written."""
+    mr_max, nr_max = int_geometry()
+    lanes = nr_max // 2
+    rng = np.random.default_rng(3)
+    k, n = 41, 2 * nr_max + 3  # odd k: the last pair's second step is padding
+    kp = (k + 1) // 2
+    lda, ldc = 2 * kp + 6, nr_max + 5
+    a = rng.integers(-255, 256, mr_max * lda + 4).astype(np.int16)
+    for i in range(mr_max):  # the padded step is zero, as shift_rows writes it
+        a[4 + i * lda + k] = 0
+    b8 = rng.integers(0, 256, k * n).astype(np.uint8)
+    zp = rng.integers(0, 256, n).astype(np.uint8)
+    bp = kblas.pack_b_pairs(b8, zp, k, n)
+    bm = b8.reshape(k, n).astype(np.int64) - zp.astype(np.int64)
+    panel = kp * 2 * nr_max
+    cols = sorted({1, 2, lanes - 1, lanes, lanes + 1, nr_max - 1, nr_max})
+    for mr in range(1, mr_max + 1):
+        for nr in cols:
+            c = rng.integers(-(2**31), 2**31, (mr_max + 1) * ldc).astype(np.int32)
+            before = c.copy()
+            _call_ukernel_int(kp, a, 4, lda, bp, panel, c, 3, ldc, mr, nr, load_c)
+            am = a[4 : 4 + mr * lda].reshape(mr, lda)[:, :k].astype(np.int64)
+            want = am @ bm[:, nr_max : nr_max + nr]
+            got = c[3 : 3 + mr * ldc].reshape(mr, ldc)[:, :nr]
+            if load_c:
+                want = want + before[3 : 3 + mr * ldc].reshape(mr, ldc)[:, :nr]
+            np.testing.assert_array_equal(got, want.astype(np.int32))  # wrapping as int32
+            mask = np.ones_like(c, bool)
+            for i in range(mr):
+                mask[3 + i * ldc : 3 + i * ldc + nr] = False
+            np.testing.assert_array_equal(c[mask], before[mask])
 
 
 @njit

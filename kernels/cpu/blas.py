@@ -25,7 +25,7 @@ from numba.np.linalg import ensure_blas, get_blas_kind
 from .._jit import njit
 from .epilogue import ACT_NONE, activate
 from .runtime.twins import twins
-from .ukernel import float_arrays, pack_panel, ukernel
+from .ukernel import float_arrays, int_geometry, pack_panel, ukernel, ukernel_int
 from .ukernel import geometry as ugeometry
 
 _ll_char = ir.IntType(8)
@@ -537,4 +537,102 @@ igemm_ks, igemm_ks_par = twins(
     shared; ``c`` flat int32). ``tb``: 0 (B as stored, ``k x n``) or ``B_PACKED`` (the panels
     of :func:`pack_b`). Tiles of ``tm x tn`` outputs, the inner dimension in blocks of ``kb``
     steps: exact when ``kb * max|a| * max|b| < 2**24``, which the caller guarantees.""",
+)
+
+
+# Integer products in the micro-kernel's int16-pair mode (:func:`.ukernel.ukernel_int`, x86):
+# A's rows widened to int16 with their zero point subtracted, rows of an even length ``2 kp``
+# (``kp`` pairs of steps, the last padded with a zero), B packed by :func:`pack_b_pairs`.
+# ``INT_PAIRS``: ``(MR, NR)`` of that kernel, or None where the target has none (then
+# :func:`igemm_ks` multiplies in exact float32 blocks).
+INT_PAIRS = int_geometry()
+_IMR, _INR = INT_PAIRS if INT_PAIRS is not None else (1, 1)
+
+
+@njit
+def pack_b_pairs_into(b, zp, k, n, out):
+    """The row-major ``k x n`` 8-bit matrix flat in ``b``, minus ``zp`` (one value, or one
+    per column), as int16 panels of NR columns for :func:`.ukernel.ukernel_int`: panel ``j``
+    holds columns ``j * NR ..`` as ``kp = ceil(k / 2)`` rows of ``[NR][2]`` (the pair of
+    steps ``2q, 2q + 1`` of each column side by side), the panels one after another, written
+    over all of ``out`` (``ceil(n / NR) * kp * 2 NR`` values; the padding columns and the
+    odd step past ``k`` are zero)."""
+    nr_max = _INR
+    kp = (k + 1) // 2
+    row = 2 * nr_max
+    panels = (n + nr_max - 1) // nr_max
+    one = zp.size == 1
+    out[:] = 0
+    for j in range(panels):
+        c0 = j * nr_max
+        cols = min(nr_max, n - c0)
+        base = j * kp * row
+        for p in range(k):
+            src = p * n + c0
+            dst = base + (p // 2) * row + (p & 1)
+            for jj in range(cols):
+                z = np.int16(zp[0] if one else zp[c0 + jj])
+                out[dst + 2 * jj] = np.int16(b[src + jj]) - z
+
+
+def pack_b_pairs(b: np.ndarray, zp: np.ndarray, k: int, n: int) -> np.ndarray:
+    """:func:`pack_b_pairs_into` into a new int16 array (a constant weight, packed once)."""
+    out = np.empty(((n + _INR - 1) // _INR) * ((k + 1) // 2) * 2 * _INR, np.int16)
+    pack_b_pairs_into(b, zp, k, n, out)
+    return out
+
+
+def pairs_b_size(k: int, n: int) -> int:
+    """Elements of :func:`pack_b_pairs`'s layout of a ``k x n`` matrix."""
+    return ((n + _INR - 1) // _INR) * ((k + 1) // 2) * 2 * _INR
+
+
+@njit
+def _igemm_pairs_block(m, n, kp, a, a_off, lda, b, b_off, c, c_off, ldc):
+    """``C = A @ B`` in int32 for the ``m x n`` block at ``c[c_off:]`` (row stride ``ldc``):
+    A int16 rows of ``2 kp`` steps from ``a_off`` (row stride ``lda``), B the panels of
+    :func:`pack_b_pairs` from the block's first panel ``b_off``. The loop nest of
+    :func:`_own_gemm` for a packed B (KC pairs per pass while several blocks of rows reuse a
+    panel from L1, later passes adding to C); one compiled copy, called per tile."""
+    mr_max, nr_max = _IMR, _INR
+    panel = kp * 2 * nr_max
+    kcs = KC if m > mr_max else kp
+    for pc in range(0, kp, kcs):
+        kc = min(kcs, kp - pc)
+        lc = pc > 0
+        for jc in range(0, n, NC):
+            nc = min(NC, n - jc)
+            for ic in range(0, m, MC):
+                mc = min(MC, m - ic)
+                for i0 in range(ic, ic + mc, mr_max):
+                    mr = min(mr_max, ic + mc - i0)
+                    ao = a_off + i0 * lda + 2 * pc
+                    for j0 in range(0, nc, nr_max):
+                        nr = min(nr_max, nc - j0)
+                        bo = b_off + ((jc + j0) // nr_max) * panel + pc * 2 * nr_max
+                        co = c_off + i0 * ldc + jc + j0
+                        ukernel_int(kc, a, ao, lda, b, bo, c, co, ldc, mr, nr, lc)
+
+
+@njit(inline="always")
+def _ptile(m, n, kp, a, b, c, tm, tn, t):
+    """Tile ``t`` of the int16-pair product (numbered as :func:`_tile_at`'s, one matrix);
+    ``tn`` a multiple of NR or all of ``n``."""
+    _p, r0, c0, rows, cols = _tile_at(m, n, tm, tn, t)
+    i = np.int64
+    _igemm_pairs_block(i(rows), i(cols), i(kp), a, i(r0 * 2 * kp), i(2 * kp), b,
+                       i((c0 // _INR) * kp * 2 * _INR), c, i(r0 * n + c0), i(n))  # fmt: skip
+
+
+igemm_pairs, igemm_pairs_par = twins(
+    "igemm_pairs(m, n, kp, a, b, c, tm, tn)",
+    _ptile,
+    setup="gm, gn = _tile_counts(m, n, tm, tn)",
+    items={"t": "gm * gn"},
+    doc="""``c = a @ b`` in int32 (exact, wrapping as int32 arithmetic does) for the ``m x n``
+    product whose A is ``m`` int16 rows of ``2 kp`` steps flat in ``a`` (8-bit values minus
+    their zero points, an odd inner length padded with a zero) and whose B is flat in ``b``
+    in the panels of :func:`pack_b_pairs`; ``c`` flat int32, row-major. Tiles of ``tm x tn``
+    outputs (:func:`tiles`, ``tn`` a multiple of NR or ``n``), each on the micro-kernel's
+    int16-pair mode.""",
 )

@@ -190,23 +190,59 @@ quantize_u8, quantize_u8_par = twins(
 
 
 # ---------------------------------------------------------------------------------------------
-# Integer operands as float32 (MatMulInteger): ``a - zero_point``, exact for 8-bit values.
+# Integer operands of MatMulInteger: ``a - zero_point``, exact for 8-bit values, as int16 (the
+# micro-kernel's int16-pair mode) or float32 (its float32 blocks).
 # ---------------------------------------------------------------------------------------------
 
 
 @njit(inline="always")
-def _shift_rows_row(a, zp, k, m, out, r):
-    z = np.float32(zp[(r % m) if zp.size > 1 else 0])
-    base = r * k
-    for i in range(base, base + k):
-        out[i] = np.float32(a[i]) - z
+def _shift_rows_row(a, zp, k, m, ld, out, r):
+    t = out.dtype.type
+    z = t(zp[(r % m) if zp.size > 1 else 0])
+    src = r * k
+    dst = r * ld
+    for i in range(k):
+        out[dst + i] = t(a[src + i]) - z
+    for i in range(k, ld):
+        out[dst + i] = 0
 
 
 shift_rows, shift_rows_par = twins(
-    "shift_rows(a, zp, k, m, out)",
+    "shift_rows(a, zp, k, m, ld, out)",
     _shift_rows_row,
     items={"r": "a.size // k"},
-    doc="""``out = float32(a) - zp`` for the flat array ``a`` of rows of ``k`` values: ``zp``
-    holds one value (every row) or one per row of an ``m``-row matrix (row ``r`` of the
-    stack uses ``zp[r % m]``).""",
+    doc="""``out = a - zp`` in ``out``'s type (int16 or float32) for the flat array ``a`` of
+    rows of ``k`` values, written as rows of ``ld >= k`` values (the columns from ``k`` on
+    zero): ``zp`` holds one value (every row) or one per row of an ``m``-row matrix (row
+    ``r`` of the stack uses ``zp[r % m]``).""",
+)
+
+
+@njit(inline="always")
+def _requantize_row(acc, bias, factor, zp, n, m, lo, hi, out, r):
+    base = r * n
+    if m > 0:  # one factor (and bias) per row of an m-row cycle: a convolution's channels
+        f = factor[(r % m) if factor.size > 1 else 0]
+        b = np.float64(bias[r % m]) if bias.size else 0.0
+        for j in range(n):
+            q = np.rint((np.float64(acc[base + j]) + b) * f) + zp
+            out[base + j] = lo if q < lo else (hi if q > hi else q)
+        return
+    per_column = factor.size > 1
+    for j in range(n):
+        q = np.rint(np.float64(acc[base + j]) * factor[j if per_column else 0]) + zp
+        out[base + j] = lo if q < lo else (hi if q > hi else q)
+
+
+requantize_rows, requantize_rows_par = twins(
+    "requantize_rows(acc, bias, factor, zp, n, m, lo, hi, out)",
+    _requantize_row,
+    items={"r": "acc.size // n"},
+    doc="""``out = clamp(round(float64(acc) (+ bias) * factor) + zp, lo, hi)`` in ``out``'s
+    (integer) type for the flat int32 rows of ``n`` values in ``acc`` (round half to even):
+    ``factor`` float64, one value or, with ``m == 0``, one per column (QLinearMatMul), with
+    ``m > 0`` one per row of a cycle of ``m`` rows (row ``r`` uses ``r % m``: QLinearConv's
+    output channels), where ``bias`` (int32, empty for none) is added per row as well; ``zp``,
+    ``lo``, ``hi`` float64 scalars. The requantization of the quantized products' exact
+    integer results, in the float64 arithmetic of their implementations.""",
 )

@@ -25,6 +25,18 @@ accumulator sets over consecutive steps, so that the multiply-adds do not wait o
 latency, and prefetch B (a weight read once, across page boundaries) ahead of the steps.
 Columns beyond ``nr`` are neither read from ``B`` nor written to ``C`` (masked vector loads
 and stores); a block at most one vector wide runs a one-vector kernel.
+
+Integer products (MatMulInteger and the quantized family) run the same kernel in its
+int16-pair mode (:func:`ukernel_int`, x86 only, see :func:`_int_geometry`): operands are
+8-bit values widened to int16 with their zero points subtracted (within [-255, 255]), and
+each step covers two steps of the inner dimension. It broadcasts one 32-bit word of a row of
+A (the row's two int16 values) and multiplies it into each ``B`` vector with ``pmaddwd``
+(16-bit products, adjacent pairs added into int32 lanes), adding the result into int32
+accumulators. Exact: a pair of products is at most 2 * 255**2, far from int16 saturation,
+which ``pmaddwd`` does not have anyway, and int32 addition wraps as MatMulInteger's int32
+output does (addition modulo 2**32 is associative), so no blocking of the inner dimension is
+needed for exactness. ``B`` is in panels of NR int32 columns whose rows interleave the pairs
+of steps (``[k / 2][NR][2]`` int16, :func:`onnxjit.kernels.cpu.blas.pack_b_pairs`).
 """
 
 from __future__ import annotations
@@ -70,6 +82,39 @@ def geometry(itemsize: int) -> tuple[int, int]:
     return mr, lanes * nv
 
 
+# pmaddwd by vector width (int32 lanes): SSE2, AVX2, AVX-512BW.
+_PMADD = {
+    4: "llvm.x86.sse2.pmadd.wd",
+    8: "llvm.x86.avx2.pmadd.wd",
+    16: "llvm.x86.avx512.pmaddw.d.512",
+}
+
+
+def _int_geometry(features: str) -> tuple[int, int, int] | None:
+    """(int32 lanes per vector, vectors across NV, rows MR) of the int16-pair kernel for a
+    target feature string, or None where the target has no ``pmaddwd`` (not x86): the
+    integer products then run in exact float32 blocks instead. The register budget is the
+    float kernel's: ``MR * NV`` accumulators, ``NV`` B vectors and a broadcast."""
+    feats = set(features.split(","))
+    if "+avx512bw" in feats and "+avx512f" in feats:
+        return 16, 2, 12
+    if "+avx2" in feats:
+        return 8, 2, 6
+    if "+sse2" in feats:
+        return 4, 2, 6
+    return None
+
+
+def int_geometry() -> tuple[int, int] | None:
+    """``(MR, NR)`` of the int16-pair kernel compiled in this process (NR int32 columns of
+    C per block, a panel of :func:`onnxjit.kernels.cpu.blas.pack_b_pairs`), or None where
+    there is none (see :func:`_int_geometry`)."""
+    from numba.core.registry import cpu_target
+
+    geo = _int_geometry(cpu_target.target_context.codegen()._tm_features)
+    return None if geo is None else (geo[2], geo[0] * geo[1])
+
+
 def _row_counts(mr_max: int) -> tuple[int, ...]:
     """Row counts that get a kernel of their own (1, 2, 4, then steps of 4 up to MR)."""
     return tuple(sorted({1, 2, *range(4, mr_max, 4), mr_max}))
@@ -102,17 +147,22 @@ class _Vectors:
     or masked (lanes whose mask bit is off are neither read, reading as 0, nor written)."""
 
     def __init__(self, module: ir.Module, fty: ir.Type, lanes: int) -> None:
-        tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
+        if isinstance(fty, ir.IntType):  # int32: C of the int16-pair kernel (no fma)
+            tag, self.align = f"i{fty.width}", fty.width // 8
+        else:
+            tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
+            self.align = 4 if tag == "f32" else 8
+        self.itemsize = self.align
         self.lanes = lanes
         self.vty = vty = ir.VectorType(fty, lanes)
         self.vptr = vptr = vty.as_pointer()
         self.zero = ir.Constant(vty, None)
-        self.align = self.itemsize = 4 if tag == "f32" else 8
         mty = ir.VectorType(_I1, lanes)
         suffix = f"v{lanes}{tag}"
-        self.fma = cgutils.get_or_insert_function(
-            module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.{suffix}"
-        )
+        if not isinstance(fty, ir.IntType):
+            self.fma = cgutils.get_or_insert_function(
+                module, ir.FunctionType(vty, [vty, vty, vty]), f"llvm.fma.{suffix}"
+            )
         self._mload = cgutils.get_or_insert_function(
             module, ir.FunctionType(vty, [vptr, _I32, mty, vty]), f"llvm.masked.load.{suffix}.p0"
         )
@@ -167,26 +217,49 @@ def _define(
     """The micro-kernel for exactly ``rows`` rows (masked: columns limited to ``nr``;
     tabled: row ``p`` of B starts at ``b + tab[p]``, an extra ``i64*`` argument, instead of
     ``b + p * b_rs``; ``panel`` > 0: A is in zero-padded panels of that many rows, element
-    ``(i, p)`` at ``a + p * panel + i``, and ``a_rs``, ``a_cs`` and ``mr`` do not move it)."""
-    tag = "f32" if isinstance(fty, ir.FloatType) else "f64"
+    ``(i, p)`` at ``a + p * panel + i``, and ``a_rs``, ``a_cs`` and ``mr`` do not move it).
+
+    ``fty`` int16: the int16-pair mode (:func:`ukernel_int`). ``kc`` counts pairs of steps;
+    A's elements ``(i, 2q)`` and ``(i, 2q + 1)`` are the two int16 at ``a + i * a_rs + q *
+    a_cs``; B's pair row ``q`` at ``b + q * b_rs`` holds ``[NR][2]`` int16 (zero-padded
+    columns, so only C is masked); C is int32, ``C = acc (+ C when load_c)``, no alpha or
+    beta arguments."""
+    pairs = isinstance(fty, ir.IntType)
+    tag = "i16" if pairs else ("f32" if isinstance(fty, ir.FloatType) else "f64")
     suffix = ("_m" if masked else "") + ("_t" if tabled else "") + (f"_p{panel}" if panel else "")
     name = f"onnxjit_ukernel_{tag}_{lanes}x{nv}_r{rows}{suffix}"
     if name in module.globals:
         return module.globals[name]
     ptr = fty.as_pointer()
-    params = [_I64, ptr, _I64, _I64, ptr, _I64, ptr, _I64, _I64, fty, fty, _I1, _I64]
+    cty = _I32 if pairs else fty
+    scalars = [] if pairs else [fty, fty]  # alpha, beta
+    params = [_I64, ptr, _I64, _I64, ptr, _I64, cty.as_pointer(), _I64, _I64, *scalars, _I1, _I64]
     if tabled:
         params.append(_I64.as_pointer())
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr, alpha, beta, load_c, mr = fn.args[:13]
-    tab = fn.args[13] if tabled else None
+    kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr = fn.args[:9]
+    alpha, beta = fn.args[9:11] if not pairs else (None, None)
+    load_c, mr = fn.args[len(params) - 2 - tabled : len(params) - tabled]
+    tab = fn.args[-1] if tabled else None
     for arg in (a, b, c):
         arg.add_attribute("noalias")
-    vec = _Vectors(module, fty, lanes)
-    vty, zero, fma = vec.vty, vec.zero, vec.fma
-    sets = min(4, max(1, -(-_MIN_CHAINS // (rows * nv))))
+    vec = _Vectors(module, cty, lanes)
+    vty, zero = vec.vty, vec.zero
+    if pairs:
+        # B vectors: 2 * lanes int16, each adjacent pair multiplied into one int32 lane
+        bty = ir.VectorType(fty, 2 * lanes)
+        pmadd = cgutils.get_or_insert_function(
+            module, ir.FunctionType(vty, [bty, bty]), _PMADD[lanes]
+        )
+        # an accumulator's chain is only its (one-cycle) integer add: one set suffices
+        sets = 1
+        add = ir.IRBuilder.add
+    else:
+        fma = vec.fma
+        sets = min(4, max(1, -(-_MIN_CHAINS // (rows * nv))))
+        add = ir.IRBuilder.fadd
 
     entry = fn.append_basic_block("entry")
     builder = ir.IRBuilder(entry)
@@ -218,8 +291,9 @@ def _define(
         if b_ahead:
             # B's row _B_AHEAD steps on, every cache line of it (see _B_AHEAD)
             ahead_row = bld.gep(b, [bld.mul(bld.add(kk, ir.Constant(_I64, _B_AHEAD)), b_rs)])
+            elem = 2 if pairs else vec.itemsize  # bytes of one element of B
             for line in range(0, nv * lanes * vec.itemsize, LINE_BYTES):
-                emit_prefetch(bld, bld.gep(ahead_row, [ir.Constant(_I64, line // vec.itemsize)]))
+                emit_prefetch(bld, bld.gep(ahead_row, [ir.Constant(_I64, line // elem)]))
         if ahead:
             # A's first row _A_AHEAD steps on: a packed A is one stream, which a weight
             # read from memory (a network's late layers, not in any cache) needs asked for
@@ -231,9 +305,21 @@ def _define(
             brow = bld.gep(b, [bld.mul(kk, b_rs)])
         else:
             brow = bld.gep(b, [bld.load(bld.gep(tab, [kk]))])
-        bvec = [vec.load(bld, vec.at(bld, brow, v), masks[v]) for v in range(nv)]
         acol = bld.mul(kk, a_cs)
         out = []
+        if pairs:
+            bptr = bty.as_pointer()
+            bvec = []
+            for v in range(nv):
+                at = bld.gep(brow, [ir.Constant(_I64, v * 2 * lanes)])
+                bvec.append(bld.load(bld.bitcast(at, bptr), align=2))
+            for i in range(rows):
+                word = bld.load(bld.bitcast(bld.gep(a_rows[i], [acol]), _I32.as_pointer()), align=2)
+                sv = bld.bitcast(_splat(bld, word, lanes), bty)
+                for v in range(nv):
+                    out.append(bld.add(accs[i * nv + v], bld.call(pmadd, [sv, bvec[v]])))
+            return out
+        bvec = [vec.load(bld, vec.at(bld, brow, v), masks[v]) for v in range(nv)]
         for i in range(rows):
             s = bld.load(bld.gep(a_rows[i], [acol]))
             sv = _splat(bld, s, lanes)
@@ -279,7 +365,7 @@ def _define(
     for j in range(n_acc):
         acc = joined[j]
         for s in range(1, sets):
-            acc = builder.fadd(acc, joined[s * n_acc + j])
+            acc = add(builder, acc, joined[s * n_acc + j])
         merged.append(acc)
     tail = fn.append_basic_block("tail")
     store = fn.append_basic_block("store")
@@ -307,11 +393,15 @@ def _define(
         ph.add_incoming(merged[j], tail_head)
         ph.add_incoming(tnew[j], tail_end)
         final.append(ph)
-    alpha_v = _splat(builder, alpha, lanes)
-    beta_v = _splat(builder, beta, lanes)
-    scaled = [builder.fmul(x, alpha_v) for x in final]
+    if pairs:
+        scaled = final
+    else:
+        alpha_v = _splat(builder, alpha, lanes)
+        beta_v = _splat(builder, beta, lanes)
+        scaled = [builder.fmul(x, alpha_v) for x in final]
 
-    # C = alpha * acc (+ beta * C when load_c), rows from mr on not stored
+    # C = alpha * acc (+ beta * C when load_c), rows from mr on not stored (pairs: C = acc
+    # (+ C), wrapping)
     with builder.if_else(load_c) as (then, otherwise):
         for accumulate, branch in ((True, then), (False, otherwise)):
             with branch:
@@ -320,7 +410,9 @@ def _define(
                         for v in range(nv):
                             p = vec.at(builder, c_rows[i], v)
                             r = scaled[i * nv + v]
-                            if accumulate:
+                            if accumulate and pairs:
+                                r = builder.add(vec.load(builder, p, masks[v]), r)
+                            elif accumulate:
                                 r = builder.call(fma, [beta_v, vec.load(builder, p, masks[v]), r])
                             vec.store(builder, r, p, masks[v])
     builder.ret_void()
@@ -464,6 +556,55 @@ def ukernel_tab(
             i64(10, mr_),
         ]  # fmt: skip
         _dispatch(builder, fty, lanes, nv, mr_max, argv, base(5, tab_, 6, toff))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def ukernel_int(typingctx, kp, a, a_off, a_rs, b, b_off, c, c_off, c_rs, mr, nr, load_c):
+    """``C[:mr, :nr] = A[:mr, :2 kp] @ B[:2 kp, :nr] (+ C if load_c)`` in int32, exact and
+    wrapping as int32 arithmetic does: the int16-pair mode of the micro-kernel (see the
+    module's docstring), x86 only (:func:`int_geometry` is not None).
+
+    ``a`` and ``b`` are int16 arrays, ``c`` an int32 array, addressed as flat memory from the
+    element offsets: ``A[i, p]`` at ``a_off + i * a_rs + p`` (rows of even length, the pairs
+    of steps on 32-bit words when ``a_off`` and ``a_rs`` are even), ``B`` a panel of
+    :func:`onnxjit.kernels.cpu.blas.pack_b_pairs` (``B[2q + t, j]`` at ``b_off + q * 2 NR + 2 j
+    + t``, columns past the matrix's zero), ``C[i, j]`` at ``c_off + i * c_rs + j``.
+    ``1 <= mr <= MR`` and ``1 <= nr <= NR``; nothing outside those rows and columns of C is
+    written."""
+    for arr, want in ((a, types.int16), (b, types.int16), (c, types.int32)):
+        if not isinstance(arr, types.Array) or arr.dtype != want:
+            raise TypeError(f"ukernel_int takes int16 A and B and an int32 C, got {arr}")
+    sig = types.void(kp, a, a_off, a_rs, b, b_off, c, c_off, c_rs, mr, nr, load_c)
+
+    def codegen(context, builder, sig, args):
+        (kp_, a_, aoff, ars, b_, boff, c_, coff, crs, mr_, nr_, lc) = args
+        sa = sig.args
+        geo = _int_geometry(context.codegen()._tm_features)
+        if geo is None:
+            raise TypeError("ukernel_int needs an x86 target (pmaddwd)")
+        lanes, nv, mr_max = geo
+
+        def i64(i, val):
+            return context.cast(builder, val, sa[i], types.int64)
+
+        def base(idx, val, off_idx, off):
+            ary = context.make_array(sa[idx])(context, builder, val)
+            return builder.gep(ary.data, [i64(off_idx, off)])
+
+        lc_ = context.cast(builder, lc, sa[11], types.boolean)
+        argv = [
+            i64(0, kp_),
+            base(1, a_, 2, aoff), i64(3, ars), ir.Constant(_I64, 2),
+            base(4, b_, 5, boff), ir.Constant(_I64, 2 * lanes * nv),
+            base(6, c_, 7, coff), i64(8, crs),
+            i64(10, nr_),
+            builder.trunc(lc_, _I1) if lc_.type != _I1 else lc_,
+            i64(9, mr_),
+        ]  # fmt: skip
+        _dispatch(builder, ir.IntType(16), lanes, nv, mr_max, argv, None)
         return context.get_dummy_value()
 
     return sig, codegen

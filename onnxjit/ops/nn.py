@@ -442,7 +442,7 @@ def integer_block(k: int, a_max: int, b_max: int) -> int:
     return -(-k // blocks)
 
 
-def _zero_point_spec(s: Any, n: int) -> bool:
+def zero_point_spec(s: Any, n: int) -> bool:
     """An absent zero point, or an 8-bit one holding one value or ``n`` (1-D)."""
     if s is None:
         return True
@@ -451,10 +451,15 @@ def _zero_point_spec(s: Any, n: int) -> bool:
     return s.size == 1 or (s.ndim == 1 and s.size == n)
 
 
-class _IntegerProduct:
-    """A bound MatMulInteger: A's rows shifted by their zero point into float32 (kernel
-    ``quant.shift_rows``), then the int32 product in float32 blocks (``blas.igemm_ks``) by a
-    B prepared once (constant: shifted, converted and packed at plan time) or at each run."""
+class IntegerProduct:
+    """A bound MatMulInteger of ``m_rows`` rows of A (a stack of ``m``-row matrices) by a
+    ``k x n`` B. On the micro-kernel's int16-pair mode where the CPU has one (``blas.
+    INT_PAIRS``): A's rows shifted by their zero point into int16 rows of an even length
+    (kernel ``quant.shift_rows``), B shifted and packed in pairs of steps (``blas.
+    pack_b_pairs``), the int32 product exact in one pass (``blas.igemm_pairs``). Elsewhere
+    the operands go to float32 and the product in float32 blocks that are exact
+    (``blas.igemm_ks``, :func:`integer_block`). A constant B is prepared once (shared by
+    the session's plans), a fed one at each run into scratch ``b_f``."""
 
     def __init__(
         self,
@@ -466,39 +471,76 @@ class _IntegerProduct:
     ):
         m_rows, m, n, k = sizes
         self.m_rows, self.m, self.n, self.k = sizes
+        self.pairs = backend.kernel("blas", "INT_PAIRS") is not None
+        threads = backend.threads()
+        parallel = threads > 1 and m_rows * n * k >= blas.PARALLEL_MACS
+        tm, tn = backend.kernel("blas", "tiles")(1, m_rows, n, k, threads, 4)
+        if not parallel:
+            tm, tn = m_rows, n
+        self.tm, self.tn = tm, tn
         a_sample = np.empty(1, a_dtype)
-        sample = (a_sample, a_sample, k, m, np.empty(1, np.float32))
+        zp = None
+        if b_const is not None:
+            zp = np.zeros(1, np.int16) if b_zp is None else b_zp.reshape(-1).astype(np.int16)
+        if self.pairs:
+            self.kp = (k + 1) // 2
+            self.ld = 2 * self.kp
+            work = np.int16
+            self.b_size = backend.kernel("blas", "pairs_b_size")(k, n)
+        else:
+            self.ld = k
+            work = np.float32
+            self.b_size = k * n
+        self.work = np.dtype(work)
+        self.name = "blas.igemm_pairs" if self.pairs else "blas.igemm_ks"
+        sample = (a_sample, a_sample, k, m, self.ld, np.empty(1, work))
         self.shift = backend.launcher("quant", "shift_rows", m_rows * k, sample)
         if b_const is not None:
-            zp = np.zeros(1, np.float32) if b_zp is None else b_zp.reshape(-1).astype(np.float32)
-            b_max = int(np.abs(b_const.astype(np.float32) - zp).max())
-            packer = _integer_weight_packer(backend, zp)
+            packer = _integer_weight_packer(backend, zp, self.pairs)
             self.b = blas.packed_with(backend, packer, b_const.reshape(-1), k, n, constant=True)
+        else:
+            self.b = None
+        if self.pairs:
+            self.pack = backend.kernel("blas", "pack_b_pairs_into")
+            i16 = np.empty(1, np.int16)
+            sample = (m_rows, n, self.kp, i16, i16, np.empty(1, np.int32), tm, tn)
+            self.gemm = (
+                backend.pooled("blas", "igemm_pairs", sample)
+                if parallel
+                else backend.kernel("blas", "igemm_pairs")
+            )
+            return
+        if b_const is not None:
+            b_max = int(np.abs(b_const.astype(np.float32) - zp.astype(np.float32)).max())
             self.tb = backend.kernel("blas", "B_PACKED")
         else:
             b_max = _INT8_SHIFTED_MAX
-            self.b, self.tb = None, 0
+            self.tb = 0
         self.kb = integer_block(k, _INT8_SHIFTED_MAX, b_max)
-        threads = backend.threads()
         f = np.empty(1, np.float32)
-        if threads > 1 and m_rows * n * k >= blas.PARALLEL_MACS:
-            tm, tn = backend.kernel("blas", "tiles")(1, m_rows, n, k, threads, 4)
+        if parallel:
             self.gemm = backend.pooled(
                 "blas", "igemm_ks",
                 (1, m_rows, n, k, f, 0, f, 0, np.empty(1, np.int32), self.tb, tm, tn, self.kb),
             )  # fmt: skip
         else:
-            tm, tn = m_rows, n
             self.gemm = backend.kernel("blas", "igemm_ks")
-        self.tm, self.tn = tm, tn
 
-    def __call__(self, a, b, a_zp, b_zp, out, a_f, b_f) -> None:
-        self.shift(a, a_zp, self.k, self.m, a_f)
+    def __call__(self, a, b, a_zp, b_zp, out, a_w, b_w) -> None:
+        """``out = (a - a_zp) @ (b - b_zp)``; ``a_w``, ``b_w``: the scratch of A's rows and
+        (when B is fed) of B, in :attr:`work`'s type."""
+        self.shift(a, a_zp, self.k, self.m, self.ld, a_w)
         bb = self.b
+        if self.pairs:
+            if bb is None:
+                self.pack(b, b_zp, self.k, self.n, b_w)
+                bb = b_w
+            self.gemm(self.m_rows, self.n, self.kp, a_w, bb, out, self.tm, self.tn)
+            return
         if bb is None:  # B of this run: its rows are B's rows, the zero point per column
-            _shift_columns(b, b_zp, self.n, b_f)
-            bb = b_f
-        self.gemm(1, self.m_rows, self.n, self.k, a_f, 0, bb, 0, out, self.tb, self.tm, self.tn,
+            _shift_columns(b, b_zp, self.n, b_w)
+            bb = b_w
+        self.gemm(1, self.m_rows, self.n, self.k, a_w, 0, bb, 0, out, self.tb, self.tm, self.tn,
                   self.kb)  # fmt: skip
 
 
@@ -511,31 +553,39 @@ def _shift_columns(b: np.ndarray, zp: np.ndarray, n: int, out: np.ndarray) -> No
     )  # fmt: skip
 
 
-def _int_zero_point(s: Any, i: int, dtype: np.dtype) -> Any:
+def integer_zero_point(s: Any, i: int, dtype: np.dtype) -> Any:
     """The argument standing for zero point input ``i``: the input, or a one-value zero."""
     return np.zeros(1, dtype) if s is None else In(i, flat=True)
 
 
-def _integer_weight_packer(backend: Any, zp: np.ndarray) -> Any:
-    """The packer of a constant 8-bit B: ``B - zp`` (one value or one per column) in float32,
-    in the micro-kernel's panels (``blas.pack_b``); named for ``zp`` so that the shared
-    packed copies (``blas.packed_with``) of one B with two zero points stay apart."""
-    pack_b = backend.kernel("blas", "pack_b")
+def _integer_weight_packer(backend: Any, zp: np.ndarray, pairs: bool) -> Any:
+    """The packer of a constant 8-bit B minus ``zp`` (one value or one per column): int16 in
+    the pairs of steps of the int16-pair kernel (``blas.pack_b_pairs``), or float32 in the
+    micro-kernel's panels (``blas.pack_b``); named for the layout and ``zp`` so that the
+    shared packed copies (``blas.packed_with``) of one B with two zero points stay apart."""
+    if pairs:
+        pack_pairs = backend.kernel("blas", "pack_b_pairs")
 
-    def pack(w: np.ndarray, k: int, n: int) -> np.ndarray:
-        f = np.subtract(w.reshape(k, n), zp, dtype=np.float32)
-        return pack_b(f.reshape(-1), k, n)
+        def pack(w: np.ndarray, k: int, n: int) -> np.ndarray:
+            return pack_pairs(w, zp, k, n)
+
+    else:
+        pack_b = backend.kernel("blas", "pack_b")
+
+        def pack(w: np.ndarray, k: int, n: int) -> np.ndarray:
+            f = np.subtract(w.reshape(k, n), zp, dtype=np.float32)
+            return pack_b(f.reshape(-1), k, n)
 
     digest = hashlib.sha1(zp.tobytes()).hexdigest()[:16]
-    pack.__name__ = f"pack_integer_b_{digest}"
+    pack.__name__ = f"pack_integer_b_{'pairs' if pairs else 'f32'}_{digest}"
     return pack
 
 
 @lowers(matmul_integer)
 def _lower_matmul_integer(lc: LowerContext) -> Bound | None:
-    """8-bit A (rank >= 2, batched rows) by a 2-D 8-bit B: the product in float32 blocks that
-    are exact (:func:`integer_block`), the int32 result as integer arithmetic gives it. A
-    constant B (with a constant zero point) is shifted, converted and packed once."""
+    """8-bit A (rank >= 2, batched rows) by a 2-D 8-bit B: the exact int32 product of
+    :class:`IntegerProduct`. A constant B (with a constant zero point) is shifted, converted
+    and packed once."""
     a, b = lc.inputs[0], lc.inputs[1]
     if a is None or b is None or a.kind != TENSOR or b.kind != TENSOR:
         return None
@@ -547,7 +597,7 @@ def _lower_matmul_integer(lc: LowerContext) -> Bound | None:
         return None
     a_zp = lc.inputs[2] if len(lc.inputs) > 2 else None
     b_zp = lc.inputs[3] if len(lc.inputs) > 3 else None
-    if not (_zero_point_spec(a_zp, m) and _zero_point_spec(b_zp, n)):
+    if not (zero_point_spec(a_zp, m) and zero_point_spec(b_zp, n)):
         return None
     for s, x in ((a_zp, a), (b_zp, b)):
         if s is not None and s.dtype != x.dtype:
@@ -557,17 +607,17 @@ def _lower_matmul_integer(lc: LowerContext) -> Bound | None:
     if b.const and (b_zp is None or b_zp.const):
         b_const = np.ascontiguousarray(b.value)
     zp_value = None if b_zp is None or b_const is None else b_zp.value
-    run = _IntegerProduct(lc.backend, a.dtype, (m_rows, m, n, k), b_const, zp_value)
+    run = IntegerProduct(lc.backend, a.dtype, (m_rows, m, n, k), b_const, zp_value)
     outs = [
         tensor(np.int32, (*a.shape[:-1], n)),
-        tensor(np.float32, (m_rows * k,)),
-        tensor(np.float32, (0 if b_const is not None else k * n,)),
+        tensor(run.work, (m_rows * run.ld,)),
+        tensor(run.work, (0 if b_const is not None else run.b_size,)),
     ]
     args = (
-        In(0, flat=True), In(1, flat=True), _int_zero_point(a_zp, 2, a.dtype),
-        _int_zero_point(b_zp, 3, b.dtype), Out(0, flat=True), Out(1), Out(2),
+        In(0, flat=True), In(1, flat=True), integer_zero_point(a_zp, 2, a.dtype),
+        integer_zero_point(b_zp, 3, b.dtype), Out(0, flat=True), Out(1), Out(2),
     )  # fmt: skip
-    return writes(run, *args, outs=outs, name="blas.igemm_ks")
+    return writes(run, *args, outs=outs, name=run.name)
 
 
 @onnx_op("Einsum", since=12)
@@ -1537,6 +1587,137 @@ def conv_integer(
     # with these magnitudes, but that is one more argument to make)
     y = _conv_core(ctx.backend, xf, wf, group, ks, st, dl, pb, out, winograd=False)
     return np.rint(y).astype(np.int32)
+
+
+class _IntegerConv:
+    """A bound ConvInteger (1-D to 3-D) on the micro-kernel's int16-pair mode: ``x - x_zp``
+    widened to int16 (``quant.shift_rows``; padding taps, zero after the shift, are the zero
+    point as the operator defines), unfolded per image and group (``conv.im2col``), packed in
+    pairs of steps (``blas.pack_b_pairs_into``), and multiplied by the weight, shifted by its
+    zero point (one or one per output channel) and widened once (``blas.igemm_pairs``), each
+    product written in place into the (N, M, S) output."""
+
+    def __init__(self, backend: Any, x_shape, x_dtype, w: np.ndarray, w_zp, group, geo) -> None:
+        ks, st, dl, pb, out = geo
+        self.n_img, self.c = x_shape[:2]
+        self.m = w.shape[0]
+        self.group, self.mg, self.cg = group, w.shape[0] // group, x_shape[1] // group
+        self.kk = self.cg * math.prod(ks)  # inner length per group
+        self.s = math.prod(out)
+        self.kp = (self.kk + 1) // 2
+        self.x5 = (self.n_img, self.c, *_pad3(x_shape[2:], 1))
+        self.k3, self.st3, self.dl3, self.pb3 = (
+            _i64(_pad3(v, f)) for v, f in ((ks, 1), (st, 1), (dl, 1), (pb, 0))
+        )
+        self.o3 = _i64(_pad3(out, 1))
+        self.x_size = math.prod(x_shape)
+        self.plane = self.x_size // (self.n_img * self.c)
+        self.b_size = backend.kernel("blas", "pairs_b_size")(self.kk, self.s)
+        # the weight rows (output channels) minus their zero point, as int16 rows of 2 kp
+        zp = np.zeros(1, w.dtype) if w_zp is None else np.ascontiguousarray(w_zp.reshape(-1))
+        a_w = np.empty(self.m * 2 * self.kp, np.int16)
+        backend.kernel("quant", "shift_rows")(w.reshape(-1), zp, self.kk, self.m, 2 * self.kp, a_w)
+        self.a_w = a_w
+        self.shift = backend.launcher(
+            "quant", "shift_rows", self.x_size,
+            (np.empty(1, x_dtype), np.empty(1, x_dtype), 1, 1, 1, np.empty(1, np.int16)),
+        )  # fmt: skip
+        self.im2col = backend.kernel("conv", "im2col")
+        self.pack = backend.kernel("blas", "pack_b_pairs_into")
+        threads = backend.threads()
+        parallel = threads > 1 and self.mg * self.s * self.kk >= blas.PARALLEL_MACS
+        tm, tn = backend.kernel("blas", "tiles")(1, self.mg, self.s, self.kk, threads, 4)
+        self.tm, self.tn = (tm, tn) if parallel else (self.mg, self.s)
+        i16 = np.empty(1, np.int16)
+        sample = (self.mg, self.s, self.kp, i16, i16, np.empty(1, np.int32), tm, tn)
+        self.gemm = (
+            backend.pooled("blas", "igemm_pairs", sample)
+            if parallel
+            else backend.kernel("blas", "igemm_pairs")
+        )
+        self.zero16 = np.zeros(1, np.int16)
+        self.y_shape = (self.n_img, self.m, *out)
+        # scratch: X shifted to int16, one image's im2col block, the block packed in pairs
+        self.scratch = [
+            tensor(np.int16, (self.x_size,)),
+            tensor(np.int16, (self.kk * self.s,)),
+            tensor(np.int16, (self.b_size,)),
+        ]
+        self.name = "conv.im2col+blas.igemm_pairs"
+
+    @staticmethod
+    def scratch_args(first: int) -> tuple:
+        """The ``Out`` arguments of the scratch, outputs ``first`` on of a bound call."""
+        return tuple(Out(first + i) for i in range(3))
+
+    def __call__(self, x, x_zp, out, x16, col, packed) -> None:
+        self.shift(x, x_zp, self.plane, 1, self.plane, x16)  # one row per channel plane
+        x5 = x16.reshape(self.x5)
+        col3 = col.reshape(1, self.kk, self.s)
+        y = out.reshape(self.n_img, self.m * self.s)
+        rows = self.mg * 2 * self.kp
+        for n in range(self.n_img):
+            for g in range(self.group):
+                self.im2col(x5[n : n + 1], g * self.cg, self.cg, self.k3, self.st3, self.dl3,
+                            self.pb3, self.o3, col3)  # fmt: skip
+                self.pack(col, self.zero16, self.kk, self.s, packed)
+                a = self.a_w[g * rows : (g + 1) * rows]
+                c = y[n, g * self.mg * self.s : (g + 1) * self.mg * self.s]
+                self.gemm(self.mg, self.s, self.kp, a, packed, c, self.tm, self.tn)
+
+
+def integer_conv(lc: LowerContext, x: Any, w: Any, x_zp: Any, w_zp: Any) -> _IntegerConv | None:
+    """The :class:`_IntegerConv` of a ConvInteger-like node (ConvInteger, QLinearConv) with
+    these input specs and ``lc``'s convolution attributes: 8-bit X (1-D to 3-D spatial) by a
+    constant 8-bit weight with a constant zero point (one, or one per output channel), X's
+    zero point one value, where the CPU has the int16-pair kernel; None otherwise."""
+    if lc.backend.kernel("blas", "INT_PAIRS") is None:
+        return None
+    if x is None or w is None or x.kind != TENSOR or w.kind != TENSOR or not w.const:
+        return None
+    if x.dtype not in _INT8_TYPES or w.dtype not in _INT8_TYPES or not 3 <= x.ndim <= 5:
+        return None
+    if x.size == 0 or w.size == 0 or w.ndim != x.ndim:
+        return None
+    if x_zp is not None and (x_zp.kind != TENSOR or x_zp.size != 1 or x_zp.dtype != x.dtype):
+        return None
+    M = w.shape[0]
+    if w_zp is not None and (
+        not w_zp.const or w_zp.dtype != w.dtype or w_zp.size not in (1, M) or w_zp.ndim > 1
+    ):
+        return None
+    attrs = lc.attrs
+    group = int(attrs.get("group", 1))
+    ks = [int(k) for k in w.shape[2:]]
+    kernel_shape = attrs.get("kernel_shape")
+    if group < 1 or x.shape[1] != w.shape[1] * group or M % group:
+        return None
+    if kernel_shape and [int(k) for k in kernel_shape] != ks:
+        return None
+    pb, _pe, out, st, dl = _geometry(
+        lc.ctx, x.shape[2:], ks, attrs.get("strides"), attrs.get("dilations"),
+        attrs.get("pads"), attrs.get("auto_pad") or "NOTSET",
+    )  # fmt: skip
+    if min(out) <= 0:
+        return None
+    return _IntegerConv(
+        lc.backend, x.shape, x.dtype, np.ascontiguousarray(w.value),
+        None if w_zp is None else w_zp.value, group, (ks, st, dl, pb, out),
+    )  # fmt: skip
+
+
+@lowers(conv_integer)
+def _lower_conv_integer(lc: LowerContext) -> Bound | None:
+    """:func:`integer_conv`'s kernels where it applies; the implementation (float64, exact)
+    otherwise."""
+    x = lc.inputs[0]
+    x_zp = lc.inputs[2] if len(lc.inputs) > 2 else None
+    run = integer_conv(lc, x, lc.inputs[1], x_zp, lc.inputs[3] if len(lc.inputs) > 3 else None)
+    if run is None:
+        return None
+    args = (In(0, flat=True), integer_zero_point(x_zp, 2, x.dtype), Out(0, flat=True),
+            *run.scratch_args(1))  # fmt: skip
+    return writes(run, *args, outs=[tensor(np.int32, run.y_shape), *run.scratch], name=run.name)
 
 
 @onnx_op("ConvTranspose", since=1)

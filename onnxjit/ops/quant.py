@@ -21,7 +21,13 @@ from onnxjit import types as onnx_types
 from onnxjit.codegen import expr as E
 from onnxjit.lowering import TENSOR, Bound, In, LowerContext, Out, lowers, tensor, writes
 from onnxjit.ops.elementwise import NotFusable, cast_array, fusible, lower_node
-from onnxjit.ops.nn import conv_integer
+from onnxjit.ops.nn import (
+    IntegerProduct,
+    conv_integer,
+    integer_conv,
+    integer_zero_point,
+    zero_point_spec,
+)
 from onnxjit.registry import NodeContext, onnx_op
 
 # Integer storage types and their saturation ranges.
@@ -658,6 +664,80 @@ def qlinearmatmul_10(
     return _requantize(ctx, acc, fac, y_zero_point.reshape(()), tuple(trailing))
 
 
+class _QLinearProduct:
+    """A bound QLinearMatMul: the exact int32 product of :class:`~onnxjit.ops.nn.
+    IntegerProduct` into scratch, then its requantization (kernel ``quant.requantize_rows``,
+    the implementation's float64 arithmetic)."""
+
+    def __init__(self, backend: Any, run: Any, factor: np.ndarray, zp: float, dst: np.dtype):
+        self.run, self.n = run, run.n
+        self.factor = np.ascontiguousarray(factor, np.float64).reshape(-1)
+        self.zp = np.float64(zp)
+        self.lo, self.hi = (np.float64(v) for v in _INT_RANGES[dst])
+        self.bias = np.empty(0, np.int32)
+        sample = (
+            np.empty(1, np.int32), self.bias, self.factor, self.zp, self.n, 0, self.lo, self.hi,
+            np.empty(1, dst),
+        )  # fmt: skip
+        self.requantize = backend.launcher("quant", "requantize_rows", run.m_rows * run.n, sample)
+
+    def __call__(self, a, b, a_zp, b_zp, out, acc, a_w, b_w) -> None:
+        self.run(a, b, a_zp, b_zp, acc, a_w, b_w)
+        self.requantize(acc, self.bias, self.factor, self.zp, self.n, 0, self.lo, self.hi, out)
+
+
+@lowers(qlinearmatmul_10)
+def _lower_qlinearmatmul(lc: LowerContext) -> Bound | None:
+    """8-bit A (rank >= 2) by a constant 2-D 8-bit B, constant scales and output zero point,
+    A's scale per tensor: the exact integer product of MatMulInteger's kernels, then the
+    requantization as the implementation computes it (the factor in the scales' type, the
+    product by it in float64). Other forms run the implementation."""
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = lc.inputs[:8]
+    if any(x is None or x.kind != TENSOR for x in (a, b, a_s, b_s, y_s, y_zp)):
+        return None
+    if not all(x.const for x in (a_s, b, b_s, y_s, y_zp)) or (b_zp is not None and not b_zp.const):
+        return None
+    i8 = (np.dtype(np.uint8), np.dtype(np.int8))
+    if a.dtype not in i8 or b.dtype not in i8 or y_zp.dtype not in i8:
+        return None
+    if a.ndim < 2 or b.ndim != 2 or a.size == 0 or b.size == 0:
+        return None
+    m, k = a.shape[-2:]
+    k2, n = b.shape
+    if k != k2 or a_s.size != 1 or y_s.size != 1 or y_zp.size != 1 or b_s.size not in (1, n):
+        return None
+    if not (zero_point_spec(a_zp, m) and zero_point_spec(b_zp, n)):
+        return None
+    for zp, x in ((a_zp, a), (b_zp, b)):
+        if zp is not None and zp.dtype != x.dtype:
+            return None
+    sdt = np.result_type(*(_promotable(s.dtype) for s in (a_s, b_s, y_s)))
+    if sdt.kind != "f":
+        return None
+    factor = (
+        a_s.value.reshape(()).astype(sdt)
+        * b_s.value.reshape(-1 if b_s.size > 1 else ()).astype(sdt)
+        / y_s.value.reshape(()).astype(sdt)
+    )
+    m_rows = a.size // k
+    b_zp_value = None if b_zp is None else b_zp.value
+    run = IntegerProduct(
+        lc.backend, a.dtype, (m_rows, m, n, k), np.ascontiguousarray(b.value), b_zp_value
+    )
+    q = _QLinearProduct(lc.backend, run, factor, float(y_zp.value.reshape(())), y_zp.dtype)
+    outs = [
+        tensor(y_zp.dtype, (*a.shape[:-1], n)),
+        tensor(np.int32, (m_rows * n,)),
+        tensor(run.work, (m_rows * run.ld,)),
+        tensor(run.work, (0,)),
+    ]
+    args = (
+        In(0, flat=True), In(3, flat=True), integer_zero_point(a_zp, 2, a.dtype),
+        integer_zero_point(b_zp, 5, b.dtype), Out(0, flat=True), Out(1), Out(2), Out(3),
+    )  # fmt: skip
+    return writes(q, *args, outs=outs, name=f"{run.name}+quant.requantize_rows")
+
+
 @onnx_op("QLinearConv", since=10)
 def qlinearconv_10(
     ctx: NodeContext,
@@ -725,6 +805,70 @@ def qlinearconv_10(
     z3 = np.broadcast_to(z3, (1, m, 1)).copy()
     q = _run_affine(ctx, a3, f3, z3, 1, False, is_int, lo, hi)
     return _store(ctx, q.reshape(acc.shape), dst, 1)
+
+
+class _QLinearConv:
+    """A bound QLinearConv: ConvInteger's kernels (:func:`~onnxjit.ops.nn.integer_conv`)
+    into int32 scratch, then the bias and the requantization per output channel (kernel
+    ``quant.requantize_rows``, the implementation's float64 arithmetic)."""
+
+    def __init__(self, backend: Any, run: Any, bias, factor, zp: float, dst: np.dtype) -> None:
+        self.run = run
+        m = run.m
+        self.bias = np.empty(0, np.int32) if bias is None else bias.reshape(-1).astype(np.int32)
+        self.factor = np.ascontiguousarray(np.broadcast_to(factor.reshape(-1), (m,)), np.float64)
+        self.zp = np.float64(zp)
+        self.lo, self.hi = (np.float64(v) for v in _INT_RANGES[dst])
+        self.m, self.s = m, run.s
+        sample = (
+            np.empty(1, np.int32), self.bias, self.factor, self.zp, self.s, m, self.lo, self.hi,
+            np.empty(1, dst),
+        )  # fmt: skip
+        self.requantize = backend.launcher(
+            "quant", "requantize_rows", run.n_img * m * run.s, sample
+        )
+
+    def __call__(self, x, x_zp, out, acc, x16, col, packed) -> None:
+        self.run(x, x_zp, acc, x16, col, packed)
+        self.requantize(acc, self.bias, self.factor, self.zp, self.s, self.m, self.lo, self.hi,
+                        out)  # fmt: skip
+
+
+@lowers(qlinearconv_10)
+def _lower_qlinearconv(lc: LowerContext) -> Bound | None:
+    """ConvInteger's kernels where they apply (:func:`~onnxjit.ops.nn.integer_conv`), with
+    constant scales, output zero point and bias: the int32 convolution, then the bias and
+    the requantization per output channel as the implementation computes them."""
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = lc.inputs[:8]
+    b = lc.inputs[8] if len(lc.inputs) > 8 else None
+    consts = (x_s, w_s, y_s, y_zp) + (() if b is None else (b,))
+    if any(c is None or c.kind != TENSOR or not c.const for c in consts):
+        return None
+    if y_zp.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)) or y_zp.size != 1:
+        return None
+    if x_s.size != 1 or y_s.size != 1 or (w is None or w_s.size not in (1, w.shape[0])):
+        return None
+    if b is not None and (b.dtype != np.int32 or b.size != w.shape[0]):
+        return None
+    sdt = np.result_type(*(_promotable(s.dtype) for s in (x_s, w_s, y_s)))
+    if sdt.kind != "f":
+        return None
+    run = integer_conv(lc, x, w, x_zp, w_zp)
+    if run is None:
+        return None
+    factor = (
+        x_s.value.reshape(()).astype(sdt)
+        * w_s.value.reshape(-1).astype(sdt)
+        / y_s.value.reshape(()).astype(sdt)
+    )
+    q = _QLinearConv(
+        lc.backend, run, None if b is None else b.value, np.asarray(factor),
+        float(y_zp.value.reshape(())), y_zp.dtype,
+    )  # fmt: skip
+    outs = [tensor(y_zp.dtype, run.y_shape), tensor(np.int32, run.y_shape), *run.scratch]
+    args = (In(0, flat=True), integer_zero_point(x_zp, 2, x.dtype), Out(0, flat=True),
+            Out(1, flat=True), *run.scratch_args(2))  # fmt: skip
+    return writes(q, *args, outs=outs, name=f"{run.name}+quant.requantize_rows")
 
 
 for _impl in (

@@ -42,6 +42,13 @@ class PassSpec:
 
 
 PASSES: tuple[PassSpec, ...] = (
+    PassSpec(
+        "qdq_matmul_integer",
+        EXTENDED,
+        "patterns_gemm:fuse_qdq_matmul",
+        "MatMul of a DequantizeLinear activation by a DequantizeLinear constant weight -> "
+        "MatMulInteger, Cast, Mul by the scales (before folding turns the weight to float)",
+    ),
     PassSpec("constant_folding", BASIC, "optimize:fold_constants", "nodes of constants run once"),
     PassSpec(
         "shape_folding",

@@ -19,6 +19,14 @@ another node or is a graph output, or when a constant does not have the expected
 A lone MatMul with a constant weight becomes a FusedGemm too: its weight is then rearranged
 once for the GEMM micro-kernel (kernels/cpu/ukernel.py) instead of at every run.
 
+:func:`fuse_qdq_matmul` (before constant folding, which would turn the weight's
+DequantizeLinear into a float32 copy): ``MatMul(DequantizeLinear(xq), DequantizeLinear(wq))``
+of 8-bit data, per-tensor scale and zero point on the activation and a constant weight
+quantized per tensor or per column -> ``MatMulInteger(xq, wq, zx, zw)``, ``Cast`` to float32
+and ``Mul`` by ``sx * sw``: the exact integer product on the micro-kernel's int16-pair mode,
+its scaling an elementwise pass that fuses with what follows (the static QDQ form of a
+quantized model, as onnxruntime's QDQ fusions compute it).
+
 :func:`match_activation` and :func:`match_residual` are shared with
 :mod:`onnxjit.passes.patterns_conv`.
 """
@@ -302,5 +310,79 @@ def fuse_gemm_epilogue(graph: ir.Graph) -> int:
         fused = fused_node("FusedGemm", inputs, [cur], attrs=attrs, members=members)
         idx.replace(members, [fused, *after_reshape])
         done.update(id(m) for m in members)
+        count += 1
+    return count
+
+
+_INT8 = (np.dtype(np.uint8), np.dtype(np.int8))
+_F32 = np.dtype(np.float32)
+
+
+def _dequantized(idx: GraphIndex, name: str) -> ir.Node | None:
+    """The DequantizeLinear producing ``name`` with a float32 output and constant float32
+    scale and 8-bit zero point (no blocks), or None."""
+    dq = idx.producer_of(name)
+    if not is_op(dq, "DequantizeLinear") or len(dq.inputs) < 3 or not dq.inputs[2]:
+        return None
+    scale, zero = idx.const(dq.inputs[1]), idx.const(dq.inputs[2])
+    if scale is None or zero is None or scale.dtype != _F32 or zero.dtype not in _INT8:
+        return None
+    if _attr(dq, "block_size", 0) or _attr(dq, "output_dtype", 0) not in (0, 1):
+        return None
+    return dq
+
+
+def fuse_qdq_matmul(graph: ir.Graph) -> int:
+    """Rewrite ``MatMul(DQ(xq), DQ(wq))`` into ``Mul(Cast(MatMulInteger(...)), sx * sw)``
+    (see the module's docstring); return the count. The activation's DequantizeLinear is
+    per tensor (one scale and zero point); the weight's is a constant 2-D 8-bit ``(K, N)``
+    with one scale and zero point or one per column (axis 1). The weight's DequantizeLinear
+    goes when the MatMul was its only reader; the activation's stays for its other readers
+    (dead-node elimination removes it otherwise)."""
+    idx = GraphIndex(graph)
+    count = 0
+    for node in list(graph.nodes):
+        if not is_op(node, "MatMul") or len(node.inputs) != 2:
+            continue
+        dx, dw = _dequantized(idx, node.inputs[0]), _dequantized(idx, node.inputs[1])
+        if dx is None or dw is None or dx is dw:
+            continue
+        sx, zx = idx.const(dx.inputs[1]), idx.const(dx.inputs[2])
+        wq, sw, zw = (idx.const(x) for x in dw.inputs[:3])
+        if sx.size != 1 or zx.size != 1 or wq is None or wq.ndim != 2 or wq.dtype != zw.dtype:
+            continue
+        n = wq.shape[1]
+        if sw.size != 1:
+            axis = _attr(dw, "axis", 1)
+            if sw.shape != (n,) or zw.shape != (n,) or axis not in (1, -1):
+                continue
+        elif zw.size != 1:
+            continue
+        xq = dx.inputs[0]
+        # an array (0-d arrays multiply into a numpy scalar, which is no tensor initializer)
+        scale = np.asarray(sx.reshape(()) * sw.reshape(-1 if sw.size > 1 else ()), _F32)
+        acc = fresh_name(graph, node.outputs[0] + "_int32")
+        real = fresh_name(graph, node.outputs[0] + "_float")
+        zx_name = idx.add_initializer("qdq_matmul_zx", zx.reshape(()))
+        zw_name = idx.add_initializer(
+            "qdq_matmul_zw", zw.reshape(-1) if zw.size > 1 else zw.reshape(())
+        )
+        new = [
+            onnx_node(
+                "MatMulInteger", 10, [xq, dw.inputs[0], zx_name, zw_name], [acc], name=node.name
+            ),
+            onnx_node("Cast", 13, [acc], [real], attrs={"to": 1}, name=node.name + "_cast"),
+            onnx_node(
+                "Mul",
+                14,
+                [real, idx.add_initializer("qdq_matmul_scale", scale)],
+                node.outputs,
+                name=node.name + "_scale",
+            ),
+        ]
+        old = [node]
+        if not idx.used_outside(dw.outputs[0], [node]):
+            old.insert(0, dw)
+        idx.replace(old, new)
         count += 1
     return count
