@@ -188,3 +188,38 @@ def check_node(
     for i, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, rtol, atol, f"{op_type}-{opset} output {i}")
     return got
+
+
+def matmul_integer_model(a_shape, a_dt, b, b_dt, azp_shape, bzp, b_const) -> onnx.ModelProto:
+    """One MatMulInteger node (opset 13): input ``a`` of ``a_shape`` and numpy type ``a_dt``;
+    ``b`` an initializer (``b_const``) or an input of ``b``'s shape; ``azp`` an input of
+    ``azp_shape`` where it is not None; ``bzp`` (array or None) an initializer or an input
+    like ``b``."""
+    a_type = helper.np_dtype_to_tensor_dtype(np.dtype(a_dt))
+    b_type = helper.np_dtype_to_tensor_dtype(np.dtype(b_dt))
+    inputs = [helper.make_tensor_value_info("a", a_type, list(a_shape))]
+    inits = []
+    if b_const:
+        inits.append(onnx.numpy_helper.from_array(b, "b"))
+    else:
+        inputs.append(helper.make_tensor_value_info("b", b_type, list(b.shape)))
+    names = ["a", "b", "", ""]
+    if azp_shape is not None:
+        names[2] = "azp"
+        inputs.append(helper.make_tensor_value_info("azp", a_type, list(azp_shape)))
+    if bzp is not None:
+        names[3] = "bzp"
+        if b_const:
+            inits.append(onnx.numpy_helper.from_array(bzp, "bzp"))
+        else:
+            inputs.append(helper.make_tensor_value_info("bzp", b_type, list(bzp.shape)))
+    while not names[-1]:
+        names.pop()
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", names, ["y"])],
+        "g",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [*a_shape[:-1], b.shape[1]])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

@@ -17,40 +17,12 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 from onnx.reference import ReferenceEvaluator
+from oracle import matmul_integer_model
 
 import onnxjit
 
 U8, I8 = np.uint8, np.int8
 _ONNX_TYPE = {U8: TP.UINT8, I8: TP.INT8}
-
-
-def _model(a_shape, a_dt, b, b_dt, azp_shape, bzp, b_const):
-    inputs = [oh.make_tensor_value_info("a", _ONNX_TYPE[a_dt], list(a_shape))]
-    inits = []
-    if b_const:
-        inits.append(nh.from_array(b, "b"))
-    else:
-        inputs.append(oh.make_tensor_value_info("b", _ONNX_TYPE[b_dt], list(b.shape)))
-    names = ["a", "b", "", ""]
-    if azp_shape is not None:
-        names[2] = "azp"
-        inputs.append(oh.make_tensor_value_info("azp", _ONNX_TYPE[a_dt], list(azp_shape)))
-    if bzp is not None:
-        names[3] = "bzp"
-        if b_const:
-            inits.append(nh.from_array(bzp, "bzp"))
-        else:
-            inputs.append(oh.make_tensor_value_info("bzp", _ONNX_TYPE[b_dt], list(bzp.shape)))
-    while not names[-1]:
-        names.pop()
-    graph = oh.make_graph(
-        [oh.make_node("MatMulInteger", names, ["y"])],
-        "g",
-        inputs,
-        [oh.make_tensor_value_info("y", TP.INT32, [*a_shape[:-1], b.shape[1]])],
-        inits,
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
 
 
 def _ints(rng, dtype, shape):
@@ -113,7 +85,7 @@ def _operands(case):
 def test_matmul_integer_is_exact(case, b_const):
     a, b, azp, bzp = _operands(case)
     azp_shape = CASES[case][4]
-    model = _model(a.shape, a.dtype.type, b, b.dtype.type, azp_shape, bzp, b_const)
+    model = matmul_integer_model(a.shape, a.dtype.type, b, b.dtype.type, azp_shape, bzp, b_const)
     feeds = {"a": a}
     if not b_const:
         feeds["b"] = b
@@ -142,7 +114,7 @@ def test_matmul_integer_runs_the_pair_kernel():
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the int16-pair kernel is x86 only (pmaddwd); other CPUs use float32 blocks")
     a, b, azp, bzp = _operands("m_n_edges")
-    model = _model(a.shape, U8, b, I8, (7,), bzp, True)
+    model = matmul_integer_model(a.shape, U8, b, I8, (7,), bzp, True)
     sess = onnxjit.InferenceSession(model.SerializeToString())
     sess.run(None, {"a": a, "azp": azp})
     kernels = [s["kernel"] for plan in sess.stats()["plans"] for s in plan["steps"]]

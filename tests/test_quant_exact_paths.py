@@ -25,6 +25,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 from onnx.reference import ReferenceEvaluator
+from oracle import matmul_integer_model
 
 import onnxjit
 
@@ -69,33 +70,6 @@ def _profiled_ops(sess, feeds: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _matmul_integer_model(a_shape, a_dt, b, b_dt, azp, bzp, b_const, azp_shape):
-    inputs = [oh.make_tensor_value_info("a", _ONNX_TYPE[a_dt], list(a_shape))]
-    inits = []
-    if b_const:
-        inits.append(nh.from_array(b, "b"))
-    else:
-        inputs.append(oh.make_tensor_value_info("b", _ONNX_TYPE[b_dt], list(b.shape)))
-    names = ["a", "b", "", ""]
-    if azp is not None:
-        names[2] = "azp"
-        inputs.append(oh.make_tensor_value_info("azp", _ONNX_TYPE[a_dt], list(azp_shape)))
-    if bzp is not None:
-        names[3] = "bzp"
-        inits.append(nh.from_array(bzp, "bzp"))
-    while names and not names[-1]:
-        names.pop()
-    out = [*a_shape[:-1], b.shape[1]]
-    graph = oh.make_graph(
-        [oh.make_node("MatMulInteger", names, ["y"])],
-        "g",
-        inputs,
-        [oh.make_tensor_value_info("y", TP.INT32, out)],
-        inits,
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
-
-
 # (A shape, A type, B shape, B type, a_zero_point shape or None, b_zero_point shape or None)
 MATMUL_INTEGER = {
     # a BERT layer's FFN product at batch 1, sequence 16: the pool's tiles, K in 2 blocks
@@ -119,10 +93,14 @@ def test_matmul_integer_exact(case, b_const):
     b = _ints(rng, b_dt, b_shape)
     azp = None if azp_shape is None else _ints(rng, a_dt, azp_shape)
     bzp = None if bzp_shape is None else _ints(rng, b_dt, bzp_shape)
-    model = _matmul_integer_model(a_shape, a_dt, b, b_dt, azp, bzp, b_const, azp_shape)
+    model = matmul_integer_model(
+        a_shape, a_dt, b, b_dt, None if azp is None else azp_shape, bzp, b_const
+    )
     feeds = {"a": a}
     if not b_const:
         feeds["b"] = b
+        if bzp is not None:
+            feeds["bzp"] = bzp
     if azp is not None:
         feeds["azp"] = azp
     # oracle: int64 arithmetic, a per-row zero point subtracted along the rows of A

@@ -1494,6 +1494,25 @@ def conv(
     return _back(y, x.dtype)
 
 
+def _bound_geometry(lc: LowerContext, x_shape: tuple, w_shape: tuple) -> tuple | None:
+    """``(group, kernel, pads_begin, out, strides, dilations)`` of a Conv-like node of ``lc``
+    for these shapes (NC... input, MC/group... weight), from its attributes; None where the
+    attributes do not fit the shapes (the implementation then raises the error)."""
+    attrs = lc.attrs
+    group = int(attrs.get("group", 1))
+    ks = [int(k) for k in w_shape[2:]]
+    kernel_shape = attrs.get("kernel_shape")
+    if group < 1 or x_shape[1] != w_shape[1] * group or w_shape[0] % group:
+        return None
+    if kernel_shape and [int(k) for k in kernel_shape] != ks:
+        return None
+    pb, _pe, out, st, dl = _geometry(
+        lc.ctx, x_shape[2:], ks, attrs.get("strides"), attrs.get("dilations"),
+        attrs.get("pads"), attrs.get("auto_pad") or "NOTSET",
+    )  # fmt: skip
+    return group, ks, pb, out, st, dl
+
+
 def lower_conv(lc: LowerContext, act: Any, p0: Any, p1: Any) -> Bound | None:
     """The bound call of Conv (inputs X, W, B) or FusedConv (and a residual, input 3) for
     float32/float64 inputs with a weight and bias constant for the plan, plus the epilogue
@@ -1513,18 +1532,10 @@ def lower_conv(lc: LowerContext, act: Any, p0: Any, p1: Any) -> Bound | None:
     M = w.shape[0]
     if b is not None and (not b.const or b.kind != TENSOR or b.dtype != dtype or b.shape != (M,)):
         return None
-    attrs = lc.attrs
-    group = int(attrs.get("group", 1))
-    ks = [int(k) for k in w.shape[2:]]
-    kernel_shape = attrs.get("kernel_shape")
-    if group < 1 or x.shape[1] != w.shape[1] * group or M % group:
+    geometry = _bound_geometry(lc, x.shape, w.shape)
+    if geometry is None:
         return None
-    if kernel_shape and [int(k) for k in kernel_shape] != ks:
-        return None
-    pb, _pe, out, st, dl = _geometry(
-        lc.ctx, x.shape[2:], ks, attrs.get("strides"), attrs.get("dilations"),
-        attrs.get("pads"), attrs.get("auto_pad") or "NOTSET",
-    )  # fmt: skip
+    group, ks, pb, out, st, dl = geometry
     y_shape = (x.shape[0], M, *out)
     if r is not None and (r.kind != TENSOR or r.shape != y_shape or r.dtype != dtype):
         return None  # a residual that broadcasts: the implementation's numpy path
@@ -1686,18 +1697,10 @@ def integer_conv(lc: LowerContext, x: Any, w: Any, x_zp: Any, w_zp: Any) -> _Int
         not w_zp.const or w_zp.dtype != w.dtype or w_zp.size not in (1, M) or w_zp.ndim > 1
     ):
         return None
-    attrs = lc.attrs
-    group = int(attrs.get("group", 1))
-    ks = [int(k) for k in w.shape[2:]]
-    kernel_shape = attrs.get("kernel_shape")
-    if group < 1 or x.shape[1] != w.shape[1] * group or M % group:
+    geometry = _bound_geometry(lc, x.shape, w.shape)
+    if geometry is None:
         return None
-    if kernel_shape and [int(k) for k in kernel_shape] != ks:
-        return None
-    pb, _pe, out, st, dl = _geometry(
-        lc.ctx, x.shape[2:], ks, attrs.get("strides"), attrs.get("dilations"),
-        attrs.get("pads"), attrs.get("auto_pad") or "NOTSET",
-    )  # fmt: skip
+    group, ks, pb, out, st, dl = geometry
     if min(out) <= 0:
         return None
     return _IntegerConv(
