@@ -19,7 +19,10 @@ from .runtime.twins import twins
 _F16_MAX_ROUNDED = 65520.0  # the smallest magnitude that float16 rounds to infinity
 
 
-@njit(inline="always")
+# Called, not inlined: its frexp/ldexp rounding inlined at every use made softmax_rows take
+# 22 s to compile, serial and pool twin each, for every float type (a user's first Attention
+# run); the rows that round (float16/bfloat16 emulation) call it, the others skip it.
+@njit
 def _rnd(x, mode):
     """Round ``x`` to float16 (mode 1) or bfloat16 (mode 2), half to even; mode 0: unchanged."""
     if mode == 0 or not math.isfinite(x) or x == 0.0:
@@ -48,6 +51,37 @@ def round_array(a, mode):
 
 
 @njit(inline="always")
+def _softmax_row_plain(s, bias, r, br):
+    """:func:`_softmax_row` without rounding, softcap or debug output: ``s[r] =
+    softmax(s[r] + bias[br])``, a zero row where every key is masked."""
+    n = s.shape[1]
+    m = -np.inf
+    bmax = -np.inf
+    for j in range(n):
+        b = bias[br, j]
+        bmax = max(bmax, b)
+        x = s[r, j] + b
+        s[r, j] = x
+        m = max(m, x)
+    if bmax == -np.inf:
+        for j in range(n):
+            s[r, j] = 0.0
+        return
+    if m == -np.inf:
+        m = 0.0
+    tot = 0.0
+    for j in range(n):
+        e = math.exp(s[r, j] - m)
+        s[r, j] = e
+        tot += e
+    tot = s.dtype.type(tot)
+    if tot == 0.0:
+        tot = 1.0
+    for j in range(n):
+        s[r, j] = s[r, j] / tot
+
+
+@njit(inline="always")
 def _softmax_row(s, bias, qk, r, bias_of_row, softcap, tmode, smode, qk_mode):
     """One attention row: softcap, bias, softmax with the fully-masked-row guard.
 
@@ -55,6 +89,9 @@ def _softmax_row(s, bias, qk, r, bias_of_row, softcap, tmode, smode, qk_mode):
     the additive bias row; ``qk[r]`` receives the optional debug output chosen by ``qk_mode``
     (0 raw, 1 after softcap, 2 after bias, 3 probabilities) when ``qk_mode >= 0``.
     """
+    if tmode == 0 and smode == 0 and softcap <= 0 and qk_mode < 0:
+        _softmax_row_plain(s, bias, r, bias_of_row[r])
+        return
     br = bias_of_row[r]
     n = s.shape[1]
     m = -np.inf
