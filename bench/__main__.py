@@ -19,6 +19,7 @@ out).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import gc
 import json
@@ -27,7 +28,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,11 @@ def markdown(
     command: str,
     load: tuple[str, str],
     missing: dict[str, str],
+    busy_cores: int = 0,
 ) -> str:
+    """The results table with its header (command, machine, versions, roofs, load) and the
+    geometric means. ``busy_cores``: spinning processes the run kept beside the engines
+    (``--busy``); the load warning counts only the load beyond them."""
     means, overall = harness.summary(results)
     lines = [
         f"Command: `{command}`  ",
@@ -171,7 +176,12 @@ def markdown(
         f"Roofs measured in this run: copy {roofs.copy_gbps:.1f} GB/s (read + write, numpy "
         f"copy of 256 MB), float32 GEMM {roofs.gemm_gflops:.0f} GFLOP/s (numpy 2048^3)  ",
     ]
-    busy = max(_load1(load[0]), _load1(load[1]))
+    if busy_cores:
+        lines.append(
+            f"**{busy_cores} core(s) kept busy** by as many spinning processes for the whole run "
+            "(`--busy`): the loaded-machine figures of issue 43.  "
+        )
+    busy = max(_load1(load[0]), _load1(load[1])) - busy_cores
     if busy > (env["cores"] or 1):
         lines.append(
             f"**Warning: load average {busy:.1f} on {env['cores']} cores: other processes "
@@ -255,13 +265,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="all",
         help="graph optimisation level of both engines (default all, as onnxruntime's)",
     )
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N cores busy with spinning processes during the run (a shared or "
+        "throttled machine); the table says so",
+    )
     args = ap.parse_args(argv)
+    if args.busy < 0:
+        ap.error(f"--busy takes a count of cores, got {args.busy}")
 
     ids = [w.strip().upper() for w in args.only.split(",") if w.strip()] or workload_ids()
     unknown = [w for w in ids if w not in workload_ids()]
     if unknown:
         ap.error(f"unknown workload(s) {unknown}; choose from {workload_ids()}")
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    with spinners(args.busy):
+        return _run(args, ids, command)
+
+
+@contextlib.contextmanager
+def spinners(n: int) -> Iterator[list[subprocess.Popen]]:
+    """``n`` processes (yielded) that spin on a core each until the block ends, also on an
+    error or an interrupt."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(n)
+    ]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def _run(args: argparse.Namespace, ids: list[str], command: str) -> int:
     load_start = _uptime()
     threads = harness.fix_threads(harness.THREADS)
     env = environment()
@@ -322,12 +364,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.collect()
             # rewrite the table after every case so that an interrupted run keeps its figures
             partial = markdown(
-                results, env, roofs, threads, command, (load_start, _uptime()), missing
+                results, env, roofs, threads, command, (load_start, _uptime()), missing, args.busy
             )
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(partial + "\n(partial: the run is still going)\n")
     load_end = _uptime()
-    table = markdown(results, env, roofs, threads, command, (load_start, load_end), missing)
+    table = markdown(
+        results, env, roofs, threads, command, (load_start, load_end), missing, args.busy
+    )
     if cold_results:
         from bench import cold
 
@@ -346,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "threads": threads,
             "roofs": vars(roofs),
             "load": {"start": load_start, "end": load_end},
+            "busy_cores": args.busy,
             "results": [r.to_json() for r in results],
             "missing": missing,
             "cold": [vars(c) for c in cold_results],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -265,3 +266,35 @@ def test_r3_lists_the_boosted_cases():
     names = [c.name for c in real.cases_r3(False)]
     for kind in real.BOOSTED_KINDS:
         assert [n for n in names if n.startswith(f"{kind}/")] == [f"{kind}/b1", f"{kind}/b512"]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+def test_busy_cores_spin_during_the_run_and_are_gone_after_it():
+    """``python -m bench --busy N`` (the loaded-machine figures): N child processes use a core
+    each while the block runs, none is left afterwards (an error included), and the table's
+    header says the run was loaded, without the contention warning their load would raise."""
+    with pytest.raises(RuntimeError), bench_main.spinners(2) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+        t0 = [_cpu_seconds(p.pid) for p in procs]
+        time.sleep(0.5)
+        assert all(_cpu_seconds(p.pid) - t > 0.1 for p, t in zip(procs, t0))
+        raise RuntimeError("the run failed")
+    assert all(p.poll() is not None for p in procs)
+
+    res = harness.Result("O1", "tiny", ratio=1.0, ci_low=0.9, ci_high=1.1)
+    env = bench_main.environment()
+    load = ("1.00 0.50 0.20", "1.00 0.50 0.20")
+    md = bench_main.markdown(
+        [res], env, harness.Roofs(1.0, 1.0), {"threads": 1}, "test", load, {}, busy_cores=1
+    )
+    assert "**1 core(s) kept busy**" in md
+    assert "Warning: load average" not in md
+    quiet = bench_main.markdown([res], env, harness.Roofs(1.0, 1.0), {"threads": 1}, "t", load, {})
+    assert "kept busy" not in quiet
