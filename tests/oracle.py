@@ -223,3 +223,16 @@ def matmul_integer_model(a_shape, a_dt, b, b_dt, azp_shape, bzp, b_const) -> onn
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def matmul_integer_feeds(a, b, azp, bzp, b_const: bool) -> dict[str, np.ndarray]:
+    """The feeds of :func:`matmul_integer_model`'s inputs: ``a``, and ``b`` with ``bzp`` where
+    they are inputs (not ``b_const``), ``azp`` where it is given."""
+    feeds = {"a": a}
+    if not b_const:
+        feeds["b"] = b
+        if bzp is not None:
+            feeds["bzp"] = bzp
+    if azp is not None:
+        feeds["azp"] = azp
+    return feeds

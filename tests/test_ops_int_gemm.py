@@ -17,12 +17,18 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 from onnx.reference import ReferenceEvaluator
-from oracle import matmul_integer_model
+from oracle import matmul_integer_feeds, matmul_integer_model
 
 import onnxjit
 
 U8, I8 = np.uint8, np.int8
 _ONNX_TYPE = {U8: TP.UINT8, I8: TP.INT8}
+
+
+def _session(model, threads: int) -> onnxjit.InferenceSession:
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = threads
+    return onnxjit.InferenceSession(model.SerializeToString(), so)
 
 
 def _ints(rng, dtype, shape):
@@ -86,20 +92,12 @@ def test_matmul_integer_is_exact(case, b_const):
     a, b, azp, bzp = _operands(case)
     azp_shape = CASES[case][4]
     model = matmul_integer_model(a.shape, a.dtype.type, b, b.dtype.type, azp_shape, bzp, b_const)
-    feeds = {"a": a}
-    if not b_const:
-        feeds["b"] = b
-        if bzp is not None:
-            feeds["bzp"] = bzp
-    if azp is not None:
-        feeds["azp"] = azp
+    feeds = matmul_integer_feeds(a, b, azp, bzp, b_const)
     want = _oracle(a, b, azp, bzp)
     if CASES[case][6] == "wrap":
         assert np.abs(a.astype(np.int64) @ (b.astype(np.int64) - 127)).min() > 2**31  # it wraps
     for threads in (1, 2):
-        so = onnxjit.SessionOptions()
-        so.intra_op_num_threads = threads
-        sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+        sess = _session(model, threads)
         got = sess.run(None, feeds)[0]
         assert got.dtype == np.int32 and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
@@ -343,9 +341,7 @@ def test_conv_integer_is_exact(case):
     feeds = {"x": x, "xz": x_zero}
     want = ReferenceEvaluator(model).run(None, feeds)[0]
     for threads in (1, 2):
-        so = onnxjit.SessionOptions()
-        so.intra_op_num_threads = threads
-        sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+        sess = _session(model, threads)
         got = sess.run(None, feeds)[0]
         assert got.dtype == np.int32 and got.shape == want.shape
         np.testing.assert_array_equal(got, want)

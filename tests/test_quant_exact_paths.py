@@ -25,7 +25,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 from onnx import numpy_helper as nh
 from onnx.reference import ReferenceEvaluator
-from oracle import matmul_integer_model
+from oracle import matmul_integer_feeds, matmul_integer_model
 
 import onnxjit
 
@@ -96,13 +96,7 @@ def test_matmul_integer_exact(case, b_const):
     model = matmul_integer_model(
         a_shape, a_dt, b, b_dt, None if azp is None else azp_shape, bzp, b_const
     )
-    feeds = {"a": a}
-    if not b_const:
-        feeds["b"] = b
-        if bzp is not None:
-            feeds["bzp"] = bzp
-    if azp is not None:
-        feeds["azp"] = azp
+    feeds = matmul_integer_feeds(a, b, azp, bzp, b_const)
     # oracle: int64 arithmetic, a per-row zero point subtracted along the rows of A
     av = a.astype(np.int64)
     if azp is not None:
