@@ -584,9 +584,9 @@ def fpow(a, b):
 # and ml_dtypes do. Where the CPU converts in hardware (x86 with F16C, AArch64), the conversion is
 # LLVM's ``fpext``/``fptrunc`` of ``half``: one instruction per vector, which the loop vectoriser
 # keeps in the hot loop. Elsewhere it is the integer-only code below (no libm calls, so LLVM
-# can still vectorise). The hardware path also matters for compile time: a float16 kernel that
-# rounds after every node (the unfused form) inlined the integer code some 30 times per loop
-# body, and LLVM took a minute over one such kernel.
+# can still vectorise). The hardware path also keeps compile times short: a float16 kernel that
+# rounds after every node (the unfused form) inlines the conversions dozens of times per loop
+# body, and the integer code made LLVM slow over it (bench/NOTES.md, issue 43 third session).
 
 
 def _f16_to_f32_soft(h):

@@ -19,9 +19,9 @@ from .runtime.twins import twins
 _F16_MAX_ROUNDED = 65520.0  # the smallest magnitude that float16 rounds to infinity
 
 
-# Called, not inlined: its frexp/ldexp rounding inlined at every use made softmax_rows take
-# 22 s to compile, serial and pool twin each, for every float type (a user's first Attention
-# run); the rows that round (float16/bfloat16 emulation) call it, the others skip it.
+# Called, not inlined: its frexp/ldexp rounding inlined at every use made softmax_rows slow to
+# compile (a user's first Attention run; bench/NOTES.md, issue 43 third session); the rows that
+# round (float16/bfloat16 emulation) call it, the others skip it.
 @njit
 def _rnd(x, mode):
     """Round ``x`` to float16 (mode 1) or bfloat16 (mode 2), half to even; mode 0: unchanged."""

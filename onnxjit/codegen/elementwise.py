@@ -833,10 +833,9 @@ def interleave_streams(exprs: Sequence[Expr], rank: int = 1, serial: bool = Fals
     """How many interleaved streams the pool kernel (or with ``serial`` the serial kernel)
     for ``exprs`` over ``rank`` collapsed dims walks its innermost loop in.
 
-    One where an output is stored as 1- or 2-byte integers (or bool): LLVM left such loops
-    scalar when they had several streams, so interleaving made them slower, not faster (GELU
-    then QuantizeLinear to uint8 over 128 x 3072 on one thread: 5.7 ms with four streams,
-    1.9 ms with one)."""
+    One where an output is stored as 1- or 2-byte integers (or bool): LLVM leaves such loops
+    scalar when they have several streams, so interleaving would make them slower (see
+    bench/NOTES.md, issue 43 third session)."""
     if any(np.dtype(e.dtype).kind in "iub" and np.dtype(e.dtype).itemsize < 4 for e in exprs):
         return 1
     if serial:
