@@ -378,6 +378,13 @@ def _store_slice(wide, n_wide, yf, yb, OH, OW, Wq, has_res, act, p0, p1):
     its rows copied to ``yf`` from ``yb`` on, the ``Wq - OW`` junk columns of each dropped."""
     if not has_res:
         activate(wide[:n_wide], act, p0, p1)
+    _copy_phase_rows(wide, yf, yb, OH, OW, Wq)
+
+
+@njit(inline="always")
+def _copy_phase_rows(wide, yf, yb, OH, OW, Wq):
+    """Copy ``OH`` rows of ``OW`` values from ``wide`` (rows ``Wq`` apart) to ``yf`` from
+    ``yb`` on (rows ``OW`` apart), dropping the ``Wq - OW`` junk columns of each."""
     yb = _u(yb)
     wb = _u(0)
     for _oh in range(OH):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
-from .conv import _dw_bufs, _dw_fill, _dw_geom, _u  # noqa: F401 (two used by a setup)
+from .conv import _copy_phase_rows, _dw_bufs, _dw_fill, _dw_geom, _u  # noqa: F401 (two used by a setup)
 from .runtime.twins import twins
 
 
@@ -167,13 +167,7 @@ def _max_values_plane(xf, D, H, W, k, st, pb, osz, yf, b, g, bf, wide):
                 for j in range(n_wide):
                     m = _nan_max(bf[ob + j], _nan_max(bf[oa + j], wide[j]))
                     wide[j] = _nan_max(bf[oc + j], m)
-        yb = _u(ybase + od * OH * OW)
-        wb = _u(0)
-        for _oh in range(OH):
-            for j in range(_u(OW)):
-                yf[yb + j] = wide[wb + j]
-            yb += _u(OW)
-            wb += _u(Wq)
+        _copy_phase_rows(wide, yf, ybase + od * OH * OW, OH, OW, Wq)
 
 
 max_pool_values, max_pool_values_par = twins(
