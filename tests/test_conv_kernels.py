@@ -122,6 +122,9 @@ CONV = {
     "pointwise_s2": ((6, 9, 7), (4, 6, 1, 1), {"strides": [2, 2]}),
     # a 4x4 plane (few columns): rows in 4 tiles of 56, 56, 56 and 32
     "pointwise_rows": ((40, 4, 4), (200, 40, 1, 1), {}),
+    # few positions (a late layer's 3x3 and 6x6 planes): the product as its transpose
+    "pointwise_3x3": ((40, 3, 3), (70, 40, 1, 1), {}),
+    "pointwise_6x6": ((24, 6, 6), (50, 24, 1, 1), {}),
     # depthwise (group == C)
     "dw_3x3": ((5, 19, 17), (5, 1, 3, 3), {"group": 5, "pads": [1, 1, 1, 1]}),
     "dw_3x3_s2": ((4, 20, 21), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
@@ -266,6 +269,8 @@ def _out_shape(xs, ws, attrs):
         "wino_asym",
         "wino_pad2",
         "pointwise_rows",
+        "pointwise_3x3",
+        "pointwise_6x6",
     ],
 )
 @pytest.mark.parametrize("act", [None, "Relu", "relu6", "Sigmoid"])
@@ -317,6 +322,7 @@ def test_conv_gemm_both_paths(case, blas_tiles, threading_mode, monkeypatch):
         "gather_split_k",
         "taps_split_k_s2",
         "run_split_k_dil",
+        "pointwise_3x3",
     ],
 )
 def test_fused_conv_epilogue_f64(case, threading_mode):

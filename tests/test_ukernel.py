@@ -14,7 +14,14 @@ import pytest
 
 from onnxjit.kernels._jit import njit
 from onnxjit.kernels.cpu import blas as kblas
-from onnxjit.kernels.cpu.ukernel import geometry, int_geometry, ukernel, ukernel_int, ukernel_tab
+from onnxjit.kernels.cpu.ukernel import (
+    geometry,
+    int_geometry,
+    ukernel,
+    ukernel_ct,
+    ukernel_int,
+    ukernel_tab,
+)
 
 DTYPES = [np.float32, np.float64]
 
@@ -58,6 +65,47 @@ def test_ukernel_every_block_shape(dtype):
             for i in range(mr):
                 mask[3 + i * ldc : 3 + i * ldc + nr] = False
             assert np.isnan(c[mask]).all(), (mr, nr)
+
+
+@njit
+def _call_ukernel_ct(
+    kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, lc
+):
+    ukernel_ct(kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, lc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("load_c", [False, True])
+def test_ukernel_ct_every_block_shape(dtype, load_c):
+    """The kernel storing C transposed (C[i, j] at c_off + j * c_rs + i): every (mr, nr),
+    A read transposed from a larger array, with and without beta * C; nothing outside the
+    block is written."""
+    mr_max, nr_max = geometry(np.dtype(dtype).itemsize)
+    lanes = nr_max // 2
+    rng = np.random.default_rng(5)
+    kc, lda, ldb, ldc = 23, mr_max + 4, nr_max + 3, mr_max + 2
+    a = rng.standard_normal(kc * lda + 5).astype(dtype)  # A[i, p] at 1 + p * lda + i
+    b = rng.standard_normal(kc * ldb + 3).astype(dtype)
+    cols = sorted({1, 2, lanes - 1, lanes, lanes + 1, nr_max - 1, nr_max})
+    for mr in range(1, mr_max + 1):
+        for nr in cols:
+            c = rng.standard_normal((nr_max + 1) * ldc).astype(dtype)
+            before = c.copy()
+            _call_ukernel_ct(
+                kc, a, 1, 1, lda, b, 2, ldb, c, 3, ldc, mr, nr, dtype(1.5), dtype(-0.5), load_c
+            )
+            am = a[1 : 1 + kc * lda].reshape(kc, lda)[:, :mr].T.astype(np.float64)
+            bm = b[2 : 2 + kc * ldb].reshape(kc, ldb)[:, :nr].astype(np.float64)
+            want = 1.5 * am @ bm  # (mr, nr), stored as its transpose
+            old = before[3 : 3 + nr * ldc].reshape(nr, ldc)[:, :mr].T
+            if load_c:
+                want = want - 0.5 * old
+            got = c[3 : 3 + nr * ldc].reshape(nr, ldc)[:, :mr].T
+            np.testing.assert_allclose(got, want, rtol=0, atol=_tol(dtype, kc) * 4)
+            mask = np.ones_like(c, bool)
+            for j in range(nr):
+                mask[3 + j * ldc : 3 + j * ldc + mr] = False
+            np.testing.assert_array_equal(c[mask], before[mask])
 
 
 @njit
@@ -227,6 +275,59 @@ def test_gemm_tiles_packed_and_blas_modes(threads):
             else:
                 pool.run_parallel(kblas.gemm_ks_par, *args, threads=2)
             np.testing.assert_allclose(c.reshape(m, n), want, rtol=0, atol=_tol(dtype, k) * 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_tiles_transposed_form(dtype, threads):
+    """Products with few columns as their transpose (``ta == A_PANELS_T``, A given as the
+    panels of A^T): over the tiles :func:`blas.transposed_tiles` picks, with the row bias,
+    a residual and an activation per tile, for one matrix and a batch sharing A, and with
+    the inner dimension in chunks (the later ones adding to the tile)."""
+    from onnxjit.backends.cpu import pool
+    from onnxjit.kernels.cpu.epilogue import ACT_RELU
+
+    rng = np.random.default_rng(6)
+    t = dtype
+    for m, k, n, batch, tk in [
+        (40, 24, 9, 1, 24),
+        (384, 64, 36, 1, 64),
+        (70, 300, 25, 2, 300),
+        (33, 500, 49, 3, 128),
+        (20, 7, 1, 1, 3),
+    ]:
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((batch, k, n)).astype(dtype)
+        bias = rng.standard_normal(m).astype(dtype)
+        res = rng.standard_normal((batch, m, n)).astype(dtype)
+        want = np.maximum(
+            np.einsum("mk,pkn->pmn", a.astype(np.float64), b) + bias[:, None] + res, 0
+        )
+        tiles = kblas.transposed_tiles(batch, m, n, k, threads, np.dtype(dtype).itemsize)
+        tm, tn = tiles or (min(m, geometry(np.dtype(dtype).itemsize)[1]), n)
+        ep = (bias, kblas.BIAS_ROW, res.reshape(-1), True, ACT_RELU, t(0), t(0))
+        at = kblas.pack_b(np.ascontiguousarray(a.T).reshape(-1), k, m)
+        c = np.full(batch * m * n, np.nan, dtype)
+        args = (batch, m, n, k, at, 0, b.reshape(-1), k * n, c, kblas.A_PANELS_T, 0, t(1), t(0),
+                ep, tm, tn, tk)  # fmt: skip
+        if threads == 1:
+            kblas.gemm_ks(*args)
+        else:
+            pool.run_parallel(kblas.gemm_ks_par, *args, threads=2)
+        np.testing.assert_allclose(c.reshape(batch, m, n), want, rtol=0, atol=_tol(dtype, k) * 4)
+
+
+def test_transposed_form_only_where_columns_fill_blocks_badly():
+    """The transposed form is chosen for a 1x1 convolution of small planes (9, 25 or 36
+    positions) and not where the columns fill whole panels (16, 64, 144), nor past its
+    column limit."""
+    mr, nr = geometry(4)
+    for n in (9, 25, 36):
+        assert kblas.transposed_tiles(1, 384, n, 64, 2) is not None, n
+    for n in (nr, 4 * nr, 144, 1000):
+        assert kblas.transposed_tiles(1, 384, n, 64, 2) is None, n
+    tm, tn = kblas.transposed_tiles(1, 384, 36, 64, 2)
+    assert tn == 36 and tm % nr == 0 and -(-384 // tm) >= 2
 
 
 def test_tiles_cover_the_product_in_register_blocks():

@@ -25,7 +25,15 @@ from numba.np.linalg import ensure_blas, get_blas_kind
 from .._jit import njit
 from .epilogue import ACT_NONE, activate
 from .runtime.twins import twins
-from .ukernel import float_arrays, int_geometry, pack_panel, ukernel, ukernel_int
+from .ukernel import (
+    float_arrays,
+    int_geometry,
+    pack_panel,
+    row_counts,
+    ukernel,
+    ukernel_ct,
+    ukernel_int,
+)
 from .ukernel import geometry as ugeometry
 
 _ll_char = ir.IntType(8)
@@ -152,12 +160,26 @@ NC = 1024
 MC = 96
 _MR, _NR = ugeometry(4)
 _MR64, _NR64 = ugeometry(8)
+_ROW_COUNTS = {4: row_counts(_MR), 8: row_counts(_MR64)}
 # ``tb`` value for a B operand in the panels of :func:`pack_b`, ``ta`` value for an A operand
 # in the panels of :func:`pack_a` (False / True: as stored / transposed).
 B_PACKED = 2
 A_PACKED = 2
 # ``tb`` value for B as stored, multiplied by BLAS rather than the micro-kernel.
 B_BLAS = 3
+# ``ta`` value of a tile product (:func:`gemm_ks`) for an A (``m x k``) given as ``A^T`` in
+# the panels of :func:`pack_b` (NR rows of A per panel), B stored ``k x n``: each tile runs
+# as its transpose, ``B^T A^T``, written back transposed (see :func:`transposed_tiles`).
+A_PANELS_T = 4
+# Products of at most this many columns may run in that form; a row of the micro-kernel costs
+# about this factor of a column of the direct form there (the transposed stores); inner
+# dimensions from this long make the direct form's fixed costs per block small; the panels
+# of A^T a tile reads per block of KC steps take at most these bytes (they must stay in L1
+# beside the lines of B^T that each MR columns read).
+_TRANSPOSED_MAX_N = 128
+_TRANSPOSE_COST = 1.15
+_LONG_K = 512
+_TRANSPOSED_L1 = 16384
 
 
 @njit
@@ -200,8 +222,10 @@ def block_geometry(c):
 
 
 @njit(inline="always")
-def _own_gemm(ta, packed, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
-    """Row-major ``C = alpha * op(A) @ B + beta * C`` (B not transposed) with the micro-kernel.
+def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off,
+              ldc):  # fmt: skip
+    """Row-major ``C = alpha * op(A) @ B + beta * C`` (B not transposed) with the micro-kernel
+    (``tc``: C stored transposed, ``C[i, j]`` at ``c_off + j * ldc + i``; B packed only).
 
     Blocks of KC steps, NC columns and MC rows (the usual GEMM loop nest, A read in place).
     ``packed``: B is already in panels (:func:`pack_b`; ``b_off`` is this block's first panel
@@ -254,7 +278,12 @@ def _own_gemm(ta, packed, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
                     for j0 in range(0, nc, nr_max):
                         nr = min(nr_max, nc - j0)
                         co = c_off + i0 * ldc + jc + j0
-                        if packed:
+                        if packed and tc:
+                            bo = b_off + ((jc + j0) // nr_max) * ldb * nr_max + pc * nr_max
+                            ukernel_ct(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c,
+                                       c_off + (jc + j0) * ldc + i0, ldc, mr, nr, alpha, bt,
+                                       lc)  # fmt: skip
+                        elif packed:
                             bo = b_off + ((jc + j0) // nr_max) * ldb * nr_max + pc * nr_max
                             ukernel(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc, mr, nr,
                                     alpha, bt, lc)  # fmt: skip
@@ -267,7 +296,7 @@ def _own_gemm(ta, packed, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
 
 
 @njit(inline="always")
-def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc=0):
     """Row-major ``C = alpha * op(A) @ op(B) + beta * C`` on blocks of flat arrays.
 
     ``C`` is the ``m x n`` block at ``c[c_off:]`` with row stride ``ldc``; ``op(A)`` is ``m x
@@ -278,7 +307,8 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
     the block's first column (a multiple of NR) and step 0 of the block, ``ldb`` the
     panels' length (the packed matrix's inner dimension). Likewise ``ta == A_PACKED``: ``A``
     in the panels of :func:`pack_a`, ``a_off`` at the panel of the block's first row (a
-    multiple of MR) and its step 0, ``lda`` the panels' length.
+    multiple of MR) and its step 0, ``lda`` the panels' length. ``tc`` (with ``tb ==
+    B_PACKED`` only): ``C`` stored transposed, ``C[i, j]`` at ``c[c_off + j * ldc + i]``.
 
     Products with ``B`` as stored or packed go to onnxjit's micro-kernel (:func:`_own_gemm`);
     with ``B`` transposed (columns of op(B) not contiguous, which the micro-kernel does not
@@ -287,7 +317,7 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
     if m <= 0 or n <= 0:
         return
     if tb == B_PACKED or not tb:
-        _own_gemm(ta, tb == B_PACKED, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
+        _own_gemm(ta, tb == B_PACKED, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
                   c_off, ldc)  # fmt: skip
         return
     tr = tb != B_BLAS  # B transposed (True) or as stored through BLAS
@@ -304,14 +334,14 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
 
 
 @njit(fma=True)
-def _gemm_compiled(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+def _gemm_compiled(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc):
     """:func:`gemm_block` as a called function, for :func:`gemm_call` only (which fixes the
     argument types)."""
-    gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc)
+    gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc)
 
 
 @njit(inline="always")
-def gemm_call(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc):
+def gemm_call(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc=0):
     """:func:`gemm_block` through one compiled copy of the micro-kernel's loop nest per
     element type, which the GEMM tiles (:func:`_tile`), the attention heads (``sdpa._head``)
     and the im2col row blocks (``conv._conv_rows_item``) share. The integers are passed on as
@@ -323,7 +353,7 @@ def gemm_call(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_o
     per tile costs nothing next to the tile's product."""
     i, t = np.int64, c.dtype.type
     _gemm_compiled(i(ta), i(tb), i(m), i(n), i(k), t(alpha), a, i(a_off), i(lda), b, i(b_off),
-                   i(ldb), t(beta), c, i(c_off), i(ldc))  # fmt: skip
+                   i(ldb), t(beta), c, i(c_off), i(ldc), i(tc))  # fmt: skip
 
 
 # Epilogue bias modes
@@ -356,7 +386,9 @@ def _tile_at(m, n, tm, tn, t):
 @njit(inline="always")
 def _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1):
     """``act(C + bias + residual)`` in place on a ``rows x cols`` tile, one row at a time
-    while the BLAS call left it in cache."""
+    while the BLAS call left it in cache; a tile of whole rows is one block of memory, whose
+    activation is one call (a call per row cost more than a short row's loop)."""
+    whole = cols == n
     for r in range(rows):
         off = c_base + (r0 + r) * n + c0
         v = c[off : off + cols]
@@ -381,7 +413,10 @@ def _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, a
             b = bias[r0 + r]
             for j in range(cols):
                 v[j] = v[j] + b
-        activate(v, act, p0, p1)
+        if not whole:
+            activate(v, act, p0, p1)
+    if whole and act != ACT_NONE:
+        activate(c[c_base + r0 * n : c_base + (r0 + rows) * n], act, p0, p1)
 
 
 @njit(inline="always")
@@ -391,6 +426,38 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
     inner dimension goes in chunks of ``tk`` (one BLAS call each, the later ones adding to
     the tile: ``tk >= k`` is one call)."""
     p, r0, c0, rows, cols = _tile_at(m, n, tm, tn, t)
+    if ta == A_PANELS_T:
+        _tile_transposed(n, k, a, p * sa, b, p * sb, c, p * m * n, r0, rows, c0, cols, alpha,
+                         beta, tk)  # fmt: skip
+    else:
+        _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, rows, cols)
+    bias, bias_mode, res, has_res, act, p0, p1 = ep
+    if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
+        _epilogue(c, p * m * n, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0,
+                  p1)  # fmt: skip
+
+
+@njit(inline="always")
+def _tile_transposed(n, k, a, a_base, b, b_base, c, c_base, r0, rows, c0, cols, alpha, beta, tk):
+    """A tile of ``c = alpha * A @ B + beta * c`` with A in the transposed panels of
+    ``ta == A_PANELS_T`` (``r0`` a multiple of NR) and B row-major, as the product ``B^T
+    A^T`` (the tile's columns in the micro-kernel's rows) stored transposed into the tile."""
+    nr_max = block_geometry(c)[1]
+    one = c.dtype.type(1)
+    k0 = 0
+    while True:
+        kk = min(tk, k - k0)
+        gemm_call(1, B_PACKED, cols, rows, kk, alpha, b, b_base + k0 * n + c0, n, a,
+                  a_base + (r0 // nr_max) * k * nr_max + k0 * nr_max, k,
+                  beta if k0 == 0 else one, c, c_base + r0 * n + c0, n, 1)  # fmt: skip
+        k0 += tk
+        if k0 >= k:
+            break
+
+
+@njit(inline="always")
+def _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, rows, cols):
+    """A tile of the batched product with the operands as :func:`gemm_block` takes them."""
     a_base = p * sa
     b_base = p * sb
     c_base = p * m * n
@@ -413,9 +480,6 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
         k0 += tk
         if k0 >= k:
             break
-    bias, bias_mode, res, has_res, act, p0, p1 = ep
-    if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
-        _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1)
 
 
 def gemm(batch, m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, ep, tm, tn):
@@ -482,6 +546,39 @@ def tiles(batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4) -
     gm = _ceil_div(want, gn)
     tm = max(mr, _round_up(_ceil_div(m, gm), mr))
     return min(m, tm), min(n, tn)
+
+
+def transposed_tiles(
+    batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4
+) -> tuple[int, int] | None:
+    """Tile shape ``(tm, tn)`` of ``batch`` products of ``m x n`` (inner ``k``) with A in
+    the transposed panels of ``ta == A_PANELS_T``, or None where that form does not pay.
+
+    It pays for few columns that fill the micro-kernel's NR-wide blocks badly (a 1x1
+    convolution of a 6x6 or 3x3 plane: 36 = 16 + 16 + 4 columns, 9 of 16), since there the
+    columns become the kernel's rows, which come in blocks of MR (and of 1, 2 or 4), at the
+    cost of storing the tile transposed. Each tile holds every column (``tn = n``) and a
+    multiple of NR rows, some four tiles per thread, at most as many as keep the weights of
+    one block of KC steps in L1 (every MR columns read them again).
+    """
+    if n > _TRANSPOSED_MAX_N:
+        return None
+    mr, nr = (_MR, _NR) if itemsize == 4 else (_MR64, _NR64)
+    full, tail = divmod(n, nr)
+    # a block of at most half of NR columns runs the one-vector kernel: half a full block's
+    # time over a long inner dimension, about 3/4 over a short one (its fixed costs)
+    narrow = nr // 2 if k >= _LONG_K else (3 * nr) // 4
+    direct = full * nr + (0 if tail == 0 else nr if 2 * tail > nr else narrow)
+    blocks, rest = divmod(n, mr)
+    rows = [r for r in _ROW_COUNTS[itemsize] if r >= rest][0] if rest else 0
+    if (blocks * mr + rows) * _TRANSPOSE_COST >= direct:
+        return None
+    panels = _ceil_div(m, nr)
+    want = _ceil_div(4 * max(1, threads), batch)
+    # the panels of A^T one block of KC steps of a tile reads for each MR columns stay in L1
+    fit = max(1, _TRANSPOSED_L1 // (itemsize * min(k, KC) * nr))
+    per = max(1, min(panels // want, fit))
+    return min(m, per * nr), n
 
 
 # Integer products through the float32 micro-kernel (MatMulInteger): the operands are integers

@@ -41,6 +41,8 @@ of steps (``[k / 2][NR][2]`` int16, :func:`onnxjit.kernels.cpu.blas.pack_b_pairs
 
 from __future__ import annotations
 
+import contextlib
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -115,7 +117,7 @@ def int_geometry() -> tuple[int, int] | None:
     return None if geo is None else (geo[2], geo[0] * geo[1])
 
 
-def _row_counts(mr_max: int) -> tuple[int, ...]:
+def row_counts(mr_max: int) -> tuple[int, ...]:
     """Row counts that get a kernel of their own (1, 2, 4, then steps of 4 up to MR)."""
     return tuple(sorted({1, 2, *range(4, mr_max, 4), mr_max}))
 
@@ -213,8 +215,10 @@ def _define(
     masked: bool,
     tabled: bool,
     panel: int = 0,
+    c_transposed: bool = False,
 ) -> ir.Function:
     """The micro-kernel for exactly ``rows`` rows (masked: columns limited to ``nr``;
+    ``c_transposed``: ``C[i, j]`` at ``c + j * c_rs + i``, see :func:`ukernel_ct`;
     tabled: row ``p`` of B starts at ``b + tab[p]``, an extra ``i64*`` argument, instead of
     ``b + p * b_rs``; ``panel`` > 0: A is in zero-padded panels of that many rows, element
     ``(i, p)`` at ``a + p * panel + i``, and ``a_rs``, ``a_cs`` and ``mr`` do not move it).
@@ -226,7 +230,12 @@ def _define(
     beta arguments."""
     pairs = isinstance(fty, ir.IntType)
     tag = "i16" if pairs else ("f32" if isinstance(fty, ir.FloatType) else "f64")
-    suffix = ("_m" if masked else "") + ("_t" if tabled else "") + (f"_p{panel}" if panel else "")
+    suffix = (
+        ("_m" if masked else "")
+        + ("_t" if tabled else "")
+        + (f"_p{panel}" if panel else "")
+        + ("_ct" if c_transposed else "")
+    )
     name = f"onnxjit_ukernel_{tag}_{lanes}x{nv}_r{rows}{suffix}"
     if name in module.globals:
         return module.globals[name]
@@ -400,6 +409,11 @@ def _define(
         beta_v = _splat(builder, beta, lanes)
         scaled = [builder.fmul(x, alpha_v) for x in final]
 
+    if c_transposed:
+        _store_transposed(builder, vec, scaled, rows, nv, masked, c, c_rs, mr, nr, load_c, beta)
+        builder.ret_void()
+        return fn
+
     # C = alpha * acc (+ beta * C when load_c), rows from mr on not stored (pairs: C = acc
     # (+ C), wrapping)
     with builder.if_else(load_c) as (then, otherwise):
@@ -419,6 +433,54 @@ def _define(
     return fn
 
 
+def _store_transposed(builder, vec, scaled, rows, nv, masked, c, c_rs, mr, nr, load_c, beta):
+    """Store the accumulators ``scaled`` (row ``i``, vector ``v`` at ``i * nv + v``) as the
+    columns of C: column ``j`` (``j < nr``) is ``rows`` consecutive elements from ``c + j *
+    c_rs``, of which the first ``mr`` are written (``C = acc (+ beta * C when load_c)``). A
+    whole column is one vector of ``rows`` lanes gathered from the accumulators' lane ``j``
+    (LLVM makes the gathers shuffles); a block of fewer rows stores element by element."""
+    fty = vec.vty.element
+    cty = ir.VectorType(fty, rows)
+    exact = builder.icmp_signed("==", mr, ir.Constant(_I64, rows))
+    for j in range(nv * vec.lanes):
+        v, lane = divmod(j, vec.lanes)
+        guard = builder.icmp_signed("<", ir.Constant(_I64, j), nr) if masked else None
+        with cgutils.if_likely(builder, guard) if masked else contextlib.nullcontext():
+            elems = [
+                builder.extract_element(scaled[i * nv + v], ir.Constant(_I32, lane))
+                for i in range(rows)
+            ]
+            col = builder.gep(c, [builder.mul(c_rs, ir.Constant(_I64, j))])
+            with builder.if_else(exact) as (whole, part):
+                with whole:
+                    x = ir.Constant(cty, ir.Undefined)
+                    for i, e in enumerate(elems):
+                        x = builder.insert_element(x, e, ir.Constant(_I32, i))
+                    ptr = builder.bitcast(col, cty.as_pointer())
+                    with builder.if_then(load_c):
+                        old = builder.load(ptr, align=vec.align)
+                        bv = ir.Constant(cty, ir.Undefined)
+                        for i in range(rows):
+                            bv = builder.insert_element(bv, beta, ir.Constant(_I32, i))
+                        summed = builder.fadd(builder.fmul(bv, old), x)
+                        builder.store(summed, ptr, align=vec.align)
+                    with builder.if_then(builder.not_(load_c)):
+                        builder.store(x, ptr, align=vec.align)
+                with part:
+                    for i, e in enumerate(elems[:-1]):  # mr < rows here
+                        with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, i), mr)):
+                            at = builder.gep(col, [ir.Constant(_I64, i)])
+                            with builder.if_else(load_c) as (acc, plain):
+                                with acc:
+                                    old = builder.load(at, align=vec.align)
+                                    builder.store(
+                                        builder.fadd(builder.fmul(beta, old), e), at,
+                                        align=vec.align,
+                                    )  # fmt: skip
+                                with plain:
+                                    builder.store(e, at, align=vec.align)
+
+
 @intrinsic
 def ukernel(
     typingctx, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c
@@ -431,6 +493,31 @@ def ukernel(
     ``1 <= nr <= NR`` (:func:`geometry`); nothing outside those rows and columns is read or
     written. ``load_c`` false ignores what ``C`` held (NaN included), as BLAS does for beta 0.
     """
+    return _ukernel_typing(
+        False, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta,
+        load_c,
+    )  # fmt: skip
+
+
+@intrinsic
+def ukernel_ct(
+    typingctx, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c
+):
+    """:func:`ukernel` storing C transposed: ``C[i, j]`` at ``c_off + j * c_rs + i``. A
+    product with few columns and many rows runs as its transpose through this kernel (its
+    columns in the kernel's rows, which come in steps of MR, not of NR) and still writes the
+    caller's row-major result."""
+    return _ukernel_typing(
+        True, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta,
+        load_c,
+    )  # fmt: skip
+
+
+def _ukernel_typing(
+    c_transposed, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta,
+    load_c,
+):  # fmt: skip
+    """Signature and code generator of :func:`ukernel` and :func:`ukernel_ct`."""
     dtype = float_arrays("ukernel", a, b, c)
     sig = types.void(
         kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c
@@ -462,7 +549,7 @@ def ukernel(
         ]  # fmt: skip
         argv[-1] = builder.trunc(argv[-1], _I1) if argv[-1].type != _I1 else argv[-1]
         argv.append(i64(mr_, sa[11]))  # rows
-        _dispatch(builder, fty, lanes, nv, mr_max, argv, None)
+        _dispatch(builder, fty, lanes, nv, mr_max, argv, None, c_transposed)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -476,9 +563,11 @@ def _dispatch(
     mr_max: int,
     argv: list[ir.Value],
     tab: ir.Value | None,
+    c_transposed: bool = False,
 ) -> None:
     """Call the kernel for ``argv`` (the arguments of :func:`_define`'s functions, rows
-    last) by its columns and rows; ``tab``: the row-offset table of a tabled call."""
+    last) by its columns and rows; ``tab``: the row-offset table of a tabled call;
+    ``c_transposed``: C stored transposed (:func:`ukernel_ct`)."""
     # By the columns: NR (full), more than one vector (masked), at most one vector
     # (masked, one vector wide: half the multiply-adds of a masked NR block). By the rows:
     # kernels for a few counts, the next larger one taking the counts in between (few
@@ -495,7 +584,7 @@ def _dispatch(
     builder.position_at_end(wide)
     full = builder.icmp_signed("==", nr_v, ir.Constant(_I64, lanes * nv))
     builder.cbranch(full, blocks[0], blocks[1])
-    counts = _row_counts(mr_max)
+    counts = row_counts(mr_max)
     for blk, (vecs, masked) in zip(blocks, kinds):
         builder.position_at_end(blk)
         sw = builder.switch(rows, done)
@@ -506,7 +595,10 @@ def _dispatch(
             builder.position_at_end(case)
             # a tabled call's A is always in panels (the convolution's packed weights)
             panel = mr_max if tab is not None else 0
-            fn = _define(module, fty, lanes, vecs, kernel_rows, masked, tab is not None, panel)
+            fn = _define(
+                module, fty, lanes, vecs, kernel_rows, masked, tab is not None, panel,
+                c_transposed,
+            )  # fmt: skip
             builder.call(fn, call_args)
             builder.branch(done)
     builder.position_at_end(done)

@@ -298,19 +298,20 @@ _PACKED_LOCK = threading.Lock()
 
 
 def packed_weight(
-    backend: Any, b: np.ndarray, k: int, n: int, transposed: bool = False
+    backend: Any, b: np.ndarray, k: int, n: int, transposed: bool = False, constant: bool = True
 ) -> np.ndarray:
-    """The row-major ``k x n`` weight ``b`` (constant: an initializer; ``transposed``: stored
-    ``n x k``, Gemm's transB) as the B operand in the micro-kernel's panels (the backend's
-    ``blas.pack_b``), shared by every plan that binds the same array (see :func:`_packed`)."""
+    """The row-major ``k x n`` weight ``b`` (``transposed``: stored ``n x k``, Gemm's transB)
+    as the B operand in the micro-kernel's panels (the backend's ``blas.pack_b``), shared by
+    every plan that binds the same array (see :func:`_packed`) when ``constant`` (an
+    initializer, see :func:`packed_with`)."""
     pack_b = _blas(backend, "pack_b")
     if not transposed:
-        return _packed(backend, pack_b, b.reshape(-1), k, n)
+        return packed_with(backend, pack_b, b.reshape(-1), k, n, constant)
 
     def pack_b_t(w: np.ndarray, k: int, n: int) -> np.ndarray:
         return pack_b(np.ascontiguousarray(w.reshape(n, k).T).reshape(-1), k, n)
 
-    return _packed(backend, pack_b_t, b.reshape(-1), k, n)
+    return packed_with(backend, pack_b_t, b.reshape(-1), k, n, constant)
 
 
 def packed_rows(backend: Any, a: np.ndarray, m: int, k: int, constant: bool) -> np.ndarray:

@@ -1154,10 +1154,21 @@ class _ConvPlan:
             # call. On a Zen 3 at 2 threads, ResNet-18 at 112 pixels: its 512-channel 4x4
             # layers 1.9 -> 0.78 ms each (onnxruntime 0.83), 1x1 downsampling 130-157 ->
             # 82-136 us; the whole network 1.66 -> 1.20-1.29x onnxruntime in bench/
-            a = blas.packed_rows(backend, w2.reshape(-1), m, k, self.constant_w)
-            ta, tb = _k(backend, "blas", "A_PACKED"), 0
-            tiles = _k(backend, "blas", "tiles")
-            tm, tn = tiles(batch, m, n, k, n_threads if par else 1, self.dtype.itemsize)
+            threads = n_threads if par else 1
+            # few output positions (a late layer's 6x6 or 3x3 planes): the product as its
+            # transpose, the positions in the micro-kernel's rows (the kernels of a device
+            # backend take the weights as stored)
+            few = backend.name == "cpu" and _k(backend, "blas", "transposed_tiles")(
+                batch, m, n, k, threads, self.dtype.itemsize
+            )
+            if few:
+                a = blas.packed_weight(backend, w2, k, m, transposed=True, constant=self.constant_w)
+                ta, tb = _k(backend, "blas", "A_PANELS_T"), 0
+                tm, tn = few
+            else:
+                a = blas.packed_rows(backend, w2.reshape(-1), m, k, self.constant_w)
+                ta, tb = _k(backend, "blas", "A_PACKED"), 0
+                tm, tn = _k(backend, "blas", "tiles")(batch, m, n, k, threads, self.dtype.itemsize)
             tk = k
         ep = (bias, mode, self.empty, has_res, act, p0, p1)
         args = (batch, m, n, k, a, 0, b, k * n, c, ta, tb, t(1), t(0), ep, tm, tn, tk)
