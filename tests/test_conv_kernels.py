@@ -161,6 +161,22 @@ CONV = {
         (3, 1, 3, 3),
         {"group": 3, "strides": [2, 2], "pads": [1, 1, 0, 0]},
     ),
+    # TensorFlow's "same" padding of even sizes at stride 2: nothing before, one after
+    "dw3_s2_unpadded": (
+        (4, 20, 22),
+        (4, 1, 3, 3),
+        {"group": 4, "strides": [2, 2], "pads": [0, 0, 1, 1]},
+    ),
+    "dw3_s2_unpadded_h2": (
+        (3, 2, 200),
+        (3, 1, 3, 3),
+        {"group": 3, "strides": [2, 2], "pads": [0, 0, 1, 1]},
+    ),
+    "dw3_s2_unpadded_w2": (
+        (2, 140, 2),
+        (2, 1, 3, 3),
+        {"group": 2, "strides": [2, 2], "pads": [0, 0, 1, 1]},
+    ),
     # depthwise of small planes, 16 channels across vector lanes (depthwise_tiles): whole and
     # partial blocks of channels, strides 1 and 2, padding, channel multiplier, dilations
     "dw_tiles_4x4": ((40, 4, 4), (40, 1, 3, 3), {"group": 40, "pads": [1, 1, 1, 1]}),
@@ -346,6 +362,9 @@ def test_fused_conv_epilogue_f64(case, threading_mode):
         ("dw3_s1_h2", "dw3"),
         ("dw3_s2_odd_h", "dw3"),
         ("dw3_s2_no_end_pad", "dw3"),
+        ("dw3_s2_unpadded", "dw3"),
+        ("dw3_s2_unpadded_h2", "dw3"),
+        ("dw3_s2_unpadded_w2", "dw3"),
         ("dw_3x3_s2", "plane"),  # odd width at stride 2
         ("dw_3x3_dil", "plane"),
         ("dw_3d", "plane"),

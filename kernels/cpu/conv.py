@@ -733,7 +733,45 @@ def _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od):
 
 
 @njit(inline="always")
-def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od):
+def _dw3_s2_unpadded_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od):
+    """Stride 2 with no padding before either axis (TensorFlow's "same" padding of even
+    sizes: one row and column of zeros after): output plane (H/2, W/2) at ``yo`` from the
+    input plane at ``xo`` (H, W >= 2 even). Each input row is split into its even and odd
+    columns (deinterleave2) and a zero after the even ones, even rows into ``ev`` (then a
+    row of zeros) and odd rows into ``od``, ``2 (W/2 + 1)`` elements a row; output row oh
+    then reads rows 2 oh, 2 oh + 1 and 2 oh + 2 of the input at the same column offsets,
+    with no edge cases."""
+    w0, w1, w2, w3, w4 = wm[m, 0], wm[m, 1], wm[m, 2], wm[m, 3], wm[m, 4]
+    w5, w6, w7, w8 = wm[m, 5], wm[m, 6], wm[m, 7], wm[m, 8]
+    one = _u(1)
+    Wh, Hh = _u(W // 2), _u(H // 2)
+    P = Wh + one  # one phase of a row with its trailing zero
+    R = P + P  # a row in the buffers
+    src, uW = _u(xo), _u(W)
+    zero = yf.dtype.type(0)
+    for r in range(H):
+        ur = _u(r)
+        buf = od if r % 2 else ev
+        b = (ur >> one) * R
+        deinterleave2(xf, src + ur * uW, buf, b, b + P, Wh)
+        buf[b + Wh] = zero
+    ev[Hh * R : Hh * R + R] = zero
+    d = _u(yo)
+    for oh in range(Hh):
+        a = oh * R  # input row 2 oh, in ev
+        c = a + R  # input row 2 oh + 2, in ev (the zero row past the last)
+        for ow in range(Wh):
+            yf[d + ow] = (
+                bv
+                + w0 * ev[a + ow] + w1 * ev[a + P + ow] + w2 * ev[a + ow + one]
+                + w3 * od[a + ow] + w4 * od[a + P + ow] + w5 * od[a + ow + one]
+                + w6 * ev[c + ow] + w7 * ev[c + P + ow] + w8 * ev[c + ow + one]
+            )  # fmt: skip
+        d += Wh
+
+
+@njit(inline="always")
+def _dw3_plane(xf, C, H, W, wm, s, unpadded, yf, M, idx, ep, ev, od):
     """Plane ``idx`` = (image, channel) of :func:`depthwise3` with its epilogue."""
     bias, has_bias, res, has_res, act, p0, p1 = ep
     n = idx // M
@@ -745,6 +783,8 @@ def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od):
     yo = (n * M + m) * OH * OW
     if s == 1:
         _dw3_s1_plane(xf, xo, H, W, wm, m, bv, yf, yo)
+    elif unpadded:
+        _dw3_s2_unpadded_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od)
     else:
         _dw3_s2_plane(xf, xo, H, W, wm, m, bv, yf, yo, ev, od)
     v = yf[yo : yo + OH * OW]
@@ -757,9 +797,10 @@ def _dw3_plane(xf, C, H, W, wm, s, yf, M, idx, ep, ev, od):
 
 @njit(inline="always")
 def _dw3_bufs(x, s):
-    # stride 2: the column phases of the even rows and of the odd rows
+    # stride 2: the column phases of the even rows and of the odd rows (and a zero after the
+    # even phase of each row and a row of zeros, without padding before)
     H, W = x.shape[3], x.shape[4]
-    n = (H + 1) * (W // 2) if s == 2 else 1
+    n = (H + 2) * (W // 2 + 1) if s == 2 else 1
     return np.empty(n, x.dtype), np.empty(n, x.dtype)
 
 
@@ -770,6 +811,7 @@ depthwise3, depthwise3_par = twins(
         "N, C, D, H, W = x.shape",
         "M = y.shape[1]",
         "s = st[2]",
+        "unpadded = pb[2] == 0",
         "xf, yf = x.reshape(-1), y.reshape(-1)",
         "ev, od = _dw3_bufs(x, s)",
     ),
@@ -778,7 +820,8 @@ depthwise3, depthwise3_par = twins(
     doc=""":func:`depthwise` for 2-D 3x3 kernels of stride 1 or 2 with one pixel of padding
     before each axis, no dilation and one output per channel (``wm`` (C, 9)); the caller
     checks the geometry: H, W >= 2, W even for stride 2, and the output size the padding
-    implies (``(H - 1) // s + 1`` by ``(W - 1) // s + 1``; taps past the input read zero).""",
+    implies (``(H - 1) // s + 1`` by ``(W - 1) // s + 1``; taps past the input read zero).
+    Stride 2 also without padding before either axis, for H even: output (H/2, W/2).""",
 )
 
 

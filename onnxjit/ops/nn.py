@@ -823,13 +823,17 @@ def _dw3_fits(x_sp, ks, st, dl, pb, out, mult) -> bool:
     """The depthwise geometry kernels/cpu/conv.py's depthwise3 takes: 2-D planes of at least
     2 x 2, a 3x3 kernel, stride 1 or 2 (the same on both axes; stride 2 with an even width),
     no dilation, one pixel of padding before each axis and the output size that implies, one
-    output channel per input channel."""
+    output channel per input channel; or stride 2 with no padding before either axis on even
+    sizes, and half of each as the output (TensorFlow's "same" padding, which MobileNets
+    exported from Keras or transformers have)."""
     if mult != 1 or len(ks) != 2 or tuple(ks) != (3, 3) or tuple(dl) != (1, 1):
         return False
     s = st[0]
+    H, W = x_sp
+    if s == 2 and st[1] == 2 and tuple(pb) == (0, 0):
+        return H >= 2 and H % 2 == 0 and W >= 2 and W % 2 == 0 and tuple(out) == (H // 2, W // 2)
     if s not in (1, 2) or st[1] != s or tuple(pb) != (1, 1):
         return False
-    H, W = x_sp
     if H < 2 or W < 2 or (s == 2 and W % 2):
         return False
     return tuple(out) == ((H - 1) // s + 1, (W - 1) // s + 1)
