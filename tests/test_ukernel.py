@@ -344,3 +344,14 @@ def test_tiles_cover_the_product_in_register_blocks():
         assert tn == n or tn % nr == 0
         assert tm == m or tm % mr == 0
         assert -(-m // tm) * -(-n // tn) >= 2
+
+
+def test_tiles_read_the_larger_operand_once():
+    """Few columns and a long inner dimension (a late 3x3 convolution's im2col product): the
+    rows are cut, not the columns, so each thread reads its rows of the weight once; a wide
+    product (a transformer's projection) is cut across its columns, sharing A's rows."""
+    for m, n, k in [(256, 36, 2304), (512, 9, 4608), (2048, 49, 512)]:
+        tm, tn = kblas.tiles(1, m, n, k, 2)
+        assert tn == n and -(-m // tm) >= 2, (m, n, k, tm, tn)
+    tm, tn = kblas.tiles(1, 128, 768, 768, 2)
+    assert tm == 128 and -(-768 // tn) >= 2

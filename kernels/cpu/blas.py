@@ -531,9 +531,11 @@ def tiles(batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4) -
     (``m == 1``) is cut into one block of columns per thread: the caller usually claims the
     first, so each thread keeps reading the same part of the weight, which can then stay in
     its core's cache from one call to the next. Otherwise some four tiles per thread (the
-    slack that evens out unequal threads), cut across the columns first (tiles that share
-    rows of A read them from the cache they already fill), then across the rows in multiples
-    of the register block MR.
+    slack that evens out unequal threads), cut so that the tiles read the operands the fewest
+    times: each column of tiles reads all of A's rows it spans again, each row of tiles
+    all of B's columns (a product of few columns and a long inner dimension, a late
+    convolution layer's, is cut across its rows: in three column tiles each thread read its
+    rows of the weight three times, from memory). Columns in multiples of NR, rows of MR.
     """
     if batch >= 4 * threads or threads <= 1:
         return m, n
@@ -541,11 +543,18 @@ def tiles(batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4) -
     if m == 1 and batch == 1:
         return 1, min(n, _round_up(_ceil_div(n, threads), nr))
     want = _ceil_div(4 * threads, batch)  # tiles wanted per matrix
-    tn = max(nr, _round_up(_ceil_div(n, want), nr))
-    gn = _ceil_div(n, tn)
-    gm = _ceil_div(want, gn)
-    tm = max(mr, _round_up(_ceil_div(m, gm), mr))
-    return min(m, tm), min(n, tn)
+    best = None
+    for gn in range(1, min(want, _ceil_div(n, nr)) + 1):
+        tn = max(nr, _round_up(_ceil_div(n, gn), nr))
+        gn = _ceil_div(n, tn)
+        tm = max(mr, _round_up(_ceil_div(m, _ceil_div(want, gn)), mr))
+        gm = _ceil_div(m, tm)
+        # elements read: A once per column of tiles, B once per row of tiles; then fewer
+        # column cuts (tiles that share rows read them from the cache they fill)
+        key = (m * k * gn + k * n * gm, gn)
+        if best is None or key < best[0]:
+            best = (key, min(m, tm), min(n, tn))
+    return best[1], best[2]
 
 
 def transposed_tiles(
