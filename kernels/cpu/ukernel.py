@@ -11,7 +11,8 @@ types, and LLVM only allocates registers and selects instructions.
 Operands are addressed with element strides, so one kernel serves every layout the callers
 have without copies: ``A`` by row and column stride (row-major or transposed), ``B`` by row
 stride with unit column stride (a row-major matrix, or a weight packed into panels of ``NR``
-columns, which keeps the rows a step reads on one cache line pair), ``C`` by row stride.
+columns, which keeps the rows a step reads on one cache line pair), ``C`` by row stride, or
+by column stride (:func:`ukernel_ct`: a product of few columns computed as its transpose).
 
 Shape of the register block (chosen from the CPU Numba compiles for, so cached kernels never
 mix, see :func:`_geometry`): with AVX-512, 16 float32 (8 float64) lanes per vector, ``NV = 2``
