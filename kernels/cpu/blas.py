@@ -544,8 +544,8 @@ def tiles(batch: int, m: int, n: int, k: int, threads: int, itemsize: int = 4) -
         return 1, min(n, _round_up(_ceil_div(n, threads), nr))
     want = _ceil_div(4 * threads, batch)  # tiles wanted per matrix
     best = None
-    for gn in range(1, min(want, _ceil_div(n, nr)) + 1):
-        tn = max(nr, _round_up(_ceil_div(n, gn), nr))
+    for cuts in range(1, min(want, _ceil_div(n, nr)) + 1):
+        tn = max(nr, _round_up(_ceil_div(n, cuts), nr))
         gn = _ceil_div(n, tn)
         tm = max(mr, _round_up(_ceil_div(m, _ceil_div(want, gn)), mr))
         gm = _ceil_div(m, tm)
