@@ -278,15 +278,15 @@ def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta
                     for j0 in range(0, nc, nr_max):
                         nr = min(nr_max, nc - j0)
                         co = c_off + i0 * ldc + jc + j0
-                        if packed and tc:
+                        if packed:
                             bo = b_off + ((jc + j0) // nr_max) * ldb * nr_max + pc * nr_max
-                            ukernel_ct(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c,
-                                       c_off + (jc + j0) * ldc + i0, ldc, mr, nr, alpha, bt,
-                                       lc)  # fmt: skip
-                        elif packed:
-                            bo = b_off + ((jc + j0) // nr_max) * ldb * nr_max + pc * nr_max
-                            ukernel(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc, mr, nr,
-                                    alpha, bt, lc)  # fmt: skip
+                            if tc:
+                                ukernel_ct(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c,
+                                           c_off + (jc + j0) * ldc + i0, ldc, mr, nr, alpha,
+                                           bt, lc)  # fmt: skip
+                            else:
+                                ukernel(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc, mr,
+                                        nr, alpha, bt, lc)  # fmt: skip
                         elif pack:
                             ukernel(kc, a, ao, a_rs, a_cs, buf, (j0 // nr_max) * kc * nr_max,
                                     nr_max, c, co, ldc, mr, nr, alpha, bt, lc)  # fmt: skip
