@@ -84,21 +84,28 @@ class _Pool:
 
     def ensure(self, n: int) -> None:
         """Start workers until there are ``n``."""
+        if len(self.threads) >= n:
+            return
+        # The workers' loop is loaded (or compiled) and the spin calibrated here, in the
+        # caller: a worker left to do it itself could still be compiling when the process
+        # exits (the kernel would then never reach the on-disk cache), and the kernel would
+        # be charged to no session.
+        spin = spin_checks(SPIN_SECONDS)
+        K.worker_loop(self.sync, self.job, 0, int(self.sync[K.SEQ]), 0)
         while len(self.threads) < n:
             idx = len(self.threads)
             t = threading.Thread(
-                target=self._work, args=(idx,), name=f"onnxjit-pool-{idx}", daemon=True
+                target=self._work, args=(idx, spin), name=f"onnxjit-pool-{idx}", daemon=True
             )
             self.threads.append(t)
             t.start()
 
-    def _work(self, idx: int) -> None:
+    def _work(self, idx: int, spin: int) -> None:
         self.tids.append(threading.get_native_id())
         if self.kept_off >= 0 and len(self.cpus) > 1:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, self.cpus - {self.kept_off})
         sync = self.sync
-        spin = spin_checks(SPIN_SECONDS)
         seen = int(sync[K.SEQ])
         while True:
             seen = K.worker_loop(sync, self.job, idx, seen, spin)
