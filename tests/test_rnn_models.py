@@ -314,6 +314,46 @@ def test_node_batch_split_over_threads(op, lbr, threads):
     _check(op, feeds, attrs, threads=threads, rtol=1e-4, atol=3e-5)
 
 
+def _wide_inputs(op, seq, batch, n_dir, seed, **kw):
+    """A hidden size whose recurrent weights are large enough that, with more threads than
+    rows, each step's hidden units are shared between threads. The recurrent weights are
+    scaled to a gain of about one: at the default scale these widths make the recurrence
+    chaotic, and the last bits of any two summation orders (onnxjit's on one thread among
+    them) drift apart past the tolerance within ten steps."""
+    hidden = 384 if op == "RNN" else 128
+    feeds = _node_inputs(op, seq, batch, 24, hidden, n_dir, seed=seed, **kw)
+    feeds["R"] *= 2 / np.sqrt(hidden)
+    return feeds, hidden
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1), ("RNN", 0)])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("length", [11, 7])
+def test_node_hidden_units_split_over_threads(op, lbr, direction, layout, length):
+    """One sequence on two threads: the threads share every step's hidden units (a sequence
+    shorter than the input leaves its last steps to pass the state through)."""
+    feeds, hidden = _wide_inputs(op, 11, 1, 1, seed=8)
+    feeds["sequence_lens"] = np.array([length], np.int32)
+    attrs = {"hidden_size": hidden, "direction": direction}
+    if op == "GRU":
+        attrs["linear_before_reset"] = lbr
+    _check(op, feeds, attrs, layout, threads=2, rtol=1e-4, atol=3e-5)
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1), ("RNN", 0)])
+def test_node_hidden_units_split_with_activations_and_clip(op, lbr):
+    """The split steps with non-default activations, clipping (and LSTM's peepholes)."""
+    names, alphas, betas = ACTIVATIONS[op]
+    feeds, hidden = _wide_inputs(op, 9, 1, 1, seed=9, peep=True)
+    feeds["X"] *= 3
+    attrs = {"hidden_size": hidden, "activations": names[: len(names) // 2], "clip": 0.8}
+    attrs["activation_alpha"], attrs["activation_beta"] = alphas[:1], betas[:1]
+    if op == "GRU":
+        attrs["linear_before_reset"] = lbr
+    _check(op, feeds, attrs, threads=2, rtol=1e-4, atol=3e-5)
+
+
 @pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 def test_node_float64(op):
     """float64 (which onnxruntime's LSTM does not run): onnx's ReferenceEvaluator is the

@@ -8,7 +8,10 @@ Every version runs the same two kernel calls of the backend's family ``rnn``
 * :func:`sequence`, which runs every time step without returning to Python: per step the
   recurrent product ``H_{t-1} @ R^T`` (R^T packed once into the GEMM micro-kernel's panels)
   and one pass over the gates (peepholes, clip, activations, state update), for blocks of
-  batch rows of each direction, which are independent and so run on several threads.
+  batch rows of each direction, which are independent and so run on several threads. Where
+  there are fewer such blocks than threads (one sequence, one direction), each step's hidden
+  units are shared between the threads instead (:func:`sequence_split_par`), which meet at
+  every step.
 
 The lowering (:func:`_lower`) does the weight layout once per plan where W, R, B and P are
 constant (initializers, as exporters write them); the implementation (:func:`_recurrent`)
@@ -231,6 +234,13 @@ def _configure(
     )  # fmt: skip
 
 
+# Few rows on several threads share each step's hidden units (sequence_split) where a
+# direction has at most this many rows and its recurrent weights at least this many bytes:
+# smaller steps do not pay for the threads' meeting at every step.
+SPLIT_MAX_ROWS = 8
+SPLIT_MIN_BYTES = 128 * 1024
+
+
 class _Runner:
     """One recurrent node at fixed sizes (``n_t`` steps, ``n_b`` rows, ``layout``): the input
     projection (one GEMM for every step and direction, on the backend's threads when large)
@@ -262,7 +272,21 @@ class _Runner:
         self.empty3 = np.empty((0, 0, 0), dt)
         self.empty4 = np.empty((0, 0, 0, 0), dt)
         work = n_t * n_b * n_cols * w.n_h  # multiply-adds of the recurrent products
-        if w.n_dir * n_chunks > 1:
+        rp, rp2 = w.recurrence[:2]
+        self.split = 0
+        if (
+            w.n_dir * n_b < threads
+            and 1 <= n_b <= SPLIT_MAX_ROWS
+            and (rp[0].nbytes + rp2[0].nbytes) >= SPLIT_MIN_BYTES
+        ):
+            self.split = max(1, threads // w.n_dir)  # slices of each step per direction
+            v3, v4 = np.empty((1, 1, 1), dt), self.empty4
+            sample = (
+                w.kind_code, v3, *w.recurrence, np.empty(1, np.int32), layout, *w.options,
+                v4, True, v4, v3, v3, v3, v3, w.n_h, n_t, n_b, self.split,
+            )  # fmt: skip
+            self.seq = backend.pooled("rnn", "sequence_split", sample)
+        elif w.n_dir * n_chunks > 1:
             v3, v4 = np.empty((1, 1, 1), dt), self.empty4
             lens = np.empty(1, np.int32)
             sample = (
@@ -291,12 +315,54 @@ class _Runner:
             xw.reshape(self.m, self.n_cols)[:] = self.w.bias
         e3 = self.empty3
         w = self.w
+        if self.split:
+            self._run_split(xw, lens, h0, c0, y, yh, yc)
+            return
         self.seq(
             w.kind_code, xw.reshape(self.m, w.n_dir, self.n_cols // w.n_dir), *w.recurrence,
             e3 if h0 is None else h0, h0 is not None, e3 if c0 is None else c0, c0 is not None,
             lens, self.layout, *w.options, y if self.want_y else self.empty4, self.want_y, yh,
             e3 if yc is None else yc, *self.sizes,
         )  # fmt: skip
+
+    def _run_split(
+        self,
+        xw: np.ndarray,
+        lens: np.ndarray,
+        h0: np.ndarray | None,
+        c0: np.ndarray | None,
+        y: np.ndarray,
+        yh: np.ndarray,
+        yc: np.ndarray | None,
+    ) -> None:
+        """The steps through :func:`sequence_split_par`, whose state arrays (shared by the
+        threads) are set up and read back here, in the kernel's (D, B, H) order."""
+        w = self.w
+        n_h, n_t, n_b = self.sizes[:3]
+        dt, d = w.dtype, w.n_dir
+        # the layout's state shape as (D, B, H) views
+        order = (lambda a: a) if self.layout == 0 else (lambda a: a.transpose(1, 0, 2))
+        hs = np.zeros((2, d, n_b, n_h), dt)
+        cs = np.zeros((d, n_b, n_h), dt)
+        if h0 is not None:
+            hs[0] = order(h0)
+        if c0 is not None:
+            cs[:] = order(c0)
+        two = w.recurrence[1].shape[1] > 0
+        g = np.empty((d, n_b, (2 if two else w.bias.size // d // n_h) * n_h), dt)
+        rh = np.empty((d, n_b, n_h if two else 0), dt)
+        g2 = np.empty_like(rh)
+        self.seq(
+            w.kind_code, xw.reshape(self.m, d, self.n_cols // d), *w.recurrence, lens,
+            self.layout, *w.options, y if self.want_y else self.empty4, self.want_y, hs, cs,
+            g, rh, g2, n_h, n_t, n_b, self.split,
+        )  # fmt: skip
+        empty = lens == 0
+        for out, state in ((yh, hs[n_t % 2]), (yc, cs)):
+            if out is not None:
+                view = order(out)
+                view[:] = state
+                view[:, empty] = 0
 
 
 def _check_lens(ctx: Any, lens: np.ndarray, n_b: int, n_t: int) -> np.ndarray:

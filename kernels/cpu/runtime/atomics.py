@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 __all__ = [
     "call_address",
     "call_native",
+    "compare_exchange",
     "fetch_add",
     "load",
     "pause",
@@ -53,6 +54,23 @@ def fetch_add(typingctx, arr, idx, val):
         ptr = _item_pointer(context, builder, sig.args[0], args[0], args[1])
         v = context.cast(builder, args[2], sig.args[2], types.int64)
         return builder.atomic_rmw("add", ptr, v, "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def compare_exchange(typingctx, arr, idx, expected, val):
+    """``arr[idx] = val`` if ``arr[idx] == expected``, as one atomic step; returns whether it
+    did."""
+    _check_int64_array(arr)
+    sig = types.boolean(arr, idx, expected, val)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, sig.args[0], args[0], args[1])
+        old = context.cast(builder, args[2], sig.args[2], types.int64)
+        new = context.cast(builder, args[3], sig.args[3], types.int64)
+        pair = builder.cmpxchg(ptr, old, new, "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
 
     return sig, codegen
 

@@ -35,7 +35,16 @@ import sys
 import numpy as np
 
 from ..._jit import njit
-from .atomics import call_address, fetch_add, load, pause, sched_getcpu, sched_yield, store
+from .atomics import (
+    call_address,
+    compare_exchange,
+    fetch_add,
+    load,
+    pause,
+    sched_getcpu,
+    sched_yield,
+    store,
+)
 
 # Control array of one parallel call (the first CTL_SIZE slots of the job buffer).
 THREADS = 0  # threads taking part: sets the segments and the chunk size
@@ -125,6 +134,54 @@ def claim(ctl, n):
             hi = size
         return base + lo, base + hi
     return n, n
+
+
+# Chunks claimed in phases (:func:`claim_phased`): slot PHASE_DONE counts the chunks finished,
+# slot NEXT + u the phases whose unit u is claimed.
+PHASE_DONE = 1
+MAX_UNITS = MAX_SEGMENTS
+
+
+@njit(inline="always")
+def claim_phased(ctl, phase, units, phases):
+    """Claim a chunk of work that runs in ``phases`` phases of ``units`` chunks (at most
+    MAX_UNITS), each phase after every chunk of the phases before it: the time steps of a
+    recurrence, each cut into slices. ``phase``: the calling thread's phase so far (0 at
+    first, then the phase of its last chunk). Returns ``(phase, unit)`` of the claimed chunk
+    once the earlier phases are finished, ``phase == phases`` when nothing is left. Call
+    :func:`finish_phased` when the chunk's work is done.
+
+    A thread tries its home unit first (its CPU's, as :func:`claim` does), then the others,
+    so with every thread running each keeps to the same unit from phase to phase, and its
+    data (a slice's weights) stays in its core's caches; a late or descheduled thread's
+    units are taken by the others, and it catches up by skipping claimed phases. A thread
+    only waits for chunks claimed before its own, by running threads: any number of threads
+    makes progress. Waiting spins, yielding the core every YIELD_EVERY checks (the thread
+    waited for may need it)."""
+    home = _cpu() % units if units > 1 else 0
+    while phase < phases:
+        before = phase * units
+        k = 0
+        while load(ctl, PHASE_DONE) < before:
+            pause()
+            k += 1
+            if k % YIELD_EVERY == 0:
+                sched_yield()
+        for i in range(units):
+            u = home + i
+            if u >= units:
+                u -= units
+            if load(ctl, NEXT + u) == phase and compare_exchange(ctl, NEXT + u, phase, phase + 1):
+                return phase, u
+        phase += 1
+    return phases, 0
+
+
+@njit(inline="always")
+def finish_phased(ctl):
+    """The chunk claimed last by :func:`claim_phased` is done (its writes are visible to every
+    thread that sees the count)."""
+    fetch_add(ctl, PHASE_DONE, 1)
 
 
 @njit(inline="always")
