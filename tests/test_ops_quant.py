@@ -287,6 +287,26 @@ def test_dynamicquantizelinear_11(x):
     check_node("DynamicQuantizeLinear", {"x": x}, opset=11, n_outputs=3)
 
 
+@pytest.mark.parametrize("n", [13, 40_000])
+def test_dynamicquantizelinear_skips_nan(n):
+    """NaN is left out of the range and quantizes to the zero point (the spec is silent; the
+    reference evaluator's range becomes NaN). Oracle: numpy's nanmin/nanmax and the float32
+    formulas of the operator, in one pass each."""
+    x = rnd((n,), F32, 4, -3.0, 2.0)
+    x[:: max(3, n // 7)] = np.nan
+    m = make_node_model("DynamicQuantizeLinear", {"x": x}, opset=11, n_outputs=3)
+    for o, et in zip(m.graph.output, (TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8)):
+        o.type.tensor_type.elem_type = et
+    y, s, z = onnxjit.InferenceSession(m.SerializeToString()).run(None, {"x": x})
+    mn = np.float32(min(0.0, np.nanmin(x)))
+    mx = np.float32(max(0.0, np.nanmax(x)))
+    scale = np.float32((mx - mn) / np.float32(255))  # (a non-zero range: mn < 0 < mx)
+    zp = np.float32(np.rint(np.clip(np.float32(0) - mn / scale, 0, 255)))
+    want = np.where(np.isnan(x), zp, np.clip(np.rint(x / scale) + zp, 0, 255)).astype(np.uint8)
+    assert s == scale and z == np.uint8(zp)
+    np.testing.assert_array_equal(y, want)
+
+
 def test_dynamicquantizelinear_empty():
     # The reference evaluator cannot reduce an empty tensor, so only the contract is checked:
     # an empty uint8 y, the fallback scale 1/255 and zero point 0.

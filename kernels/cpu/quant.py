@@ -123,30 +123,39 @@ def dequantize_par(ctl, x, s, z, block, out):
 # the uint8 quantization with the scale and zero point worked out from it.
 # ---------------------------------------------------------------------------------------------
 
-# Lanes of the min/max pass: independent running minima and maxima, which LLVM keeps in one
-# vector register each (a single running value is a chain of dependent compares).
-_LANES = 16
+
+@njit(inline="always")
+def _lo_hi(v, a, b):
+    """``(min(a, v), max(b, v))``, keeping ``a``/``b`` where ``v`` is NaN."""
+    return (v if v < a else a), (v if v > b else b)
 
 
 @njit(inline="always")
 def _minmax_chunk(x, per, lo, hi, p):
-    start = p * per
-    stop = min(x.size, start + per)
-    mn = np.zeros(_LANES, x.dtype)
-    mx = np.zeros(_LANES, x.dtype)
-    i = start
-    while i + _LANES <= stop:
-        for j in range(_LANES):
-            v = x[i + j]
-            mn[j] = v if v < mn[j] else mn[j]
-            mx[j] = v if v > mx[j] else mx[j]
-        i += _LANES
-    a = mn.min()
-    b = mx.max()
-    for q in range(i, stop):
-        v = x[q]
-        a = v if v < a else a
-        b = v if v > b else b
+    # A view of the chunk indexed from 0: an index like start + i, which Numba cannot prove
+    # non-negative, keeps a wrap-around test that stops the loop vectorising. Eight running
+    # minima and maxima in scalars (LLVM packs them into vector registers; a single running
+    # value is a chain of dependent compares, and lanes kept in an array stayed in memory).
+    xs = x[p * per : min(x.size, (p + 1) * per)]
+    n = xs.size
+    z = x.dtype.type(0)
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = z
+    b0 = b1 = b2 = b3 = b4 = b5 = b6 = b7 = z
+    i = 0
+    while i + 8 <= n:
+        a0, b0 = _lo_hi(xs[i], a0, b0)
+        a1, b1 = _lo_hi(xs[i + 1], a1, b1)
+        a2, b2 = _lo_hi(xs[i + 2], a2, b2)
+        a3, b3 = _lo_hi(xs[i + 3], a3, b3)
+        a4, b4 = _lo_hi(xs[i + 4], a4, b4)
+        a5, b5 = _lo_hi(xs[i + 5], a5, b5)
+        a6, b6 = _lo_hi(xs[i + 6], a6, b6)
+        a7, b7 = _lo_hi(xs[i + 7], a7, b7)
+        i += 8
+    a = min(min(min(a0, a1), min(a2, a3)), min(min(a4, a5), min(a6, a7)))
+    b = max(max(max(b0, b1), max(b2, b3)), max(max(b4, b5), max(b6, b7)))
+    for q in range(i, n):
+        a, b = _lo_hi(xs[q], a, b)
     lo[p] = a
     hi[p] = b
 
@@ -162,30 +171,52 @@ minmax_chunks, minmax_chunks_par = twins(
 
 
 @njit(inline="always")
-def _quantize_u8_chunk(x, scale, zp, per, out, p):
+def dynamic_scale_zero_point(lo, hi):
+    """DynamicQuantizeLinear's float32 scale and zero point for the data whose chunks'
+    minima and maxima (each including 0) are ``lo`` and ``hi``, in float32 arithmetic as
+    onnxruntime computes them: ``scale = (mx - mn) / 255``, ``zero_point =
+    round_half_even(clamp(0 - mn / scale, 0, 255))``. An all-zero range takes the scale
+    1 / 255 of the ONNX reference (the quantized values are the zero point either way)."""
+    f = np.float32
+    mn, mx = f(0), f(0)
+    for p in range(lo.size):
+        mn = lo[p] if lo[p] < mn else mn
+        mx = hi[p] if hi[p] > mx else mx
+    rng = f(mx - mn) if mx != mn else f(1)
+    scale = f(rng / f(255))
+    zp = f(f(0) - f(mn / scale))
+    zp = f(np.rint(min(f(255), max(f(0), zp))))
+    return scale, zp
+
+
+@njit(inline="always")
+def _quantize_u8_chunk(x, lo, hi, per, out, y_scale, y_zp, p):
+    scale, zp = dynamic_scale_zero_point(lo, hi)
+    if p == 0:
+        y_scale[0] = scale
+        y_zp[0] = np.uint8(zp)
     start = p * per
     stop = min(x.size, start + per)
-    lo = np.float32(0)
-    hi = np.float32(255)
-    for i in range(start, stop):
-        q = x[i] / scale
-        if q != q:
-            q = lo
+    xs, ys = x[start:stop], out[start:stop]  # indexed from 0: see _minmax_chunk
+    bottom = np.float32(0)
+    top = np.float32(255)
+    for i in range(xs.size):
+        q = xs[i] / scale
+        q = bottom if q != q else q
         q = np.rint(q) + zp
-        if q < lo:
-            q = lo
-        elif q > hi:
-            q = hi
-        out[i] = np.uint8(q)
+        q = bottom if q < bottom else (top if q > top else q)
+        ys[i] = np.uint8(q)
 
 
 quantize_u8, quantize_u8_par = twins(
-    "quantize_u8(x, scale, zp, per, n_chunks, out)",
+    "quantize_u8(x, lo, hi, per, n_chunks, out, y_scale, y_zp)",
     _quantize_u8_chunk,
     items={"p": "n_chunks"},
-    doc="""``out = saturate(round(x / scale) + zp)`` into uint8 (round half to even, NaN to
-    the zero point) for the flat float32 ``x``, in ``n_chunks`` chunks of ``per`` elements;
-    ``scale`` and ``zp`` are float32 scalars.""",
+    doc="""DynamicQuantizeLinear's second pass: ``out = saturate(round(x / scale) + zp)``
+    into uint8 (round half to even, NaN to the zero point) for the flat float32 ``x``, in
+    ``n_chunks`` chunks of ``per`` elements, with the scale and zero point of the ranges
+    ``lo``/``hi`` of :func:`minmax_chunks` (:func:`dynamic_scale_zero_point`), which go to
+    ``y_scale`` (float32) and ``y_zp`` (uint8), flat arrays of one element.""",
 )
 
 

@@ -481,18 +481,19 @@ _CHUNKS_PER_THREAD = 4
 class _DynamicQuantize:
     """DynamicQuantizeLinear of ``n`` float32 values on ``backend``, every decision made once:
     the chunking and the serial or pool kernels of the two passes (kernels ``quant.
-    minmax_chunks`` and ``quant.quantize_u8``)."""
+    minmax_chunks`` and ``quant.quantize_u8``, which also computes the scale and zero point:
+    in Python, numpy's float32 scalar arithmetic cost more than a pass over 12K values)."""
 
     def __init__(self, backend: Any, n: int):
         threads = backend.threads() if n >= backend.parallel_threshold else 1
         self.chunks = max(1, min(threads * _CHUNKS_PER_THREAD, n)) if threads > 1 else 1
         self.per = max(1, -(-n // self.chunks))
         x = np.empty(1, np.float32)
-        f = np.float32(1)
+        u8 = np.empty(1, np.uint8)
         if self.chunks > 1:
             self.minmax = backend.pooled("quant", "minmax_chunks", (x, self.per, x, x))
             self.quantize = backend.pooled(
-                "quant", "quantize_u8", (x, f, f, self.per, self.chunks, np.empty(1, np.uint8))
+                "quant", "quantize_u8", (x, x, x, self.per, self.chunks, u8, x, u8)
             )
         else:
             self.minmax = backend.kernel("quant", "minmax_chunks")
@@ -511,27 +512,11 @@ class _DynamicQuantize:
         zero point. ``lo``, ``hi``: float32 scratch of ``self.chunks`` values each."""
         if x.size:
             self.minmax(x, self.per, lo, hi)
-            mn, mx = np.float32(lo.min()), np.float32(hi.max())
         else:
-            mn = mx = np.float32(0)
-        scale, zp = dynamic_scale_zero_point(mn, mx)
-        if x.size:
-            self.quantize(x, scale, zp, self.per, self.chunks, y)
-        y_scale[()] = scale
-        y_zp[()] = np.uint8(zp)
-
-
-def dynamic_scale_zero_point(mn: np.float32, mx: np.float32) -> tuple[np.float32, np.float32]:
-    """DynamicQuantizeLinear's scale and zero point for data in ``[mn, mx]`` (``mn <= 0 <=
-    mx``), in float32 arithmetic as onnxruntime computes them: ``scale = (mx - mn) / 255``,
-    ``zero_point = round_half_even(clamp(0 - mn / scale, 0, 255))``. An all-zero range takes
-    the scale 1 / 255 of the ONNX reference (the quantized values are the zero point either
-    way)."""
-    rng = np.float32(mx - mn) if mx != mn else np.float32(1)
-    scale = np.float32(rng / np.float32(255))
-    zp0 = np.float32(np.float32(0) - np.float32(mn / scale))
-    zp = np.float32(np.rint(min(np.float32(255), max(np.float32(0), zp0))))
-    return scale, zp
+            lo[:] = hi[:] = 0
+        # with no elements, one chunk still runs: it writes the scale and zero point
+        self.quantize(x, lo, hi, self.per, max(1, self.chunks), y, y_scale.reshape(1),
+                      y_zp.reshape(1))  # fmt: skip
 
 
 @onnx_op("DynamicQuantizeLinear", since=11)
