@@ -328,6 +328,11 @@ def test_transposed_form_only_where_columns_fill_blocks_badly():
         assert kblas.transposed_tiles(1, 384, n, 64, 2) is None, n
     tm, tn = kblas.transposed_tiles(1, 384, 36, 64, 2)
     assert tn == 36 and tm % nr == 0 and -(-384 // tm) >= 2
+    if nr == 16:
+        # a 7x7 plane (3 full column blocks and one of a single column) over a long inner
+        # dimension (960 input channels), where the transposed stores are cheap next to the
+        # steps and a narrow block costs half a full one
+        assert kblas.transposed_tiles(1, 320, 49, 960, 2) is not None
 
 
 def test_tiles_cover_the_product_in_register_blocks():

@@ -172,8 +172,10 @@ B_BLAS = 3
 # as its transpose, ``B^T A^T``, written back transposed (see :func:`transposed_tiles`).
 A_PANELS_T = 4
 # Products of at most this many columns may run in that form; a row of the micro-kernel costs
-# about this factor of a column of the direct form there (the transposed stores); inner
-# dimensions from this long make the direct form's fixed costs per block small; the panels
+# about this factor of a column of the direct form there (the transposed stores) over a short
+# inner dimension, and about one over inner dimensions from _LONG_K on, where those stores are
+# spread over enough steps (and where the direct form's fixed costs per block are small too:
+# see transposed_tiles' ``narrow``); the panels
 # of A^T a tile reads per block of KC steps take at most these bytes (they must stay in L1
 # beside the lines of B^T that each MR columns read).
 _TRANSPOSED_MAX_N = 128
@@ -580,7 +582,7 @@ def transposed_tiles(
     direct = full * nr + (0 if tail == 0 else nr if 2 * tail > nr else narrow)
     blocks, rest = divmod(n, mr)
     rows = [r for r in _ROW_COUNTS[itemsize] if r >= rest][0] if rest else 0
-    if (blocks * mr + rows) * _TRANSPOSE_COST >= direct:
+    if (blocks * mr + rows) * (_TRANSPOSE_COST if k < _LONG_K else 1.0) >= direct:
         return None
     panels = _ceil_div(m, nr)
     want = _ceil_div(4 * max(1, threads), batch)
