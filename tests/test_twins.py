@@ -32,6 +32,9 @@ HAND_WRITTEN = {
     # a reduction: each thread adds its count of cycling rows to an output the serial form
     # returns instead (the signatures differ)
     "predict_parallel",
+    # time steps in phases: the threads share each step's slices and wait for the previous
+    # step (chunks.claim_phased); used only on several threads, it has no serial form
+    "sequence_split_par",
 }
 
 

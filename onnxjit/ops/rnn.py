@@ -245,7 +245,8 @@ class _Runner:
     """One recurrent node at fixed sizes (``n_t`` steps, ``n_b`` rows, ``layout``): the input
     projection (one GEMM for every step and direction, on the backend's threads when large)
     and :func:`kernels.cpu.rnn.sequence` (its pool twin when there is more than one item of
-    work and more than one thread). Called with the run's arrays:
+    work and more than one thread; ``sequence_split_par`` when the items are fewer than the
+    threads, see SPLIT_MAX_ROWS). Called with the run's arrays:
     ``(x, lens, h0, c0, y, yh, yc, xw)``, ``xw`` the projection's scratch."""
 
     def __init__(
