@@ -803,3 +803,81 @@ def test_optimised_model_written_with_fused_nodes(tmp_path):
     onnxjit.InferenceSession(model.SerializeToString(), so)
     written = onnx.load(str(path))
     assert [n.op_type for n in written.graph.node] == ["FusedConv"]
+
+
+# (C, M, H, W, activation, residual): 1x1 convolutions whose products have ragged row blocks
+# (M not a multiple of the micro-kernel's rows), ragged column blocks, an inner dimension
+# longer than one pass of the GEMM's blocking (C = 300: the epilogue on the last pass only)
+# and few columns (the transposed tile form).
+_POINTWISE = [
+    (3, 13, 5, 7, "Relu", False),
+    (16, 40, 20, 20, "Clip", True),
+    (300, 7, 6, 6, "Relu", True),
+    (300, 70, 9, 9, "Clip", False),
+    (64, 384, 3, 3, "Clip", True),
+    (24, 10, 17, 19, "HardSwish", True),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", _POINTWISE, ids=[str(i) for i in range(len(_POINTWISE))])
+def test_pointwise_conv_epilogue_blocks_and_nan(case, dtype):
+    """Bias, residual and activation applied with the product: against numpy in float64,
+    with NaN inputs passing through Relu and Clip as they do in numpy."""
+    C, M, H, W, act, residual = case
+    rng = _rng(7)
+    w = rng.standard_normal((M, C, 1, 1)) / math.sqrt(C)
+    b = rng.standard_normal(M)
+    x = rng.standard_normal((1, C, H, W)).astype(dtype)
+    x[0, :, 1, 2] = np.nan  # one output position NaN in every channel
+    r = rng.standard_normal((1, M, H, W)).astype(dtype)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"])]
+    inputs = {"x": list(x.shape)}
+    feeds = {"x": x}
+    cur = "c"
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
+        inputs["r"] = list(r.shape)
+        feeds["r"] = r
+        cur = "a"
+    inits = {"w": w, "b": b}
+    if act == "Clip":
+        nodes.append(helper.make_node("Clip", [cur, "lo", "hi"], ["y"]))
+        inits.update(lo=np.array(-0.5), hi=np.array(0.75))
+    else:
+        nodes.append(helper.make_node(act, [cur], ["y"]))
+    model = _model(nodes, inputs, {"y": [1, M, H, W]}, inits, 17, dtype)
+    z = np.einsum("mc,chw->mhw", w[:, :, 0, 0], x[0].astype(np.float64)) + b[:, None, None]
+    if residual:
+        z = z + r[0]
+    if act == "Relu":
+        want = np.maximum(z, 0.0)
+    elif act == "Clip":
+        want = np.clip(z, -0.5, 0.75)
+    else:
+        want = z * np.clip(z / 6.0 + 0.5, 0.0, 1.0)
+    sess = _session(model)
+    assert _ops(sess.graph_nodes()) == ["FusedConv"]
+    got = sess.run(None, feeds)[0][0]
+    rtol, atol = _TOL[dtype]
+    assert np.isnan(got[:, 1, 2]).all()
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(5, 300, 37), (130, 20, 33), (1, 64, 70)])
+def test_matmul_bias_relu_epilogue_blocks(m, k, n, dtype):
+    """A fully connected layer's bias per column and Relu applied with the product, over
+    ragged blocks and an inner dimension longer than one pass."""
+    model, feeds = _mlp_layer(_act("Relu"), 17, dtype, m=m, k=k, n=n, seed=3)
+    feeds["x"][0, :3] = np.nan
+    sess = _session(model)
+    assert _ops(sess.graph_nodes()) == ["FusedGemm"]
+    w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    b = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
+    want = np.maximum(feeds["x"].astype(np.float64) @ w + b, 0.0)
+    got = sess.run(None, feeds)[0]
+    rtol, atol = _TOL[dtype]
+    assert np.isnan(got[0]).all() and not np.isnan(got[1:]).any()
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)

@@ -23,15 +23,18 @@ from numba.extending import intrinsic
 from numba.np.linalg import ensure_blas, get_blas_kind
 
 from .._jit import njit
-from .epilogue import ACT_NONE, activate
+from .epilogue import ACT_CLIP, ACT_NONE, ACT_RELU, activate
 from .runtime.twins import twins
 from .ukernel import (
+    BIAS_COL,
+    BIAS_NONE,
+    BIAS_ROW,
     float_arrays,
     int_geometry,
     pack_panel,
     row_counts,
-    ukernel,
     ukernel_ct,
+    ukernel_ep,
     ukernel_int,
 )
 from .ukernel import geometry as ugeometry
@@ -225,9 +228,11 @@ def block_geometry(c):
 
 @njit(inline="always")
 def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off,
-              ldc):  # fmt: skip
+              ldc, ep):  # fmt: skip
     """Row-major ``C = alpha * op(A) @ B + beta * C`` (B not transposed) with the micro-kernel
-    (``tc``: C stored transposed, ``C[i, j]`` at ``c_off + j * ldc + i``; B packed only).
+    (``tc``: C stored transposed, ``C[i, j]`` at ``c_off + j * ldc + i``; B packed only),
+    then the epilogue ``ep`` of :func:`gemm_block_ep` in the micro-kernel's registers as each
+    block is finished (``tc``: none, the caller applies it).
 
     Blocks of KC steps, NC columns and MC rows (the usual GEMM loop nest, A read in place).
     ``packed``: B is already in panels (:func:`pack_b`; ``b_off`` is this block's first panel
@@ -251,11 +256,18 @@ def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta
     buf = np.empty(kcb * ncb if pack else 0, c.dtype)
     one = c.dtype.type(1)
     load0 = beta != 0
+    bias_p, bias_mode, res_p, act, p0, p1 = ep
+    isz = c.itemsize
     for pc in range(0, k, kcs):
         kc = min(kcs, k - pc)
         first = pc == 0
         bt = beta if first else one
         lc = load0 if first else True
+        # the epilogue on the last pass over the inner dimension only
+        last = pc + kc >= k
+        bm = bias_mode if last else BIAS_NONE
+        rp = res_p if last else 0
+        ac = act if last else ACT_NONE
         for jc in range(0, n, NC):
             nc = min(NC, n - jc)
             if pack:
@@ -279,7 +291,10 @@ def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta
                         ao = a_off + i0 * a_rs + pc * a_cs
                     for j0 in range(0, nc, nr_max):
                         nr = min(nr_max, nc - j0)
-                        co = c_off + i0 * ldc + jc + j0
+                        rel = i0 * ldc + jc + j0  # the block's C (and residual) element
+                        co = c_off + rel
+                        bp = bias_p + (i0 if bm == BIAS_ROW else jc + j0) * isz
+                        rpb = rp + rel * isz if rp else 0
                         if packed:
                             bo = b_off + ((jc + j0) // nr_max) * ldb * nr_max + pc * nr_max
                             if tc:
@@ -287,18 +302,30 @@ def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta
                                            c_off + (jc + j0) * ldc + i0, ldc, mr, nr, alpha,
                                            bt, lc)  # fmt: skip
                             else:
-                                ukernel(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc, mr,
-                                        nr, alpha, bt, lc)  # fmt: skip
+                                ukernel_ep(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc,
+                                           mr, nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
+                                           p1)  # fmt: skip
                         elif pack:
-                            ukernel(kc, a, ao, a_rs, a_cs, buf, (j0 // nr_max) * kc * nr_max,
-                                    nr_max, c, co, ldc, mr, nr, alpha, bt, lc)  # fmt: skip
+                            ukernel_ep(kc, a, ao, a_rs, a_cs, buf, (j0 // nr_max) * kc * nr_max,
+                                       nr_max, c, co, ldc, mr, nr, alpha, bt, lc, bp, bm, rpb,
+                                       ac, p0, p1)  # fmt: skip
                         else:
-                            ukernel(kc, a, ao, a_rs, a_cs, b, b_off + pc * ldb + jc + j0, ldb,
-                                    c, co, ldc, mr, nr, alpha, bt, lc)  # fmt: skip
+                            ukernel_ep(kc, a, ao, a_rs, a_cs, b, b_off + pc * ldb + jc + j0,
+                                       ldb, c, co, ldc, mr, nr, alpha, bt, lc, bp, bm, rpb, ac,
+                                       p0, p1)  # fmt: skip
 
 
 @njit(inline="always")
 def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc=0):
+    """:func:`gemm_block_ep` with no epilogue."""
+    t = c.dtype.type
+    gemm_block_ep(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc,
+                  (0, BIAS_NONE, 0, ACT_NONE, t(0), t(0)))  # fmt: skip
+
+
+@njit(inline="always")
+def gemm_block_ep(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc,
+                  ep):  # fmt: skip
     """Row-major ``C = alpha * op(A) @ op(B) + beta * C`` on blocks of flat arrays.
 
     ``C`` is the ``m x n`` block at ``c[c_off:]`` with row stride ``ldc``; ``op(A)`` is ``m x
@@ -315,13 +342,19 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
     Products with ``B`` as stored or packed go to onnxjit's micro-kernel (:func:`_own_gemm`);
     with ``B`` transposed (columns of op(B) not contiguous, which the micro-kernel does not
     read) to BLAS.
+
+    ``ep = (bias, bias_mode, res, act, p0, p1)``: the epilogue of :func:`.ukernel.ukernel_ep`
+    for the block (``bias`` the address of its first row's or column's value, ``res`` of
+    the residual's element for ``C[0, 0]``, addressed with ``ldc``; 0 where absent), applied
+    as the micro-kernel stores C. Returns whether it was: not with ``tc`` or through BLAS,
+    where the caller applies it (:func:`gemm_call_ep` does).
     """
     if m <= 0 or n <= 0:
-        return
+        return True
     if tb == B_PACKED or not tb:
         _own_gemm(ta, tb == B_PACKED, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c,
-                  c_off, ldc)  # fmt: skip
-        return
+                  c_off, ldc, ep)  # fmt: skip
+        return not tc
     tr = tb != B_BLAS  # B transposed (True) or as stored through BLAS
     if m == 1:
         # One row: a matrix-vector product (no operand packing). The row of op(A) is
@@ -329,17 +362,20 @@ def gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_
         # in column-major terms, B's memory as it is (tr) or transposed.
         _xxgemv(_T if tr else _N, k if tr else n, n if tr else k, alpha, b, b_off, ldb, a,
                 a_off, beta, c, c_off)  # fmt: skip
-        return
+        return False
     # Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the flags.
     _xxgemm(_T if tr else _N, _T if ta else _N, n, m, k, alpha, b, b_off, ldb, a, a_off, lda,
             beta, c, c_off, ldc)  # fmt: skip
+    return False
 
 
 @njit(fma=True)
-def _gemm_compiled(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc):
-    """:func:`gemm_block` as a called function, for :func:`gemm_call` only (which fixes the
-    argument types)."""
-    gemm_block(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc)
+def _gemm_compiled(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc,
+                   ep):  # fmt: skip
+    """:func:`gemm_block_ep` as a called function, for :func:`gemm_call_ep` only (which fixes
+    the argument types)."""
+    return gemm_block_ep(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off,
+                         ldc, tc, ep)  # fmt: skip
 
 
 @njit(inline="always")
@@ -355,13 +391,36 @@ def gemm_call(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_o
     per tile costs nothing next to the tile's product."""
     i, t = np.int64, c.dtype.type
     _gemm_compiled(i(ta), i(tb), i(m), i(n), i(k), t(alpha), a, i(a_off), i(lda), b, i(b_off),
-                   i(ldb), t(beta), c, i(c_off), i(ldc), i(tc))  # fmt: skip
+                   i(ldb), t(beta), c, i(c_off), i(ldc), i(tc),
+                   (i(0), i(BIAS_NONE), i(0), i(ACT_NONE), t(0), t(0)))  # fmt: skip
 
 
-# Epilogue bias modes
-BIAS_NONE = 0
-BIAS_COL = 1  # bias[j] added to column j (a fully connected layer: one bias per output feature)
-BIAS_ROW = 2  # bias[i] added to row i of each matrix (a convolution: one bias per channel)
+@njit(inline="always")
+def gemm_call_ep(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off, ldc, tc,
+                 ep):  # fmt: skip
+    """:func:`gemm_call` then ``C = act(C + bias + res)`` on the block: ``ep = (bias,
+    bias_off, bias_mode, res, has_res, act, p0, p1)``, ``bias`` an array indexed from
+    ``bias_off`` by the block's row (``BIAS_ROW``) or column (``BIAS_COL``), ``res`` an array
+    addressed as ``c`` (element ``c_off + i * ldc + j``), ``act`` an activation code of
+    :mod:`.epilogue` with its parameters. Bias, residual, Relu and Clip are applied in the
+    micro-kernel's registers where the product runs there; any other activation, or the
+    whole epilogue after a product that does not, as a pass over the block."""
+    bias, bias_off, bias_mode, res, has_res, act, p0, p1 = ep
+    i, t = np.int64, c.dtype.type
+    in_regs = act in (ACT_NONE, ACT_RELU, ACT_CLIP)
+    isz = c.itemsize
+    bias_p = i(bias.ctypes.data) + i(bias_off) * isz if bias_mode != BIAS_NONE else i(0)
+    res_p = i(res.ctypes.data) + i(c_off) * isz if has_res else i(0)
+    kernel_ep = (bias_p, i(bias_mode), res_p, i(act if in_regs else ACT_NONE), t(p0), t(p1))
+    done = _gemm_compiled(i(ta), i(tb), i(m), i(n), i(k), t(alpha), a, i(a_off), i(lda), b,
+                          i(b_off), i(ldb), t(beta), c, i(c_off), i(ldc), i(tc),
+                          kernel_ep)  # fmt: skip
+    if not done or not in_regs:  # what the micro-kernel did not apply
+        block_epilogue(c, c_off, ldc, m, n, bias, bias_off, BIAS_NONE if done else bias_mode,
+                       res, has_res and not done, act, p0, p1)  # fmt: skip
+
+
+# Epilogue bias modes: BIAS_NONE, BIAS_COL and BIAS_ROW (imported from .ukernel above).
 
 
 @njit(inline="always")
@@ -385,40 +444,44 @@ def _tile_at(m, n, tm, tn, t):
     return p, r0, c0, min(tm, m - r0), min(tn, n - c0)
 
 
-@njit(inline="always")
-def _epilogue(c, c_base, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0, p1):
-    """``act(C + bias + residual)`` in place on a ``rows x cols`` tile, one row at a time
-    while the BLAS call left it in cache; a tile of whole rows is one block of memory, whose
-    activation is one call (a call per row cost more than a short row's loop)."""
-    whole = cols == n
+@njit(fma=True)
+def block_epilogue(c, c_off, ldc, rows, cols, bias, bias_off, bias_mode, res, has_res, act, p0,
+                   p1):  # fmt: skip
+    """``act(C + bias + residual)`` in place on the ``rows x cols`` block of ``c`` at ``c_off``
+    (row stride ``ldc``; ``bias`` indexed from ``bias_off`` by row or column, ``res``
+    addressed as ``c``), one row at a time while the product left it in cache; a block of
+    whole rows is one run of memory, whose activation is one call (a call per row cost more
+    than a short row's loop). A called function, not inlined: each copy of its loops in a
+    GEMM kernel cost seconds of compile time."""
+    whole = cols == ldc
     for r in range(rows):
-        off = c_base + (r0 + r) * n + c0
+        off = c_off + r * ldc
         v = c[off : off + cols]
         if has_res:
             rv = res[off : off + cols]
             if bias_mode == BIAS_COL:
-                bv = bias[c0 : c0 + cols]
+                bv = bias[bias_off : bias_off + cols]
                 for j in range(cols):
                     v[j] = v[j] + bv[j] + rv[j]
             elif bias_mode == BIAS_ROW:
-                b = bias[r0 + r]
+                b = bias[bias_off + r]
                 for j in range(cols):
                     v[j] = v[j] + b + rv[j]
             else:
                 for j in range(cols):
                     v[j] = v[j] + rv[j]
         elif bias_mode == BIAS_COL:
-            bv = bias[c0 : c0 + cols]
+            bv = bias[bias_off : bias_off + cols]
             for j in range(cols):
                 v[j] = v[j] + bv[j]
         elif bias_mode == BIAS_ROW:
-            b = bias[r0 + r]
+            b = bias[bias_off + r]
             for j in range(cols):
                 v[j] = v[j] + b
-        if not whole:
+        if not whole and act != ACT_NONE:
             activate(v, act, p0, p1)
     if whole and act != ACT_NONE:
-        activate(c[c_base + r0 * n : c_base + (r0 + rows) * n], act, p0, p1)
+        activate(c[c_off : c_off + rows * ldc], act, p0, p1)
 
 
 @njit(inline="always")
@@ -428,22 +491,25 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
     inner dimension goes in chunks of ``tk`` (one BLAS call each, the later ones adding to
     the tile: ``tk >= k`` is one call)."""
     p, r0, c0, rows, cols = _tile_at(m, n, tm, tn, t)
+    bias, bias_mode, res, has_res, act, p0, p1 = ep
+    # the tile's epilogue: bias by its rows or columns, residual addressed as c
+    tep = (bias, r0 if bias_mode == BIAS_ROW else c0, bias_mode, res, has_res, act, p0, p1)
     if ta == A_PANELS_T:
         _tile_transposed(n, k, a, p * sa, b, p * sb, c, p * m * n, r0, rows, c0, cols, alpha,
-                         beta, tk)  # fmt: skip
+                         beta, tk, tep)  # fmt: skip
     else:
-        _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, rows, cols)
-    bias, bias_mode, res, has_res, act, p0, p1 = ep
-    if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
-        _epilogue(c, p * m * n, n, r0, rows, c0, cols, bias, bias_mode, res, has_res, act, p0,
-                  p1)  # fmt: skip
+        _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, rows, cols,
+                     tep)  # fmt: skip
 
 
 @njit(inline="always")
-def _tile_transposed(n, k, a, a_base, b, b_base, c, c_base, r0, rows, c0, cols, alpha, beta, tk):
+def _tile_transposed(n, k, a, a_base, b, b_base, c, c_base, r0, rows, c0, cols, alpha, beta, tk,
+                     ep):  # fmt: skip
     """A tile of ``c = alpha * A @ B + beta * c`` with A in the transposed panels of
     ``ta == A_PANELS_T`` (``r0`` a multiple of NR) and B row-major, as the product ``B^T
-    A^T`` (the tile's columns in the micro-kernel's rows) stored transposed into the tile."""
+    A^T`` (the tile's columns in the micro-kernel's rows) stored transposed into the tile,
+    then the tile's epilogue ``ep`` (:func:`gemm_call_ep`'s, applied to the tile as
+    stored)."""
     nr_max = block_geometry(c)[1]
     one = c.dtype.type(1)
     k0 = 0
@@ -455,11 +521,17 @@ def _tile_transposed(n, k, a, a_base, b, b_base, c, c_base, r0, rows, c0, cols, 
         k0 += tk
         if k0 >= k:
             break
+    bias, bias_off, bias_mode, res, has_res, act, p0, p1 = ep
+    if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
+        block_epilogue(c, c_base + r0 * n + c0, n, rows, cols, bias, bias_off, bias_mode, res,
+                       has_res, act, p0, p1)  # fmt: skip
 
 
 @njit(inline="always")
-def _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, rows, cols):
-    """A tile of the batched product with the operands as :func:`gemm_block` takes them."""
+def _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, rows, cols, ep):
+    """A tile of the batched product with the operands as :func:`gemm_block` takes them,
+    and its epilogue ``ep`` (:func:`gemm_call_ep`'s) with the last chunk of the inner
+    dimension."""
     a_base = p * sa
     b_base = p * sb
     c_base = p * m * n
@@ -473,12 +545,16 @@ def _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, r
     a_step = block_geometry(c)[0] if ta == A_PACKED else (m if ta else 1)
     b_step = block_geometry(c)[1] if tb == B_PACKED else (1 if b_tr else n)
     one = c.dtype.type(1)
+    bias, bias_off, bias_mode, res, has_res, act, p0, p1 = ep
     k0 = 0
     while True:
         kk = min(tk, k - k0)
-        gemm_call(ta, tb, rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
-                  b, b_off + k0 * b_step, ldb, beta if k0 == 0 else one, c,
-                  c_base + r0 * n + c0, n)  # fmt: skip
+        last = k0 + kk >= k
+        kep = (bias, bias_off, bias_mode if last else BIAS_NONE, res, has_res and last,
+               act if last else ACT_NONE, p0, p1)  # fmt: skip
+        gemm_call_ep(ta, tb, rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
+                     b, b_off + k0 * b_step, ldb, beta if k0 == 0 else one, c,
+                     c_base + r0 * n + c0, n, 0, kep)  # fmt: skip
         k0 += tk
         if k0 >= k:
             break

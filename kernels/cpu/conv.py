@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
-from .blas import A_PACKED, block_geometry, gemm_call
+from .blas import A_PACKED, BIAS_NONE, BIAS_ROW, block_geometry, gemm_call_ep
 from .epilogue import ACT_NONE, activate
 from .runtime.twins import twins
 from .shuffle import T16, deinterleave2, split_row, transpose16
@@ -1054,25 +1054,6 @@ def _im2col_rows(xf, C, D, H, W, k, st, dl, pb, osz, spans, n, r_lo, r_hi, blk):
 
 
 @njit(inline="always")
-def _tile_epilogue(yf, base, ld, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1):
-    """``act(y + bias[r0 + r] + res)`` on a ``rows x cols`` tile of ``yf`` at ``base`` (row
-    stride ``ld``), one row at a time while the product left it in cache."""
-    for r in range(rows):
-        off = base + r * ld
-        v = yf[off : off + cols]
-        if has_res:
-            rv = res[off : off + cols]
-            b = bias[r0 + r] if has_bias else v.dtype.type(0)
-            for j in range(cols):
-                v[j] = v[j] + b + rv[j]
-        elif has_bias:
-            b = bias[r0 + r]
-            for j in range(cols):
-                v[j] = v[j] + b
-        activate(v, act, p0, p1)
-
-
-@njit(inline="always")
 def _conv_rows_item(
     xf, C, D, H, W, wf, M, Kt, k, st, dl, pb, osz, spans, yf, ep, tm, rpb, tk, item, blk
 ):
@@ -1094,10 +1075,12 @@ def _conv_rows_item(
         base = (n * M + r0) * S + r_lo * OW
         for k0 in range(0, Kt, tk):
             kk = min(tk, Kt - k0)
-            gemm_call(A_PACKED, False, rows, cols, kk, t(1), wf, r0 * Kt + k0 * mr, Kt, blk,
-                      k0 * cols, cols, t(0) if k0 == 0 else t(1), yf, base, S)  # fmt: skip
-        if has_bias or has_res or act != ACT_NONE:
-            _tile_epilogue(yf, base, S, rows, cols, r0, bias, has_bias, res, has_res, act, p0, p1)
+            last = k0 + kk >= Kt
+            ep_k = (bias, r0, BIAS_ROW if has_bias and last else BIAS_NONE, res, has_res and last,
+                    act if last else ACT_NONE, p0, p1)  # fmt: skip
+            gemm_call_ep(A_PACKED, False, rows, cols, kk, t(1), wf, r0 * Kt + k0 * mr, Kt, blk,
+                         k0 * cols, cols, t(0) if k0 == 0 else t(1), yf, base, S, 0,
+                         ep_k)  # fmt: skip
 
 
 @njit(inline="always")

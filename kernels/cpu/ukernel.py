@@ -43,13 +43,20 @@ of steps (``[k / 2][NR][2]`` int16, :func:`onnxjit.kernels.cpu.blas.pack_b_pairs
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .epilogue import ACT_CLIP, ACT_NONE, ACT_RELU
 from .runtime.prefetch import LINE_BYTES, emit_prefetch
+
+# Bias modes of the epilogue (:func:`ukernel_ep`, and the GEMM tiles of :mod:`.blas`)
+BIAS_NONE = 0
+BIAS_COL = 1  # bias[j] added to column j (a fully connected layer: one bias per output feature)
+BIAS_ROW = 2  # bias[i] added to row i (a convolution: one bias per output channel)
 
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
@@ -217,6 +224,7 @@ def _define(
     tabled: bool,
     panel: int = 0,
     c_transposed: bool = False,
+    epilogue: bool = False,
 ) -> ir.Function:
     """The micro-kernel for exactly ``rows`` rows (masked: columns limited to ``nr``;
     ``c_transposed``: ``C[i, j]`` at ``c + j * c_rs + i``, see :func:`ukernel_ct`;
@@ -228,7 +236,11 @@ def _define(
     A's elements ``(i, 2q)`` and ``(i, 2q + 1)`` are the two int16 at ``a + i * a_rs + q *
     a_cs``; B's pair row ``q`` at ``b + q * b_rs`` holds ``[NR][2]`` int16 (zero-padded
     columns, so only C is masked); C is int32, ``C = acc (+ C when load_c)``, no alpha or
-    beta arguments."""
+    beta arguments.
+
+    ``epilogue``: the kernel of :func:`ukernel_ep`, with six more parameters after ``mr``
+    (``bias``, ``bias_mode``, ``res``, ``act``, ``p0``, ``p1``, see :func:`_store_epilogue`).
+    """
     pairs = isinstance(fty, ir.IntType)
     tag = "i16" if pairs else ("f32" if isinstance(fty, ir.FloatType) else "f64")
     suffix = (
@@ -236,6 +248,7 @@ def _define(
         + ("_t" if tabled else "")
         + (f"_p{panel}" if panel else "")
         + ("_ct" if c_transposed else "")
+        + ("_e" if epilogue else "")
     )
     name = f"onnxjit_ukernel_{tag}_{lanes}x{nv}_r{rows}{suffix}"
     if name in module.globals:
@@ -244,15 +257,19 @@ def _define(
     cty = _I32 if pairs else fty
     scalars = [] if pairs else [fty, fty]  # alpha, beta
     params = [_I64, ptr, _I64, _I64, ptr, _I64, cty.as_pointer(), _I64, _I64, *scalars, _I1, _I64]
+    n_fixed = len(params)
     if tabled:
         params.append(_I64.as_pointer())
+    if epilogue:
+        params += [ptr, _I64, ptr, _I64, fty, fty]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     kc, a, a_rs, a_cs, b, b_rs, c, c_rs, nr = fn.args[:9]
     alpha, beta = fn.args[9:11] if not pairs else (None, None)
-    load_c, mr = fn.args[len(params) - 2 - tabled : len(params) - tabled]
-    tab = fn.args[-1] if tabled else None
+    load_c, mr = fn.args[n_fixed - 2 : n_fixed]
+    tab = fn.args[n_fixed] if tabled else None
+    ep_args = fn.args[n_fixed:] if epilogue else None
     for arg in (a, b, c):
         arg.add_attribute("noalias")
     vec = _Vectors(module, cty, lanes)
@@ -415,6 +432,12 @@ def _define(
         builder.ret_void()
         return fn
 
+    if ep_args is not None:
+        _store_epilogue(builder, vec, scaled, rows, nv, masks, c_rows, c_rs, mr, load_c, beta,
+                        ep_args)  # fmt: skip
+        builder.ret_void()
+        return fn
+
     # C = alpha * acc (+ beta * C when load_c), rows from mr on not stored (pairs: C = acc
     # (+ C), wrapping)
     with builder.if_else(load_c) as (then, otherwise):
@@ -432,6 +455,103 @@ def _define(
                             vec.store(builder, r, p, masks[v])
     builder.ret_void()
     return fn
+
+
+def _store_epilogue(builder, vec, scaled, rows, nv, masks, c_rows, c_rs, mr, load_c, beta, ep):
+    """Store the accumulators ``scaled`` (row ``i``, vector ``v`` at ``i * nv + v``) as
+    ``C = act(alpha * acc (+ beta * C when load_c) + bias + res)``, rows from ``mr`` on not
+    stored; the block's epilogue applied in registers, so that the result is written once
+    (as a pass of its own over the block, the epilogue made a 16 -> 96 channel 1x1
+    convolution on 112 x 112 planes a third slower).
+
+    ``ep`` holds the kernel's last six parameters: ``bias`` (pointer to the block's first
+    bias value), ``bias_mode`` (``BIAS_NONE``, ``BIAS_COL``: one value per column, or
+    ``BIAS_ROW``: one per row), ``res`` (a residual addressed as C, or null), ``act``
+    (``ACT_NONE``, ``ACT_RELU`` or ``ACT_CLIP``: a clamp to ``[p0, p1]``; callers apply other
+    activations themselves) and its parameters. Without any of them the block is stored
+    as :func:`_define`'s plain kernel stores it."""
+    bias, bias_mode, res, act, p0, p1 = ep
+    fty = vec.vty.element
+    lanes = vec.lanes
+    zero = vec.zero
+    i64 = functools.partial(ir.Constant, _I64)
+    no_res = builder.icmp_unsigned("==", builder.ptrtoint(res, _I64), i64(0))
+    plain = builder.and_(
+        builder.and_(builder.icmp_signed("==", bias_mode, i64(BIAS_NONE)), no_res),
+        builder.icmp_signed("==", act, i64(ACT_NONE)),
+    )
+    beta_v = _splat(builder, beta, lanes)
+
+    def store_rows(with_c, addend=None, res_rows=None, lo=None, hi=None):
+        for i in range(rows):
+            with builder.if_then(builder.icmp_signed("<", i64(i), mr)):
+                for v in range(nv):
+                    p = vec.at(builder, c_rows[i], v)
+                    r = scaled[i * nv + v]
+                    if with_c:
+                        r = builder.call(vec.fma, [beta_v, vec.load(builder, p, masks[v]), r])
+                    if addend is not None:
+                        r = builder.fadd(r, addend[i * nv + v])
+                    if res_rows is not None:
+                        at = vec.at(builder, res_rows[i], v)
+                        rv = vec.load(builder, at, masks[v])
+                        r = builder.fadd(r, builder.select(no_res, zero, rv))
+                    if lo is not None:
+                        # ordered comparisons: NaN passes the clamp
+                        r = builder.select(builder.fcmp_ordered("<", r, lo), lo, r)
+                        r = builder.select(builder.fcmp_ordered(">", r, hi), hi, r)
+                    vec.store(builder, r, p, masks[v])
+
+    with builder.if_else(plain) as (then, otherwise):
+        with then, builder.if_else(load_c) as (acc, fresh):
+            with acc:
+                store_rows(True)
+            with fresh:
+                store_rows(False)
+        with otherwise:
+            # the addend of each vector: its column's bias, its row's, or zero
+            head = builder.block
+            col_blk = builder.append_basic_block("ep_col")
+            row_blk = builder.append_basic_block("ep_row")
+            joined = builder.append_basic_block("ep_bias")
+            sw = builder.switch(bias_mode, joined)
+            sw.add_case(i64(BIAS_COL), col_blk)
+            sw.add_case(i64(BIAS_ROW), row_blk)
+            builder.position_at_end(col_blk)
+            cols = [vec.load(builder, vec.at(builder, bias, v), masks[v]) for v in range(nv)]
+            builder.branch(joined)
+            builder.position_at_end(row_blk)
+            last = builder.sub(mr, i64(1))
+            per_row = []
+            for i in range(rows):  # rows from mr on read row mr - 1's value (never stored)
+                r = builder.select(builder.icmp_signed("<", i64(i), mr), i64(i), last)
+                per_row.append(_splat(builder, builder.load(builder.gep(bias, [r])), lanes))
+            builder.branch(joined)
+            builder.position_at_end(joined)
+            addend = []
+            for i in range(rows):
+                for v in range(nv):
+                    ph = builder.phi(vec.vty)
+                    ph.add_incoming(zero, head)
+                    ph.add_incoming(cols[v], col_blk)
+                    ph.add_incoming(per_row[i], row_blk)
+                    addend.append(ph)
+            inf = ir.Constant(fty, float("inf"))
+            is_relu = builder.icmp_signed("==", act, i64(ACT_RELU))
+            is_clip = builder.icmp_signed("==", act, i64(ACT_CLIP))
+            zero_s = ir.Constant(fty, 0.0)
+            lo_s = builder.select(is_clip, p0, builder.select(is_relu, zero_s, builder.fneg(inf)))
+            hi_s = builder.select(is_clip, p1, inf)
+            lo, hi = _splat(builder, lo_s, lanes), _splat(builder, hi_s, lanes)
+            # without a residual, C's own rows are read in its place and discarded
+            # (one copy of the stores fewer; the line is about to be written anyway)
+            res_base = builder.select(no_res, c_rows[0], res)
+            res_rows = [builder.gep(res_base, [builder.mul(c_rs, i64(i))]) for i in range(rows)]
+            with builder.if_else(load_c) as (acc, fresh):
+                with acc:
+                    store_rows(True, addend, res_rows, lo, hi)
+                with fresh:
+                    store_rows(False, addend, res_rows, lo, hi)
 
 
 def _store_transposed(builder, vec, scaled, rows, nv, masked, c, c_rs, mr, nr, load_c, beta):
@@ -514,18 +634,42 @@ def ukernel_ct(
     )  # fmt: skip
 
 
+@intrinsic
+def ukernel_ep(
+    typingctx, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta,
+    load_c, bias, bias_mode, res, act, p0, p1,
+):  # fmt: skip
+    """:func:`ukernel` followed by an epilogue in registers: ``C[:mr, :nr] = act(alpha * A @
+    B + (beta * C if load_c) + bias + res)``, each element of C written once.
+
+    ``bias`` and ``res`` are addresses (int64; 0 where absent, a plain integer so that one
+    compiled caller serves operands of any array type): ``bias`` of the block's first bias
+    value, ``bias_mode`` one of ``BIAS_NONE``, ``BIAS_COL`` (``bias[j]`` added to column
+    ``j``) and ``BIAS_ROW`` (``bias[i]`` to row ``i``); ``res`` of the residual's element
+    for ``C[0, 0]``, addressed with C's row stride. ``act``: ``ACT_NONE``, ``ACT_RELU`` or
+    ``ACT_CLIP`` (clamped to ``[p0, p1]``), codes of :mod:`.epilogue`; the caller applies
+    any other activation itself. The arrays must stay alive for the call."""
+    return _ukernel_typing(
+        False, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta,
+        load_c, (bias, bias_mode, res, act, p0, p1),
+    )  # fmt: skip
+
+
 def _ukernel_typing(
     c_transposed, kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta,
-    load_c,
+    load_c, ep=None,
 ):  # fmt: skip
-    """Signature and code generator of :func:`ukernel` and :func:`ukernel_ct`."""
+    """Signature and code generator of :func:`ukernel`, :func:`ukernel_ct` and
+    :func:`ukernel_ep` (``ep``: the types of its epilogue's arguments)."""
     dtype = float_arrays("ukernel", a, b, c)
+    ep_types = tuple(ep or ())
     sig = types.void(
-        kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c
-    )
+        kc, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, c_off, c_rs, mr, nr, alpha, beta, load_c,
+        *ep_types,
+    )  # fmt: skip
 
     def codegen(context, builder, sig, args):
-        (kc_, a_, aoff, ars, acs, b_, boff, brs, c_, coff, crs, mr_, nr_, al, be, lc) = args
+        (kc_, a_, aoff, ars, acs, b_, boff, brs, c_, coff, crs, mr_, nr_, al, be, lc) = args[:16]
         sa = sig.args
         fty = context.get_value_type(dtype)
         itemsize = 4 if dtype == types.float32 else 8
@@ -550,7 +694,19 @@ def _ukernel_typing(
         ]  # fmt: skip
         argv[-1] = builder.trunc(argv[-1], _I1) if argv[-1].type != _I1 else argv[-1]
         argv.append(i64(mr_, sa[11]))  # rows
-        _dispatch(builder, fty, lanes, nv, mr_max, argv, None, c_transposed)
+        ep_vals = None
+        if ep_types:
+            bias_, mode_, res_, act_, p0_, p1_ = args[16:]
+            ptr = fty.as_pointer()
+            ep_vals = [
+                builder.inttoptr(i64(bias_, sa[16]), ptr),
+                i64(mode_, sa[17]),
+                builder.inttoptr(i64(res_, sa[18]), ptr),
+                i64(act_, sa[19]),
+                context.cast(builder, p0_, sa[20], dtype),
+                context.cast(builder, p1_, sa[21], dtype),
+            ]
+        _dispatch(builder, fty, lanes, nv, mr_max, argv, None, c_transposed, ep_vals)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -565,10 +721,12 @@ def _dispatch(
     argv: list[ir.Value],
     tab: ir.Value | None,
     c_transposed: bool = False,
+    ep: list[ir.Value] | None = None,
 ) -> None:
     """Call the kernel for ``argv`` (the arguments of :func:`_define`'s functions, rows
     last) by its columns and rows; ``tab``: the row-offset table of a tabled call;
-    ``c_transposed``: C stored transposed (:func:`ukernel_ct`)."""
+    ``c_transposed``: C stored transposed (:func:`ukernel_ct`); ``ep``: the epilogue's
+    arguments (:func:`ukernel_ep`)."""
     # By the columns: NR (full), more than one vector (masked), at most one vector
     # (masked, one vector wide: half the multiply-adds of a masked NR block). By the rows:
     # kernels for a few counts, the next larger one taking the counts in between (few
@@ -576,7 +734,7 @@ def _dispatch(
     module = builder.module
     rows = argv[-1]
     nr_v = argv[8]
-    call_args = argv if tab is None else [*argv, tab]
+    call_args = [*argv, *([] if tab is None else [tab]), *(ep or [])]
     done = builder.append_basic_block("uk_done")
     kinds = ((nv, False), (nv, True), (1, True))
     blocks = [builder.append_basic_block(f"uk_k{i}") for i in range(len(kinds))]
@@ -598,7 +756,7 @@ def _dispatch(
             panel = mr_max if tab is not None else 0
             fn = _define(
                 module, fty, lanes, vecs, kernel_rows, masked, tab is not None, panel,
-                c_transposed,
+                c_transposed, ep is not None,
             )  # fmt: skip
             builder.call(fn, call_args)
             builder.branch(done)
