@@ -526,3 +526,16 @@ def test_measure_alternating_reports_both_engines_ratios():
     plain = harness.Result("D1", "mlp_dyn_batch/b32+10", ratio=2.0)
     means, overall = harness.summary([res, plain])
     assert means == {"D1": 2.0} and overall == 2.0
+
+
+@pytest.mark.parametrize("epilogue", ["none", "bias", "bias+clip", "bias+residual"])
+def test_layer_cases_match_onnxruntime(epilogue):
+    """``python -m bench.layers``: its one-layer models (at a small plane here, and one
+    projection) run in onnxjit and match onnxruntime."""
+    from bench import layers
+
+    case = layers.conv_case(24, 40, 9, epilogue)
+    _check(case.model, [case.feeds], case.rtol, case.atol)
+    assert case.flops == 2 * 24 * 40 * 81
+    mm = layers.matmul_case(5, 48, 33)
+    _check(mm.model, [mm.feeds], mm.rtol, mm.atol)
