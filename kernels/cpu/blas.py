@@ -35,6 +35,7 @@ from .ukernel import (
     row_counts,
     ukernel_ct,
     ukernel_ep,
+    ukernel_ep_panels,
     ukernel_int,
 )
 from .ukernel import geometry as ugeometry
@@ -301,18 +302,34 @@ def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta
                                 ukernel_ct(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c,
                                            c_off + (jc + j0) * ldc + i0, ldc, mr, nr, alpha,
                                            bt, lc)  # fmt: skip
+                            elif a_packed:
+                                ukernel_ep_panels(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co,
+                                                  ldc, mr, nr, alpha, bt, lc, bp, bm, rpb, ac,
+                                                  p0, p1)  # fmt: skip
                             else:
                                 ukernel_ep(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc,
                                            mr, nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
                                            p1)  # fmt: skip
-                        elif pack:
-                            ukernel_ep(kc, a, ao, a_rs, a_cs, buf, (j0 // nr_max) * kc * nr_max,
-                                       nr_max, c, co, ldc, mr, nr, alpha, bt, lc, bp, bm, rpb,
-                                       ac, p0, p1)  # fmt: skip
-                        else:
-                            ukernel_ep(kc, a, ao, a_rs, a_cs, b, b_off + pc * ldb + jc + j0,
-                                       ldb, c, co, ldc, mr, nr, alpha, bt, lc, bp, bm, rpb, ac,
-                                       p0, p1)  # fmt: skip
+                        elif pack:  # B from the panels just packed
+                            bo = (j0 // nr_max) * kc * nr_max
+                            if a_packed:
+                                ukernel_ep_panels(kc, a, ao, a_rs, a_cs, buf, bo, nr_max, c, co,
+                                                  ldc, mr, nr, alpha, bt, lc, bp, bm, rpb, ac,
+                                                  p0, p1)  # fmt: skip
+                            else:
+                                ukernel_ep(kc, a, ao, a_rs, a_cs, buf, bo, nr_max, c, co, ldc,
+                                           mr, nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
+                                           p1)  # fmt: skip
+                        else:  # B read in place
+                            bo = b_off + pc * ldb + jc + j0
+                            if a_packed:
+                                ukernel_ep_panels(kc, a, ao, a_rs, a_cs, b, bo, ldb, c, co, ldc,
+                                                  mr, nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
+                                                  p1)  # fmt: skip
+                            else:
+                                ukernel_ep(kc, a, ao, a_rs, a_cs, b, bo, ldb, c, co, ldc, mr,
+                                           nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
+                                           p1)  # fmt: skip
 
 
 @njit(inline="always")
