@@ -228,6 +228,21 @@ def block_geometry(c):
 
 
 @njit(inline="always")
+def _block(a_panels, kc, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, ldc, mr, nr, alpha, beta, load_c,
+           ep):  # fmt: skip
+    """One block of :func:`_own_gemm` through :func:`ukernel_ep` with its epilogue ``ep =
+    (bias, bias_mode, res, act, p0, p1)``: the panel kernel where A is in panels (constant
+    row offsets, see :func:`ukernel_ep_panels`), the strided one otherwise."""
+    bias, bias_mode, res, act, p0, p1 = ep
+    if a_panels:
+        ukernel_ep_panels(kc, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, ldc, mr, nr, alpha, beta,
+                          load_c, bias, bias_mode, res, act, p0, p1)  # fmt: skip
+    else:
+        ukernel_ep(kc, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, ldc, mr, nr, alpha, beta, load_c,
+                   bias, bias_mode, res, act, p0, p1)  # fmt: skip
+
+
+@njit(inline="always")
 def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, c_off,
               ldc, ep):  # fmt: skip
     """Row-major ``C = alpha * op(A) @ B + beta * C`` (B not transposed) with the micro-kernel
@@ -302,34 +317,18 @@ def _own_gemm(ta, packed, tc, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta
                                 ukernel_ct(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c,
                                            c_off + (jc + j0) * ldc + i0, ldc, mr, nr, alpha,
                                            bt, lc)  # fmt: skip
-                            elif a_packed:
-                                ukernel_ep_panels(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co,
-                                                  ldc, mr, nr, alpha, bt, lc, bp, bm, rpb, ac,
-                                                  p0, p1)  # fmt: skip
                             else:
-                                ukernel_ep(kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc,
-                                           mr, nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
-                                           p1)  # fmt: skip
+                                _block(a_packed, kc, a, ao, a_rs, a_cs, b, bo, nr_max, c, co, ldc,
+                                       mr, nr, alpha, bt, lc, (bp, bm, rpb, ac, p0,
+                                       p1))  # fmt: skip
                         elif pack:  # B from the panels just packed
-                            bo = (j0 // nr_max) * kc * nr_max
-                            if a_packed:
-                                ukernel_ep_panels(kc, a, ao, a_rs, a_cs, buf, bo, nr_max, c, co,
-                                                  ldc, mr, nr, alpha, bt, lc, bp, bm, rpb, ac,
-                                                  p0, p1)  # fmt: skip
-                            else:
-                                ukernel_ep(kc, a, ao, a_rs, a_cs, buf, bo, nr_max, c, co, ldc,
-                                           mr, nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
-                                           p1)  # fmt: skip
+                            _block(a_packed, kc, a, ao, a_rs, a_cs, buf,
+                                   (j0 // nr_max) * kc * nr_max, nr_max, c, co, ldc, mr, nr,
+                                   alpha, bt, lc, (bp, bm, rpb, ac, p0, p1))  # fmt: skip
                         else:  # B read in place
-                            bo = b_off + pc * ldb + jc + j0
-                            if a_packed:
-                                ukernel_ep_panels(kc, a, ao, a_rs, a_cs, b, bo, ldb, c, co, ldc,
-                                                  mr, nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
-                                                  p1)  # fmt: skip
-                            else:
-                                ukernel_ep(kc, a, ao, a_rs, a_cs, b, bo, ldb, c, co, ldc, mr,
-                                           nr, alpha, bt, lc, bp, bm, rpb, ac, p0,
-                                           p1)  # fmt: skip
+                            _block(a_packed, kc, a, ao, a_rs, a_cs, b, b_off + pc * ldb + jc + j0,
+                                   ldb, c, co, ldc, mr, nr, alpha, bt, lc, (bp, bm, rpb, ac, p0,
+                                   p1))  # fmt: skip
 
 
 @njit(inline="always")
@@ -421,7 +420,9 @@ def gemm_call_ep(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, 
     addressed as ``c`` (element ``c_off + i * ldc + j``), ``act`` an activation code of
     :mod:`.epilogue` with its parameters. Bias, residual, Relu and Clip are applied in the
     micro-kernel's registers where the product runs there; any other activation, or the
-    whole epilogue after a product that does not, as a pass over the block."""
+    whole epilogue after a product that does not, as a pass over the block. With ``tc`` the
+    epilogue is in terms of C as stored: ``n`` rows of ``m`` (bias by those rows or
+    columns)."""
     bias, bias_off, bias_mode, res, has_res, act, p0, p1 = ep
     i, t = np.int64, c.dtype.type
     in_regs = act in (ACT_NONE, ACT_RELU, ACT_CLIP)
@@ -433,8 +434,10 @@ def gemm_call_ep(ta, tb, m, n, k, alpha, a, a_off, lda, b, b_off, ldb, beta, c, 
                           i(b_off), i(ldb), t(beta), c, i(c_off), i(ldc), i(tc),
                           kernel_ep)  # fmt: skip
     if not done or not in_regs:  # what the micro-kernel did not apply
-        block_epilogue(c, c_off, ldc, m, n, bias, bias_off, BIAS_NONE if done else bias_mode,
-                       res, has_res and not done, act, p0, p1)  # fmt: skip
+        rows, cols = (n, m) if tc else (m, n)
+        block_epilogue(c, c_off, ldc, rows, cols, bias, bias_off,
+                       BIAS_NONE if done else bias_mode, res, has_res and not done, act, p0,
+                       p1)  # fmt: skip
 
 
 # Epilogue bias modes: BIAS_NONE, BIAS_COL and BIAS_ROW (imported from .ukernel above).
@@ -520,28 +523,34 @@ def _tile(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tm, tn, t, ep, tk):
 
 
 @njit(inline="always")
+def chunk_epilogue(ep, last):
+    """The epilogue ``ep`` (:func:`gemm_call_ep`'s) for one chunk of a tile's inner
+    dimension: all of it with the last chunk, none before."""
+    bias, bias_off, bias_mode, res, has_res, act, p0, p1 = ep
+    return (bias, bias_off, bias_mode if last else BIAS_NONE, res, has_res and last,
+            act if last else ACT_NONE, p0, p1)  # fmt: skip
+
+
+@njit(inline="always")
 def _tile_transposed(n, k, a, a_base, b, b_base, c, c_base, r0, rows, c0, cols, alpha, beta, tk,
                      ep):  # fmt: skip
     """A tile of ``c = alpha * A @ B + beta * c`` with A in the transposed panels of
     ``ta == A_PANELS_T`` (``r0`` a multiple of NR) and B row-major, as the product ``B^T
     A^T`` (the tile's columns in the micro-kernel's rows) stored transposed into the tile,
-    then the tile's epilogue ``ep`` (:func:`gemm_call_ep`'s, applied to the tile as
-    stored)."""
+    and its epilogue ``ep`` (:func:`gemm_call_ep`'s) with the last chunk of the inner
+    dimension."""
     nr_max = block_geometry(c)[1]
     one = c.dtype.type(1)
     k0 = 0
     while True:
         kk = min(tk, k - k0)
-        gemm_call(1, B_PACKED, cols, rows, kk, alpha, b, b_base + k0 * n + c0, n, a,
-                  a_base + (r0 // nr_max) * k * nr_max + k0 * nr_max, k,
-                  beta if k0 == 0 else one, c, c_base + r0 * n + c0, n, 1)  # fmt: skip
+        gemm_call_ep(1, B_PACKED, cols, rows, kk, alpha, b, b_base + k0 * n + c0, n, a,
+                     a_base + (r0 // nr_max) * k * nr_max + k0 * nr_max, k,
+                     beta if k0 == 0 else one, c, c_base + r0 * n + c0, n, 1,
+                     chunk_epilogue(ep, k0 + kk >= k))  # fmt: skip
         k0 += tk
         if k0 >= k:
             break
-    bias, bias_off, bias_mode, res, has_res, act, p0, p1 = ep
-    if bias_mode != BIAS_NONE or has_res or act != ACT_NONE:
-        block_epilogue(c, c_base + r0 * n + c0, n, rows, cols, bias, bias_off, bias_mode, res,
-                       has_res, act, p0, p1)  # fmt: skip
 
 
 @njit(inline="always")
@@ -562,16 +571,12 @@ def _tile_direct(m, n, k, a, sa, b, sb, c, ta, tb, alpha, beta, tk, p, r0, c0, r
     a_step = block_geometry(c)[0] if ta == A_PACKED else (m if ta else 1)
     b_step = block_geometry(c)[1] if tb == B_PACKED else (1 if b_tr else n)
     one = c.dtype.type(1)
-    bias, bias_off, bias_mode, res, has_res, act, p0, p1 = ep
     k0 = 0
     while True:
         kk = min(tk, k - k0)
-        last = k0 + kk >= k
-        kep = (bias, bias_off, bias_mode if last else BIAS_NONE, res, has_res and last,
-               act if last else ACT_NONE, p0, p1)  # fmt: skip
         gemm_call_ep(ta, tb, rows, cols, kk, alpha, a, a_off + k0 * a_step, lda,
                      b, b_off + k0 * b_step, ldb, beta if k0 == 0 else one, c,
-                     c_base + r0 * n + c0, n, 0, kep)  # fmt: skip
+                     c_base + r0 * n + c0, n, 0, chunk_epilogue(ep, k0 + kk >= k))  # fmt: skip
         k0 += tk
         if k0 >= k:
             break

@@ -11,8 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import njit
-from .blas import A_PACKED, BIAS_NONE, BIAS_ROW, block_geometry, gemm_call_ep
-from .epilogue import ACT_NONE, activate
+from .blas import (
+    A_PACKED,
+    BIAS_NONE,
+    BIAS_ROW,
+    block_geometry,
+    chunk_epilogue,
+    gemm_call_ep,
+)
+from .epilogue import activate
 from .runtime.twins import twins
 from .shuffle import T16, deinterleave2, split_row, transpose16
 
@@ -1075,12 +1082,10 @@ def _conv_rows_item(
         base = (n * M + r0) * S + r_lo * OW
         for k0 in range(0, Kt, tk):
             kk = min(tk, Kt - k0)
-            last = k0 + kk >= Kt
-            ep_k = (bias, r0, BIAS_ROW if has_bias and last else BIAS_NONE, res, has_res and last,
-                    act if last else ACT_NONE, p0, p1)  # fmt: skip
+            ep_k = (bias, r0, BIAS_ROW if has_bias else BIAS_NONE, res, has_res, act, p0, p1)
             gemm_call_ep(A_PACKED, False, rows, cols, kk, t(1), wf, r0 * Kt + k0 * mr, Kt, blk,
                          k0 * cols, cols, t(0) if k0 == 0 else t(1), yf, base, S, 0,
-                         ep_k)  # fmt: skip
+                         chunk_epilogue(ep_k, k0 + kk >= Kt))  # fmt: skip
 
 
 @njit(inline="always")
