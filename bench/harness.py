@@ -48,7 +48,7 @@ import random
 import statistics
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -705,6 +705,24 @@ def measure_case(
             res.ort_roof = case.flops / (res.ort_ns * 1e-9) / peak
     res.flags += target_flags(case.workload, case.name, res.ratio)
     return res
+
+
+def print_case_ratios(cases: Iterable[Case], roofs: Roofs, width: int = 16) -> None:
+    """Measure each case (:func:`measure_case`) and print one line for it: the median ratio
+    onnxjit / onnxruntime with its interval and both medians (and onnxjit's GFLOP/s where the
+    case counts its floating-point operations), or why there is no ratio. The report of the
+    one-node sweeps, ``python -m bench.ops`` and ``python -m bench.layers``."""
+    for case in cases:
+        r = measure_case(case, roofs)
+        if r.ratio is None:
+            print(f"{case.name:{width}s} no ratio: {r.error or r.void}", flush=True)
+            continue
+        rate = f" ({case.flops / r.jit_ns:5.1f} GFLOP/s)" if case.flops else ""
+        print(
+            f"{case.name:{width}s} {r.ratio:5.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]  "
+            f"onnxjit {r.jit_ns / 1e3:9.1f} us{rate}  onnxruntime {r.ort_ns / 1e3:9.1f} us",
+            flush=True,
+        )
 
 
 def _anchor_openvino(

@@ -125,18 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     harness.fix_threads()
     roofs = harness.measure_roofs(3)
     print("one-layer models, 2 threads each")
-    for case in cases(args.only, epilogues):
-        r = harness.measure_case(case, roofs)
-        if r.ratio is None:
-            print(f"{case.name:36s} no ratio: {r.error or r.void}")
-            continue
-        gflops = case.flops / r.jit_ns if case.flops else float("nan")
-        print(
-            f"{case.name:36s} {r.ratio:5.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]  "
-            f"onnxjit {r.jit_ns / 1e3:9.1f} us ({gflops:5.1f} GFLOP/s)  "
-            f"onnxruntime {r.ort_ns / 1e3:9.1f} us",
-            flush=True,
-        )
+    harness.print_case_ratios(cases(args.only, epilogues), roofs, width=36)
     return 0
 
 

@@ -79,16 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     harness.fix_threads()
     roofs = harness.measure_roofs(3)
     print(f"one-node models over {args.size} float32 elements, 2 threads each")
-    for op in [o for o in args.ops.split(",") if o]:
-        r = harness.measure_case(case(op, args.size), roofs)
-        if r.ratio is None:
-            print(f"{op:16s} no ratio: {r.error or r.void}")
-            continue
-        print(
-            f"{op:16s} {r.ratio:5.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]  "
-            f"onnxjit {r.jit_ns / 1e3:9.1f} us  onnxruntime {r.ort_ns / 1e3:9.1f} us",
-            flush=True,
-        )
+    ops = [o for o in args.ops.split(",") if o]
+    harness.print_case_ratios((case(op, args.size) for op in ops), roofs)
     return 0
 
 
